@@ -1,0 +1,129 @@
+SHELL := /bin/bash
+
+# mod_mruby / ngx_mruby
+#
+#   make            build build/mod_mruby.so and build/ngx_http_mruby_module.so
+#   make test       install what is needed, build, run every test
+#   make test-asan  the tests again with both modules under AddressSanitizer
+#   make run        install, build, start Apache (:8080) and nginx (:8081)
+#   make bench      install, build, benchmark; results in docs/benchmarks.md
+#   make install    install the Apache module for a2enmod and the nginx one
+
+BUILD      := build
+CC         := gcc
+MRBC       := mrbc
+APXS       := apxs
+NGINX_SRC  := /usr/share/nginx/src
+
+MRUBY_DEFS := -DMRB_USE_RATIONAL -DMRB_USE_COMPLEX
+MRUBY_LIB  := /usr/lib/libmruby.a
+LIBS       := $(MRUBY_LIB) -lhiredis -lm -lpthread
+
+WARN       := -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
+OPT        ?= -O2 -g
+SANITIZE   ?=
+CFLAGS_ALL  = $(OPT) $(SANITIZE) -fPIC -std=gnu11 $(WARN) $(MRUBY_DEFS) \
+              -Isrc/core -I$(BUILD)
+
+CORE_SRC   := $(wildcard src/core/*.c)
+APACHE_SRC := $(wildcard src/apache/*.c)
+MRBLIB_RB  := $(sort $(wildcard mrblib/*.rb))
+
+APACHE_CFLAGS = $(shell $(APXS) -q CFLAGS) $(shell $(APXS) -q EXTRA_CPPFLAGS) \
+                -I$(shell $(APXS) -q INCLUDEDIR) \
+                $(shell pkg-config --cflags apr-1 apr-util-1 2>/dev/null)
+
+APACHE_OBJ := $(patsubst %.c,$(BUILD)/apache/%.o,$(CORE_SRC) $(APACHE_SRC)) \
+              $(BUILD)/apache/mrblib.o
+
+PYTHON     := $(BUILD)/venv/bin/python
+
+.PHONY: all deps apache nginx test test-unit test-asan run bench install clean venv
+
+all: apache nginx
+
+deps:
+	@sh scripts/install-deps.sh
+
+apache: $(BUILD)/mod_mruby.so
+nginx: $(BUILD)/ngx_http_mruby_module.so
+
+# mrblib: the Ruby part of the API, compiled to bytecode in a C array.
+$(BUILD)/mrblib.c: $(MRBLIB_RB) | $(BUILD)
+	$(MRBC) -B mrb_mrblib_irep -o $@ $(MRBLIB_RB)
+
+$(BUILD):
+	mkdir -p $(BUILD)
+
+$(BUILD)/apache/%.o: %.c $(wildcard src/core/*.h src/apache/*.h) | $(BUILD)/mrblib.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(APACHE_CFLAGS) -Isrc/apache -c $< -o $@
+
+$(BUILD)/apache/mrblib.o: $(BUILD)/mrblib.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -c $< -o $@
+
+$(BUILD)/mod_mruby.so: $(APACHE_OBJ)
+	$(CC) -shared $(SANITIZE) -o $@ $(APACHE_OBJ) $(LIBS)
+
+# nginx: its own build system, from Debian's nginx-dev sources, with the
+# flags Debian's nginx was configured with so that load_module accepts it.
+NGINX_BUILD := $(BUILD)/nginx
+NGINX_DEPS  := $(CORE_SRC) $(wildcard src/core/*.h src/nginx/*) $(BUILD)/mrblib.c
+
+$(NGINX_BUILD)/Makefile: src/nginx/config $(NGINX_SRC)/conf_flags | $(BUILD)/mrblib.c
+	rm -rf $(NGINX_BUILD) && mkdir -p $(NGINX_BUILD)
+	cp -r $(NGINX_SRC)/. $(NGINX_BUILD)/
+	cd $(NGINX_BUILD) && . ./conf_flags && \
+	  ./configure "$${NGX_CONF_FLAGS[@]}" --with-stream=dynamic \
+	    --with-cc-opt="$(OPT) $(SANITIZE) -fPIC $(MRUBY_DEFS) -I$(CURDIR)/src/core -I$(CURDIR)/$(BUILD)" \
+	    --with-ld-opt="$(SANITIZE)" \
+	    --add-dynamic-module=$(CURDIR)/src/nginx >configure.log 2>&1 \
+	  || { tail -30 configure.log; exit 1; }
+
+$(BUILD)/ngx_http_mruby_module.so: $(NGINX_BUILD)/Makefile $(NGINX_DEPS)
+	$(MAKE) -C $(NGINX_BUILD) -f objs/Makefile modules >$(NGINX_BUILD)/make.log 2>&1 \
+	  || { grep -E -A3 'error|Error' $(NGINX_BUILD)/make.log | head -60; exit 1; }
+	cp $(NGINX_BUILD)/objs/ngx_http_mruby_module.so $@
+	@if [ -f $(NGINX_BUILD)/objs/ngx_stream_mruby_module.so ]; then \
+	  cp $(NGINX_BUILD)/objs/ngx_stream_mruby_module.so $(BUILD)/; fi
+
+venv: $(BUILD)/venv/.done
+$(BUILD)/venv/.done: test/requirements.txt
+	python3 -m venv $(BUILD)/venv
+	$(BUILD)/venv/bin/pip install -q -r test/requirements.txt
+	touch $@
+
+test: deps
+	$(MAKE) all venv
+	$(MAKE) test-unit
+	$(PYTHON) -m pytest -q -p no:cacheprovider test
+
+test-unit: $(BUILD)/test_core
+	$(BUILD)/test_core
+
+$(BUILD)/test_core: $(wildcard test/unit/*.c) $(CORE_SRC) $(BUILD)/mrblib.c $(wildcard src/core/*.h)
+	$(CC) $(CFLAGS_ALL) -o $@ $(wildcard test/unit/*.c) $(CORE_SRC) $(BUILD)/mrblib.c $(LIBS)
+
+test-asan: deps
+	$(MAKE) BUILD=build/asan OPT="-O1 -g -fno-omit-frame-pointer" \
+	  SANITIZE="-fsanitize=address" all venv
+	MRUBY_BUILD=build/asan MRUBY_ASAN=1 $(PYTHON) -m pytest -q -p no:cacheprovider test
+
+run: deps
+	$(MAKE) all venv
+	$(PYTHON) examples/run.py
+
+bench: deps
+	$(MAKE) all venv
+	$(PYTHON) bench/run.py
+
+install: all
+	install -m 644 $(BUILD)/mod_mruby.so $(shell $(APXS) -q LIBEXECDIR)/mod_mruby.so
+	install -m 644 src/apache/mruby.load /etc/apache2/mods-available/mruby.load
+	install -m 644 src/apache/mruby.conf /etc/apache2/mods-available/mruby.conf
+	install -m 644 $(BUILD)/ngx_http_mruby_module.so /usr/lib/nginx/modules/
+	install -m 644 src/nginx/mod-http-mruby.conf /usr/share/nginx/modules-available/mod-http-mruby.conf
+
+clean:
+	rm -rf $(BUILD)

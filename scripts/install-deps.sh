@@ -1,0 +1,34 @@
+#!/bin/sh
+# Installs what building, testing, running and benchmarking need, from
+# Debian's packages and PyPI.  Quiet and quick when all is there already.
+set -e
+
+PACKAGES="build-essential pkg-config apache2 apache2-dev nginx nginx-dev
+libmruby-dev mruby libhiredis-dev libpcre2-dev libssl-dev zlib1g-dev
+libboost-context-dev
+redis-server wrk openssl curl python3 python3-venv
+libapache2-mod-perl2 libnginx-mod-http-lua"
+
+missing=""
+for p in $PACKAGES; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" \
+        || missing="$missing $p"
+done
+
+if [ -n "$missing" ]; then
+    if [ "$(id -u)" != 0 ]; then
+        echo "install-deps: missing packages:$missing (run as root)" >&2
+        exit 1
+    fi
+    echo "install-deps: installing$missing"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+
+# Debian starts the servers it installs; the tests and demos start their own.
+for s in apache2 nginx redis-server; do
+    if command -v service >/dev/null 2>&1; then
+        service "$s" stop >/dev/null 2>&1 || true
+    fi
+done

@@ -1,0 +1,108 @@
+/*
+ * The interpreter: one mrb_state per worker (thread under Apache, process
+ * under nginx), created once and shared by every script and request it runs.
+ *
+ * Server neutral: nothing here knows Apache or nginx.  An adapter describes
+ * its server with an mrb_server and reaches its request through mrb_run.
+ */
+
+#ifndef MRB_INTERP_H
+#define MRB_INTERP_H
+
+#include <stddef.h>
+#include <mruby.h>
+
+typedef struct mrb_interp_s  mrb_interp;
+typedef struct mrb_server_s  mrb_server;
+typedef struct mrb_run_s     mrb_run;
+
+/* Log levels as syslog numbers them; adapters map them onto their own. */
+enum {
+    MRB_LOG_EMERG = 0,
+    MRB_LOG_ALERT,
+    MRB_LOG_CRIT,
+    MRB_LOG_ERR,
+    MRB_LOG_WARN,
+    MRB_LOG_NOTICE,
+    MRB_LOG_INFO,
+    MRB_LOG_DEBUG
+};
+
+/* What an adapter plugs into the core: one static instance per server. */
+struct mrb_server_s {
+    const char  *name;            /* Kernel#server_name: "Apache", "NGINX" */
+    const char  *class_name;      /* the server class: "Apache", "Nginx" */
+    const char  *module_name;     /* "mod_mruby", "ngx_mruby" */
+    const char  *module_version;
+    int          log_level_base;  /* the script-visible number of EMERG:
+                                     Apache::APLOG_EMERG 0, Nginx::LOG_EMERG 1 */
+
+    /* Defines the adapter's own classes and constants under server_class. */
+    void       (*define)(mrb_state *mrb, struct RClass *server_class);
+
+    /* Appends response body bytes for Server.rputs / Server.echo; returns 0,
+     * or -1 when the response can no longer take a body. */
+    int        (*write)(mrb_run *run, const char *data, size_t len);
+
+    /* Writes one line to the error log.  run is NULL outside a request;
+     * log_target is what the adapter gave mrb_interp_open (its server). */
+    void       (*log)(void *log_target, mrb_run *run, int level,
+                      const char *msg, size_t len);
+};
+
+/*
+ * One script run.  The adapter keeps it on its C stack, fills request and
+ * result, and reads result back after mrb_script_run.
+ */
+struct mrb_run_s {
+    void        *request;     /* request_rec *, ngx_http_request_t *, ... */
+    void        *data;        /* adapter's per-run extra (filter, phase) */
+    mrb_int      result;      /* Server.return(code); preset to the default */
+    unsigned     returned:1;  /* Server.return was called */
+    unsigned     startup:1;   /* a startup script: its top-level state stays */
+    mrb_run     *prev;        /* the run this one is nested in */
+    char         error[2048]; /* "Class: message (file:line) ..." on failure */
+};
+
+/* Called once in a new interpreter before it is sealed (startup scripts). */
+typedef void (*mrb_interp_init_pt)(mrb_interp *interp, void *arg);
+
+/*
+ * Creates an interpreter with the core classes, the adapter's classes and
+ * mrblib loaded.  Returns NULL and a message in err on failure.
+ */
+mrb_interp *mrb_interp_open(const mrb_server *server, void *log_target,
+    char *err, size_t errlen);
+void mrb_interp_close(mrb_interp *interp);
+
+/*
+ * The calling thread's interpreter, created on first use: opened, given to
+ * init (which runs the startup scripts), then sealed.  Closed when the
+ * thread exits.  Never NULL unless creation failed (then err says why).
+ */
+mrb_interp *mrb_interp_for_thread(const mrb_server *server, void *log_target,
+    mrb_interp_init_pt init, void *arg, char *err, size_t errlen);
+
+/*
+ * Records the top-level state (globals, top-level constants and instance
+ * variables) that stays; what a request script adds beyond it is removed
+ * after each run.
+ */
+void mrb_interp_seal(mrb_interp *interp);
+
+mrb_state *mrb_interp_state(mrb_interp *interp);
+mrb_interp *mrb_interp_from_state(mrb_state *mrb);
+const mrb_server *mrb_interp_server(mrb_interp *interp);
+void *mrb_interp_log_target(mrb_interp *interp);
+
+/* The run in progress in this interpreter, or NULL (startup, no request). */
+mrb_run *mrb_interp_run(mrb_state *mrb);
+
+/* The current run's request, or raises RuntimeError outside a request. */
+void *mrb_interp_request(mrb_state *mrb);
+
+/* Logs through the adapter at a core level (MRB_LOG_*). */
+void mrb_interp_log(mrb_interp *interp, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif /* MRB_INTERP_H */

@@ -1,0 +1,68 @@
+/*
+ * Scripts: a file or inline code, compiled to bytecode once per process and
+ * loaded once into each interpreter that runs it.
+ *
+ * Cache policies (DESIGN.md):
+ *   stat     re-check the file's mtime/size/inode on every run and recompile
+ *            only when it changed: edits apply with no restart;
+ *   forever  compile at configuration time (the `cache` flag); a syntax
+ *            error fails the configuration test;
+ *   never    read and compile on every run, drop the bytecode after.
+ * Inline code is always compiled at configuration time.
+ *
+ * Memory: scripts are malloc'd; the adapter frees them with mrb_script_free
+ * from a cleanup of the pool that owns its configuration.
+ */
+
+#ifndef MRB_SCRIPT_H
+#define MRB_SCRIPT_H
+
+#include <stddef.h>
+#include "mrb_interp.h"
+
+typedef enum {
+    MRB_CACHE_STAT = 0,
+    MRB_CACHE_FOREVER,
+    MRB_CACHE_NEVER
+} mrb_cache_policy;
+
+typedef struct mrb_script_s  mrb_script;
+
+/* Parses "stat", "forever" or "never"; returns 0, or -1 if s is none. */
+int mrb_cache_policy_parse(const char *s, mrb_cache_policy *policy);
+const char *mrb_cache_policy_name(mrb_cache_policy policy);
+
+/*
+ * A file script.  Under MRB_CACHE_FOREVER the file is compiled now and a
+ * missing file or syntax error returns NULL with "file:line: message" in
+ * err.  Under stat and never a missing file is an error of each run, not of
+ * the configuration.
+ */
+mrb_script *mrb_script_from_file(const char *path, mrb_cache_policy policy,
+    char *err, size_t errlen);
+
+/*
+ * Inline code, compiled now.  origin and line name where it was written
+ * (the configuration file) for error messages and backtraces.
+ */
+mrb_script *mrb_script_from_code(const char *code, size_t len,
+    const char *origin, int line, char *err, size_t errlen);
+
+void mrb_script_free(mrb_script *script);
+
+/* The file path, or "origin:line" of inline code. */
+const char *mrb_script_name(const mrb_script *script);
+mrb_cache_policy mrb_script_policy(const mrb_script *script);
+
+/*
+ * Runs the script in interp as run.  Saves and restores the GC arena,
+ * catches any exception, clears mrb->exc, and (unless run->startup) removes
+ * the globals, top-level constants and instance variables the script added.
+ * Returns 0, or -1 with the one-line error in run->error.
+ */
+int mrb_script_run(mrb_interp *interp, mrb_script *script, mrb_run *run);
+
+/* Prepares run for a request: clears it and presets the result. */
+void mrb_run_init(mrb_run *run, void *request, mrb_int default_result);
+
+#endif /* MRB_SCRIPT_H */

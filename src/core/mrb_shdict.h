@@ -1,0 +1,35 @@
+/*
+ * Shared dictionaries: named key/value stores in shared memory, visible to
+ * every worker process of a server, every operation atomic across them.
+ *
+ * Zones are declared while the configuration is read, in the parent (Apache)
+ * or master (nginx) process, and mapped before workers fork.  A zone whose
+ * name and size are unchanged across a configuration reload (apachectl
+ * graceful, nginx -s reload) keeps its contents.
+ */
+
+#ifndef MRB_SHDICT_H
+#define MRB_SHDICT_H
+
+#include <stddef.h>
+#include <mruby.h>
+
+/* Starts a configuration (re)load: zones not declared again are dropped at
+ * mrb_shdict_config_end. */
+void mrb_shdict_config_begin(void);
+
+/* Declares a zone; returns 0, or -1 with a message in err (bad name or
+ * size, name declared twice with different sizes, mapping failed). */
+int mrb_shdict_zone_add(const char *name, size_t size, char *err,
+    size_t errlen);
+
+/* Ends the (re)load: unmaps zones that were not declared again. */
+void mrb_shdict_config_end(void);
+
+/* Parses a size such as "1m", "512k", "65536"; returns 0 or -1. */
+int mrb_shdict_parse_size(const char *s, size_t *size);
+
+/* Defines Server::SharedDict under server_class. */
+void mrb_shdict_define(mrb_state *mrb, struct RClass *server_class);
+
+#endif /* MRB_SHDICT_H */
