@@ -1,0 +1,764 @@
+"""Real servers for the integration tests and the benchmarks.
+
+Apache, nginx and redis-server are started as child processes on 127.0.0.1
+and a free port, from a configuration generated in a fresh directory under
+/tmp.  Nothing is mocked: a test speaks HTTP (or RESP) to the real thing.
+
+    with Apache(conf='mrubyHandlerMiddle {dir}/hello.rb') as a:
+        a.write('hello.rb', 'Apache.rputs "hi"')   # before start() usually
+        assert a.get('/').text == 'hi'
+
+Directories.  The tests run as root; Apache's children and nginx's workers
+run as www-data, so every file a server reads lives under a directory made
+with mode 0755 under /tmp (pytest's tmp_path is 0700 and would not do).
+Each server object makes its own: .dir (config, logs, scripts) and
+.docroot (= .dir/htdocs).
+
+Placeholders in conf snippets, replaced with str.replace (Ruby code in a
+snippet has braces, so no str.format): {dir}, {docroot}, {port}, {port2},
+{port3}, and @REPO@ for the repository root.
+
+Environment:
+    MRUBY_BUILD   build directory with the modules (default "build", relative
+                  to the repository root)
+    MRUBY_ASAN=1  run the servers with gcc's libasan preloaded; after stop(),
+                  any AddressSanitizer report fails loudly.
+"""
+
+import glob
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+import requests
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = os.path.join(REPO, os.environ.get("MRUBY_BUILD", "build"))
+ASAN = os.environ.get("MRUBY_ASAN") == "1"
+
+APACHE_BIN = "/usr/sbin/apache2"
+APACHE_MODULES = "/usr/lib/apache2/modules"
+NGINX_BIN = "/usr/sbin/nginx"
+NGINX_MODULES = "/usr/lib/nginx/modules"
+REDIS_BIN = "/usr/bin/redis-server"
+
+MOD_MRUBY = os.path.join(BUILD, "mod_mruby.so")
+NGX_HTTP_MRUBY = os.path.join(BUILD, "ngx_http_mruby_module.so")
+NGX_STREAM_MRUBY = os.path.join(BUILD, "ngx_stream_mruby_module.so")
+
+START_TIMEOUT = 10.0
+STOP_TIMEOUT = 10.0
+HTTP_TIMEOUT = 10.0
+
+# The modules every generated httpd.conf loads (besides the MPM and mruby).
+APACHE_BASE_MODULES = (
+    "authz_core", "authz_host", "authn_core", "authn_file", "authz_user",
+    "auth_basic", "mime", "dir", "alias", "log_config", "env", "setenvif",
+    "headers", "rewrite", "status",
+)
+
+# Extra modules by short name; a tuple when one needs others loaded first.
+APACHE_EXTRA_MODULES = {
+    "proxy": ("proxy",),
+    "proxy_http": ("proxy", "proxy_http"),
+    "lua": ("lua",),
+    "perl": ("perl",),
+}
+
+MPM_CONF = {
+    # 2 cores: few processes, but enough threads for 64+ concurrent requests.
+    "event": """\
+StartServers 2
+ServerLimit 2
+ThreadsPerChild 64
+ThreadLimit 64
+MinSpareThreads 64
+MaxSpareThreads 128
+MaxRequestWorkers 128
+MaxConnectionsPerChild 0
+""",
+    "worker": """\
+StartServers 2
+ServerLimit 2
+ThreadsPerChild 64
+ThreadLimit 64
+MinSpareThreads 64
+MaxSpareThreads 128
+MaxRequestWorkers 128
+MaxConnectionsPerChild 0
+""",
+    "prefork": """\
+StartServers 4
+MinSpareServers 4
+MaxSpareServers 8
+ServerLimit 32
+MaxRequestWorkers 32
+MaxConnectionsPerChild 0
+""",
+}
+
+
+class HarnessError(Exception):
+    """A server could not be set up, started or stopped."""
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that nobody listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def make_www_dir(prefix):
+    """A fresh directory under /tmp, mode 0755, readable by www-data."""
+    d = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
+    os.chmod(d, 0o755)
+    return d
+
+
+def port_open(port, host="127.0.0.1"):
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def apache_builtin_modules():
+    """Modules compiled into Debian's apache2 (mod_log_config, ...)."""
+    out = subprocess.run([APACHE_BIN, "-l"], capture_output=True,
+                         text=True).stdout
+    return {line.strip()[4:-2] for line in out.splitlines()
+            if line.strip().startswith("mod_")}
+
+
+def require_file(path, what):
+    if not os.path.exists(path):
+        hint = ("run `make` first (MRUBY_BUILD="
+                f"{os.environ.get('MRUBY_BUILD', 'build')})"
+                if path.startswith(BUILD) else "is its package installed?")
+        raise HarnessError(f"{what} not found at {path}: {hint}")
+
+
+def asan_env():
+    """Environment additions that run a server under AddressSanitizer."""
+    lib = subprocess.run(["gcc", "-print-file-name=libasan.so"],
+                         capture_output=True, text=True).stdout.strip()
+    if not lib or not os.path.exists(lib):
+        raise HarnessError("MRUBY_ASAN=1 but gcc has no libasan.so")
+    return {"LD_PRELOAD": os.path.realpath(lib)}
+
+
+def children_of(pid):
+    """PIDs whose parent is pid (from /proc)."""
+    out = []
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(stat) as f:
+                data = f.read()
+        except OSError:
+            continue
+        # comm may contain spaces and parens: split after the last ')'.
+        fields = data[data.rfind(")") + 2:].split()
+        if len(fields) > 1 and int(fields[1]) == pid:
+            out.append(int(stat.split("/")[2]))
+    return sorted(out)
+
+
+def rss_kb(pid):
+    """Resident set size of pid in kB (VmRSS), or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def _read(path):
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+class Server:
+    """What Apache and nginx share: a directory, a child process, HTTP."""
+
+    name = "server"
+
+    def __init__(self, conf="", name=None, host="127.0.0.1"):
+        self.dir = make_www_dir(f"mruby-{name or self.name}-")
+        self.docroot = os.path.join(self.dir, "htdocs")
+        self.logs = os.path.join(self.dir, "logs")
+        for d in (self.docroot, self.logs):
+            os.makedirs(d, mode=0o755, exist_ok=True)
+            os.chmod(d, 0o755)
+        self.host = host
+        self.port = free_port()
+        self.port2 = free_port()
+        self.port3 = free_port()
+        self.conf = conf
+        self.proc = None
+        self.stdout_path = os.path.join(self.dir, "stdout.log")
+        self.asan_dir = os.path.join(self.dir, "asan")
+        self.session = requests.Session()
+        self.session.trust_env = False  # never through a proxy from the env
+        self._stdout = None
+
+    # -- files ------------------------------------------------------------
+
+    def subst(self, text):
+        """Replaces the placeholders in a conf snippet or script."""
+        for key, val in (("{dir}", self.dir), ("{docroot}", self.docroot),
+                         ("{port}", str(self.port)),
+                         ("{port2}", str(self.port2)),
+                         ("{port3}", str(self.port3)), ("@REPO@", REPO)):
+            text = text.replace(key, val)
+        return text
+
+    def write(self, relpath, content, mode=0o644):
+        """Writes a file under .dir (placeholders are NOT replaced), making
+        its parent directories 0755.  Returns the absolute path."""
+        path = os.path.join(self.dir, relpath)
+        parent = os.path.dirname(path)
+        if not os.path.isdir(parent):
+            os.makedirs(parent, mode=0o755, exist_ok=True)
+            # makedirs applies the umask: make the whole chain readable.
+            p = parent
+            while p != self.dir and p.startswith(self.dir):
+                os.chmod(p, 0o755)
+                p = os.path.dirname(p)
+        data = content.encode() if isinstance(content, str) else content
+        with open(path, "wb") as f:
+            f.write(data)
+        os.chmod(path, mode)
+        return path
+
+    def write_doc(self, relpath, content, mode=0o644):
+        """Writes a file under .docroot."""
+        return self.write(os.path.join("htdocs", relpath), content, mode)
+
+    def error_log(self):
+        return _read(os.path.join(self.logs, "error.log"))
+
+    def access_log(self):
+        return _read(os.path.join(self.logs, "access.log"))
+
+    def stdout(self):
+        return _read(self.stdout_path)
+
+    # -- HTTP -------------------------------------------------------------
+
+    def url(self, path="/", port=None):
+        if not path.startswith("/"):
+            path = "/" + path
+        return f"http://{self.host}:{port or self.port}{path}"
+
+    def request(self, method, path="/", port=None, **kw):
+        kw.setdefault("timeout", HTTP_TIMEOUT)
+        kw.setdefault("allow_redirects", False)
+        return self.session.request(method, self.url(path, port), **kw)
+
+    def get(self, path="/", **kw):
+        return self.request("GET", path, **kw)
+
+    def post(self, path="/", **kw):
+        return self.request("POST", path, **kw)
+
+    def head(self, path="/", **kw):
+        return self.request("HEAD", path, **kw)
+
+    # -- process ----------------------------------------------------------
+
+    def env(self):
+        env = dict(os.environ)
+        for var in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"):
+            env.pop(var, None)
+        if ASAN:
+            os.makedirs(self.asan_dir, mode=0o777, exist_ok=True)
+            os.chmod(self.asan_dir, 0o777)  # the workers are www-data
+            env.update(asan_env())
+            env["ASAN_OPTIONS"] = (
+                "detect_leaks=0:abort_on_error=0:"
+                f"log_path={self.asan_dir}/asan")
+        return env
+
+    def command(self):
+        raise NotImplementedError
+
+    def generate(self):
+        raise NotImplementedError
+
+    def _spawn(self):
+        self.generate()
+        self._stdout = open(self.stdout_path, "ab")
+        self.proc = subprocess.Popen(
+            self.command(), cwd=self.dir, env=self.env(),
+            stdin=subprocess.DEVNULL, stdout=self._stdout,
+            stderr=subprocess.STDOUT, start_new_session=True)
+
+    def start(self):
+        if self.proc is not None:
+            raise HarnessError(f"{self.name} already started")
+        self._spawn()
+        self._wait_serving(lambda: True)
+        return self
+
+    def _ready(self):
+        return port_open(self.port, self.host)
+
+    def _wait_serving(self, extra_ready):
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                self._fail_start(f"exited with status {self.proc.returncode}")
+            if self._ready() and extra_ready():
+                return
+            time.sleep(0.05)
+        self._fail_start(f"not serving on port {self.port} "
+                         f"after {START_TIMEOUT:.0f} s")
+
+    def _fail_start(self, why):
+        msg = (f"{self.name} {why}\n--- config {self.conf_path} ---\n"
+               f"{_read(self.conf_path)}\n--- output ---\n{self.stdout()}\n"
+               f"--- error log ---\n{self.error_log()}")
+        self.stop(check_asan=False)
+        raise HarnessError(msg)
+
+    def stop(self, check_asan=True):
+        """Stops the server and everything it started; idempotent."""
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            if proc.poll() is None:
+                try:
+                    os.kill(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+                try:
+                    proc.wait(STOP_TIMEOUT)
+                except subprocess.TimeoutExpired:
+                    pass
+            # Whatever is left in the process group (workers that did not
+            # exit, a master that hung): kill it.
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                proc.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                pass
+        if self._stdout is not None:
+            self._stdout.close()
+            self._stdout = None
+        self.session.close()
+        if check_asan:
+            self.check_asan()
+
+    def check_asan(self):
+        """Raises if AddressSanitizer wrote any report."""
+        reports = sorted(glob.glob(os.path.join(self.asan_dir, "asan*")))
+        if reports:
+            text = "\n".join(f"=== {r}\n{_read(r)}" for r in reports)
+            raise HarnessError(f"AddressSanitizer reports from {self.name}:"
+                               f"\n{text}")
+
+    def master_pid(self):
+        return self.proc.pid if self.proc else None
+
+    def worker_pids(self):
+        """PIDs of the worker processes (children of the master)."""
+        pid = self.master_pid()
+        return children_of(pid) if pid else []
+
+    def remove(self):
+        """Deletes the server's directory (after stop())."""
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self):
+        if self.proc is None:
+            self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop(check_asan=exc[0] is None)
+        return False
+
+
+class Apache(Server):
+    """Apache httpd (apache2 -f <conf> -DFOREGROUND) with mod_mruby loaded.
+
+    conf is a snippet inserted at server level at the end of httpd.conf.
+    mpm: "event", "worker" or "prefork".  modules: extra module short names
+    ("proxy", "proxy_http", "lua", "perl") or (name, path) pairs.
+    mruby=False leaves mod_mruby out (for references and baselines).
+    """
+
+    name = "apache"
+
+    def __init__(self, conf="", mpm="event", modules=(), name=None,
+                 mruby=True, mpm_conf=None, keepalive=True, loglevel="info"):
+        if mruby:
+            require_file(MOD_MRUBY, "mod_mruby")
+        super().__init__(conf, name=name)
+        if mpm not in MPM_CONF:
+            raise HarnessError(f"unknown MPM {mpm!r}")
+        self.mpm = mpm
+        self.modules = tuple(modules)
+        self.mruby = mruby
+        self.mpm_conf = mpm_conf if mpm_conf is not None else MPM_CONF[mpm]
+        self.keepalive = keepalive
+        self.loglevel = loglevel
+        self.conf_path = os.path.join(self.dir, "httpd.conf")
+        self.pid_path = os.path.join(self.logs, "httpd.pid")
+        self.run_dir = os.path.join(self.dir, "run")
+        os.makedirs(self.run_dir, mode=0o755, exist_ok=True)
+
+    def _load_lines(self):
+        seen, lines = set(apache_builtin_modules()), []
+
+        def load(mod, path=None):
+            if mod in seen:
+                return
+            seen.add(mod)
+            path = path or os.path.join(APACHE_MODULES, f"mod_{mod}.so")
+            require_file(path, f"Apache module {mod}")
+            lines.append(f"LoadModule {mod}_module {path}")
+
+        load(f"mpm_{self.mpm}")
+        for mod in APACHE_BASE_MODULES:
+            load(mod)
+        for mod in self.modules:
+            if isinstance(mod, tuple):
+                load(*mod)
+            else:
+                for dep in APACHE_EXTRA_MODULES.get(mod, (mod,)):
+                    load(dep)
+        if self.mruby:
+            lines.append(f"LoadModule mruby_module {MOD_MRUBY}")
+        return "\n".join(lines)
+
+    def generate(self):
+        d = self.dir
+        text = f"""\
+# generated by test/harness.py
+ServerRoot {d}
+DefaultRuntimeDir {self.run_dir}
+PidFile {self.pid_path}
+Mutex file:{self.run_dir} default
+{self._load_lines()}
+
+Listen {self.host}:{self.port}
+ServerName 127.0.0.1
+ServerAdmin root@localhost
+User www-data
+Group www-data
+
+<IfModule mpm_{self.mpm}_module>
+{self.mpm_conf}</IfModule>
+
+Timeout 30
+KeepAlive {"On" if self.keepalive else "Off"}
+MaxKeepAliveRequests 0
+KeepAliveTimeout 5
+
+ErrorLog {self.logs}/error.log
+LogLevel {self.loglevel}
+LogFormat "%h %l %u %t \\"%r\\" %>s %b" common
+CustomLog {self.logs}/access.log common
+
+TypesConfig /etc/mime.types
+DirectoryIndex index.html
+AddDefaultCharset Off
+
+<Directory />
+    AllowOverride None
+    Require all denied
+</Directory>
+DocumentRoot {self.docroot}
+<Directory {self.docroot}>
+    Options FollowSymLinks
+    AllowOverride None
+    Require all granted
+</Directory>
+<Directory {d}>
+    Require all granted
+</Directory>
+
+# --- test snippet ---
+{self.subst(self.conf)}
+"""
+        with open(self.conf_path, "w") as f:
+            f.write(text)
+        os.chmod(self.conf_path, 0o644)
+
+    def command(self):
+        return [APACHE_BIN, "-f", self.conf_path, "-DFOREGROUND"]
+
+    def env(self):
+        env = super().env()
+        # What /etc/apache2/envvars would give; apache2 reads these itself.
+        env.setdefault("APACHE_RUN_USER", "www-data")
+        env.setdefault("APACHE_RUN_GROUP", "www-data")
+        env["APACHE_RUN_DIR"] = self.run_dir
+        env["APACHE_PID_FILE"] = self.pid_path
+        env["APACHE_LOCK_DIR"] = self.run_dir
+        env["APACHE_LOG_DIR"] = self.logs
+        env.setdefault("LANG", "C")
+        return env
+
+    def configtest(self):
+        """apache2 -t: (returncode, output)."""
+        self.generate()
+        p = subprocess.run([APACHE_BIN, "-t", "-f", self.conf_path],
+                           cwd=self.dir, env=self.env(), capture_output=True,
+                           text=True, timeout=60)
+        return p.returncode, p.stdout + p.stderr
+
+    def graceful(self):
+        """Regenerates the config from .conf, restarts gracefully (SIGUSR1)
+        and returns when the new generation serves (new children)."""
+        self.generate()
+        old = set(self.worker_pids())
+        os.kill(self.proc.pid, signal.SIGUSR1)
+        self._wait_new_workers(old)
+
+    def restart(self):
+        """Hard restart (SIGHUP)."""
+        self.generate()
+        old = set(self.worker_pids())
+        os.kill(self.proc.pid, signal.SIGHUP)
+        self._wait_new_workers(old)
+
+    def _wait_new_workers(self, old):
+        def renewed():
+            pids = set(self.worker_pids())
+            return bool(pids) and not (pids & old)
+        self._wait_serving(renewed)
+
+    def worker_pids(self):
+        # Under Apache the master's children are the workers (no helpers
+        # besides these when mod_cgid is not loaded).
+        return super().worker_pids()
+
+
+class Nginx(Server):
+    """nginx (nginx -p <dir> -c <conf>, daemon off) with ngx_mruby loaded.
+
+    conf is the content of the http block.  If it has no "server {" it is
+    wrapped into a default server listening on {port} with root {docroot}.
+    main_conf goes at main level (before events), stream_conf into a stream
+    block (loading the stream modules).
+    """
+
+    name = "nginx"
+
+    def __init__(self, conf="", main_conf="", stream_conf="", workers=1,
+                 name=None, mruby=True, modules=(), loglevel="info"):
+        if mruby:
+            require_file(NGX_HTTP_MRUBY, "ngx_http_mruby_module")
+        super().__init__(conf, name=name)
+        self.main_conf = main_conf
+        self.stream_conf = stream_conf
+        self.workers = workers
+        self.mruby = mruby
+        self.modules = tuple(modules)  # extra .so paths (load_module)
+        self.loglevel = loglevel
+        self.conf_path = os.path.join(self.dir, "nginx.conf")
+        self.pid_path = os.path.join(self.logs, "nginx.pid")
+        self.temp = os.path.join(self.dir, "temp")
+        os.makedirs(self.temp, mode=0o755, exist_ok=True)
+
+    def stream_module(self):
+        """Debian's ngx_stream_module.so, or the one built with ours."""
+        for p in (os.path.join(NGINX_MODULES, "ngx_stream_module.so"),
+                  os.path.join(BUILD, "nginx", "objs", "ngx_stream_module.so")):
+            if os.path.exists(p):
+                return p
+        raise HarnessError("no ngx_stream_module.so (Debian libnginx-mod-"
+                           "stream, or build/nginx/objs after `make`)")
+
+    def _load_lines(self):
+        lines = [f"load_module {p};" for p in self.modules]
+        if self.stream_conf:
+            lines.append(f"load_module {self.stream_module()};")
+        if self.mruby:
+            lines.append(f"load_module {NGX_HTTP_MRUBY};")
+            if self.stream_conf and os.path.exists(NGX_STREAM_MRUBY):
+                lines.append(f"load_module {NGX_STREAM_MRUBY};")
+        return "\n".join(lines)
+
+    def generate(self):
+        d, logs, temp = self.dir, self.logs, self.temp
+        http = self.subst(self.conf)
+        if "server {" not in http and "server{" not in http:
+            http = f"""\
+server {{
+    listen {self.host}:{self.port};
+    server_name localhost;
+    root {self.docroot};
+{http}
+}}"""
+        stream = ""
+        if self.stream_conf:
+            stream = f"stream {{\n{self.subst(self.stream_conf)}\n}}\n"
+        text = f"""\
+# generated by test/harness.py
+{self._load_lines()}
+daemon off;
+master_process on;
+worker_processes {self.workers};
+user www-data;
+pid {self.pid_path};
+error_log {logs}/error.log {self.loglevel};
+{self.subst(self.main_conf)}
+
+events {{
+    worker_connections 1024;
+}}
+
+http {{
+    include /etc/nginx/mime.types;
+    default_type application/octet-stream;
+    access_log {logs}/access.log;
+    client_body_temp_path {temp}/body;
+    proxy_temp_path {temp}/proxy;
+    fastcgi_temp_path {temp}/fastcgi;
+    uwsgi_temp_path {temp}/uwsgi;
+    scgi_temp_path {temp}/scgi;
+    keepalive_requests 1000000;
+
+{http}
+}}
+{stream}"""
+        with open(self.conf_path, "w") as f:
+            f.write(text)
+        os.chmod(self.conf_path, 0o644)
+        self.generated = text
+
+    def command(self):
+        return [NGINX_BIN, "-p", self.dir + "/", "-c", self.conf_path,
+                "-e", os.path.join(self.logs, "error.log")]
+
+    def configtest(self):
+        """nginx -t: (returncode, output)."""
+        self.generate()
+        p = subprocess.run([NGINX_BIN, "-t", "-p", self.dir + "/", "-c",
+                            self.conf_path, "-e",
+                            os.path.join(self.logs, "error.log")],
+                           cwd=self.dir, env=self.env(), capture_output=True,
+                           text=True, timeout=60)
+        return p.returncode, p.stdout + p.stderr
+
+    def _ready(self):
+        # The master listens before the workers exist; wait for both.
+        return super()._ready() and bool(self.worker_pids())
+
+    def reload(self):
+        """Regenerates the config from .conf, sends SIGHUP, returns when
+        only new workers are left and they serve."""
+        self.generate()
+        old = set(self.worker_pids())
+        os.kill(self.proc.pid, signal.SIGHUP)
+
+        def renewed():
+            pids = set(self.worker_pids())
+            return len(pids) >= self.workers and not (pids & old)
+        self._wait_serving(renewed)
+
+
+class Redis:
+    """redis-server on 127.0.0.1:<free port>, no persistence."""
+
+    def __init__(self, name=None):
+        self.dir = make_www_dir(f"mruby-{name or 'redis'}-")
+        self.host = "127.0.0.1"
+        self.port = free_port()
+        self.proc = None
+        self.log_path = os.path.join(self.dir, "redis.log")
+
+    def start(self):
+        args = [REDIS_BIN, "--bind", self.host, "--port", str(self.port),
+                "--save", "", "--appendonly", "no", "--daemonize", "no",
+                "--dir", self.dir, "--logfile", self.log_path,
+                "--protected-mode", "no"]
+        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                break
+            try:
+                if self.command("PING") == "+PONG":
+                    return self
+            except OSError:
+                pass
+            time.sleep(0.05)
+        log = _read(self.log_path)
+        self.stop()
+        raise HarnessError(f"redis-server did not start\n{log}")
+
+    def command(self, *args):
+        """Sends one command, returns the first reply line (no parsing
+        beyond that: enough for PING/SET/GET of short values in tests)."""
+        payload = b"*%d\r\n" % len(args)
+        for a in args:
+            a = a if isinstance(a, bytes) else str(a).encode()
+            payload += b"$%d\r\n%s\r\n" % (len(a), a)
+        with socket.create_connection((self.host, self.port), timeout=2) as s:
+            s.sendall(payload)
+            buf = b""
+            while not buf.endswith(b"\r\n"):
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                buf += chunk
+            line = buf.split(b"\r\n")[0].decode(errors="replace")
+            if line.startswith("$") and line != "$-1":
+                # bulk string: read its value
+                n = int(line[1:])
+                rest = buf[len(line) + 2:]
+                while len(rest) < n + 2:
+                    chunk = s.recv(4096)
+                    if not chunk:
+                        break
+                    rest += chunk
+                return rest[:n].decode(errors="replace")
+            return line
+
+    def url(self):
+        return f"redis://{self.host}:{self.port}"
+
+    def stop(self):
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(STOP_TIMEOUT)
+
+    def remove(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self):
+        if self.proc is None:
+            self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
