@@ -1,0 +1,117 @@
+/*
+ * An exception as one error-log line: class, message and backtrace, with
+ * newlines escaped so that one error is one line.
+ */
+
+#include <stdio.h>
+#include <string.h>
+
+#include <mruby.h>
+#include <mruby/array.h>
+#include <mruby/error.h>
+#include <mruby/string.h>
+
+#include "mrb_interp_core.h"
+
+
+typedef struct {
+    char    *p;
+    size_t   left;
+} mrb_line_buf;
+
+
+/* Appends len bytes, "\n" and "\r" escaped; silently truncates. */
+static void
+line_put(mrb_line_buf *b, const char *s, size_t len)
+{
+    size_t  i;
+    char    c;
+
+    for (i = 0; i < len && b->left > 1; i++) {
+        c = s[i];
+
+        if (c == '\n' || c == '\r') {
+            if (b->left <= 2) {
+                break;
+            }
+            *b->p++ = '\\';
+            *b->p++ = (c == '\n') ? 'n' : 'r';
+            b->left -= 2;
+            continue;
+        }
+
+        *b->p++ = c;
+        b->left--;
+    }
+
+    *b->p = '\0';
+}
+
+
+static void
+line_puts(mrb_line_buf *b, const char *s)
+{
+    line_put(b, s, strlen(s));
+}
+
+
+static void
+line_put_value(mrb_state *mrb, mrb_line_buf *b, mrb_value v)
+{
+    if (mrb_string_p(v)) {
+        line_put(b, RSTRING_PTR(v), (size_t) RSTRING_LEN(v));
+    }
+}
+
+
+static mrb_value
+exc_message(mrb_state *mrb, void *exc)
+{
+    return mrb_funcall(mrb, *(mrb_value *) exc, "message", 0);
+}
+
+
+void
+mrb_error_format(mrb_state *mrb, mrb_value exc, char *buf, size_t len)
+{
+    mrb_line_buf  b = { buf, len };
+    mrb_value     msg, bt, frame;
+    mrb_int       i, n;
+    mrb_bool      failed;
+    int           ai;
+
+    if (len == 0) {
+        return;
+    }
+
+    buf[0] = '\0';
+    ai = mrb_gc_arena_save(mrb);
+
+    line_puts(&b, mrb_obj_classname(mrb, exc));
+    line_puts(&b, ": ");
+
+    /* A message method of a user's exception class may raise too. */
+    msg = mrb_protect_error(mrb, exc_message, &exc, &failed);
+    if (!failed) {
+        line_put_value(mrb, &b, msg);
+    }
+
+    bt = mrb_exc_backtrace(mrb, exc);
+    if (mrb_array_p(bt) && RARRAY_LEN(bt) > 0) {
+        line_puts(&b, " (");
+        n = RARRAY_LEN(bt);
+
+        for (i = 0; i < n; i++) {
+            frame = RARRAY_PTR(bt)[i];
+            if (i > 0) {
+                line_puts(&b, ", ");
+            }
+            line_put_value(mrb, &b, frame);
+        }
+
+        line_puts(&b, ")");
+    }
+
+    mrb->exc = NULL;
+    mrb_gc_arena_restore(mrb, ai);
+}

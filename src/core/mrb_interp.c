@@ -1,0 +1,475 @@
+/*
+ * The interpreter: creation, the per-thread instance, the procs it has
+ * loaded, and the top-level state a request script must not leave behind.
+ */
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <mruby.h>
+#include <mruby/array.h>
+#include <mruby/class.h>
+#include <mruby/irep.h>
+#include <mruby/object.h>
+#include <mruby/variable.h>
+
+#include "mrb_interp.h"
+#include "mrb_interp_core.h"
+#include "mrb_redis.h"
+#include "mrb_shdict.h"
+
+extern const uint8_t mrb_mrblib_irep[];
+
+/*
+ * mruby 3.1.0's instance variable table (src/variable.c), which also holds
+ * the global variables and the constants of Object.  Read-only here: its
+ * size tells in a few nanoseconds whether a script added top-level state.
+ */
+struct iv_tbl {
+    int         size;
+    int         alloc;
+    mrb_value  *ptr;
+};
+
+#define IV_DELETED  (1UL << 31)
+#define IV_KEY_P(k) (((k) & ~((uint32_t) IV_DELETED)) != 0)
+
+/* The names a table held when the interpreter was sealed. */
+typedef struct {
+    int         size;
+    mrb_sym    *syms;      /* sorted */
+    int         nsyms;
+} mrb_toplevel_set;
+
+struct mrb_interp_s {
+    mrb_state          *mrb;
+    const mrb_server   *server;
+    void               *log_target;
+    mrb_run            *run;
+
+    mrb_value           procs;      /* Array: loaded procs by script id */
+    uint32_t           *proc_gens;  /* generation of each loaded proc */
+    size_t              nproc_gens;
+
+    unsigned            sealed:1;
+    mrb_toplevel_set    globals;
+    mrb_toplevel_set    constants;
+    mrb_toplevel_set    ivars;
+};
+
+
+static int
+iv_size(struct iv_tbl *t)
+{
+    return t ? t->size : 0;
+}
+
+
+/* Calls fn for each live name of t. */
+static void
+iv_each_name(struct iv_tbl *t, void (*fn)(mrb_sym, void *), void *arg)
+{
+    mrb_sym  *keys;
+    int       i;
+
+    if (t == NULL || t->alloc == 0) {
+        return;
+    }
+
+    keys = (mrb_sym *) &t->ptr[t->alloc];
+
+    for (i = 0; i < t->alloc; i++) {
+        if (IV_KEY_P(keys[i])) {
+            fn(keys[i], arg);
+        }
+    }
+}
+
+
+static int
+sym_cmp(const void *a, const void *b)
+{
+    mrb_sym  x = *(const mrb_sym *) a, y = *(const mrb_sym *) b;
+
+    return (x > y) - (x < y);
+}
+
+
+static void
+collect_sym(mrb_sym sym, void *arg)
+{
+    mrb_toplevel_set  *set = arg;
+
+    set->syms[set->nsyms++] = sym;
+}
+
+
+static int
+toplevel_set_record(mrb_toplevel_set *set, struct iv_tbl *t)
+{
+    free(set->syms);
+    set->syms = NULL;
+    set->nsyms = 0;
+    set->size = iv_size(t);
+
+    if (set->size == 0) {
+        return 0;
+    }
+
+    set->syms = malloc(sizeof(mrb_sym) * (size_t) t->alloc);
+    if (set->syms == NULL) {
+        return -1;
+    }
+
+    iv_each_name(t, collect_sym, set);
+    qsort(set->syms, (size_t) set->nsyms, sizeof(mrb_sym), sym_cmp);
+    return 0;
+}
+
+
+static int
+toplevel_set_has(const mrb_toplevel_set *set, mrb_sym sym)
+{
+    return bsearch(&sym, set->syms, (size_t) set->nsyms, sizeof(mrb_sym),
+                   sym_cmp) != NULL;
+}
+
+
+typedef struct {
+    const mrb_toplevel_set  *base;
+    mrb_sym                  added[64];
+    int                      nadded;
+    int                      more;
+} mrb_toplevel_diff;
+
+
+static void
+diff_sym(mrb_sym sym, void *arg)
+{
+    mrb_toplevel_diff  *d = arg;
+
+    if (toplevel_set_has(d->base, sym)) {
+        return;
+    }
+
+    if (d->nadded == (int) (sizeof(d->added) / sizeof(d->added[0]))) {
+        d->more = 1;
+        return;
+    }
+
+    d->added[d->nadded++] = sym;
+}
+
+
+/*
+ * Removes from t the names that are not in base.  Collected first, removed
+ * after: the table must not change under the walk.  More than 64 new names
+ * take another pass.
+ */
+static void
+toplevel_set_restore(mrb_state *mrb, const mrb_toplevel_set *base,
+    struct iv_tbl **tp, mrb_value owner, int is_globals)
+{
+    mrb_toplevel_diff  d;
+    int                i;
+
+    do {
+        d.base = base;
+        d.nadded = 0;
+        d.more = 0;
+        iv_each_name(*tp, diff_sym, &d);
+
+        for (i = 0; i < d.nadded; i++) {
+            if (is_globals) {
+                mrb_gv_remove(mrb, d.added[i]);
+            } else {
+                mrb_iv_remove(mrb, owner, d.added[i]);
+            }
+        }
+    } while (d.more);
+}
+
+
+void
+mrb_interp_seal(mrb_interp *interp)
+{
+    mrb_state  *mrb = interp->mrb;
+
+    if (toplevel_set_record(&interp->globals, mrb->globals) != 0
+        || toplevel_set_record(&interp->constants, mrb->object_class->iv) != 0
+        || toplevel_set_record(&interp->ivars, mrb->top_self->iv) != 0)
+    {
+        mrb_interp_log(interp, MRB_LOG_ERR,
+                       "mruby: out of memory recording the top-level state");
+        return;
+    }
+
+    interp->sealed = 1;
+}
+
+
+void
+mrb_interp_clean_toplevel(mrb_interp *interp)
+{
+    mrb_state  *mrb = interp->mrb;
+
+    if (!interp->sealed) {
+        return;
+    }
+
+    /* The common case, nothing added, costs three loads and compares. */
+    if (iv_size(mrb->globals) != interp->globals.size) {
+        toplevel_set_restore(mrb, &interp->globals, &mrb->globals,
+                             mrb_nil_value(), 1);
+    }
+
+    if (iv_size(mrb->object_class->iv) != interp->constants.size) {
+        toplevel_set_restore(mrb, &interp->constants, &mrb->object_class->iv,
+                             mrb_obj_value(mrb->object_class), 0);
+    }
+
+    if (iv_size(mrb->top_self->iv) != interp->ivars.size) {
+        toplevel_set_restore(mrb, &interp->ivars, &mrb->top_self->iv,
+                             mrb_obj_value(mrb->top_self), 0);
+    }
+}
+
+
+mrb_interp *
+mrb_interp_open(const mrb_server *server, void *log_target, char *err,
+    size_t errlen)
+{
+    mrb_interp  *interp;
+    mrb_state   *mrb;
+
+    interp = calloc(1, sizeof(mrb_interp));
+    if (interp == NULL) {
+        snprintf(err, errlen, "mruby: out of memory creating an interpreter");
+        return NULL;
+    }
+
+    mrb = mrb_open();
+    if (mrb == NULL) {
+        snprintf(err, errlen, "mruby: mrb_open() failed");
+        free(interp);
+        return NULL;
+    }
+
+    interp->mrb = mrb;
+    interp->server = server;
+    interp->log_target = log_target;
+    mrb->ud = interp;
+
+    interp->procs = mrb_ary_new(mrb);
+    mrb_gc_register(mrb, interp->procs);
+
+    mrb_server_class_define(mrb, server);
+    mrb_redis_define(mrb);
+    mrb_load_irep(mrb, mrb_mrblib_irep);
+
+    if (mrb->exc != NULL) {
+        mrb_error_format(mrb, mrb_obj_value(mrb->exc), err, errlen);
+        mrb_interp_close(interp);
+        return NULL;
+    }
+
+    return interp;
+}
+
+
+void
+mrb_interp_close(mrb_interp *interp)
+{
+    if (interp == NULL) {
+        return;
+    }
+
+    mrb_close(interp->mrb);
+    free(interp->proc_gens);
+    free(interp->globals.syms);
+    free(interp->constants.syms);
+    free(interp->ivars.syms);
+    free(interp);
+}
+
+
+static pthread_key_t    interp_key;
+static pthread_once_t   interp_key_once = PTHREAD_ONCE_INIT;
+static __thread mrb_interp  *interp_of_thread;
+
+
+static void
+interp_thread_exit(void *interp)
+{
+    mrb_interp_close(interp);
+}
+
+
+static void
+interp_key_create(void)
+{
+    pthread_key_create(&interp_key, interp_thread_exit);
+}
+
+
+mrb_interp *
+mrb_interp_for_thread(const mrb_server *server, void *log_target,
+    mrb_interp_init_pt init, void *arg, char *err, size_t errlen)
+{
+    mrb_interp  *interp = interp_of_thread;
+
+    if (interp != NULL) {
+        return interp;
+    }
+
+    pthread_once(&interp_key_once, interp_key_create);
+
+    interp = mrb_interp_open(server, log_target, err, errlen);
+    if (interp == NULL) {
+        return NULL;
+    }
+
+    if (init != NULL) {
+        init(interp, arg);
+    }
+
+    mrb_interp_seal(interp);
+
+    interp_of_thread = interp;
+    pthread_setspecific(interp_key, interp);
+    return interp;
+}
+
+
+mrb_state *
+mrb_interp_state(mrb_interp *interp)
+{
+    return interp->mrb;
+}
+
+
+mrb_interp *
+mrb_interp_from_state(mrb_state *mrb)
+{
+    return mrb->ud;
+}
+
+
+const mrb_server *
+mrb_interp_server(mrb_interp *interp)
+{
+    return interp->server;
+}
+
+
+void *
+mrb_interp_log_target(mrb_interp *interp)
+{
+    return interp->log_target;
+}
+
+
+mrb_run *
+mrb_interp_run(mrb_state *mrb)
+{
+    mrb_interp  *interp = mrb->ud;
+
+    return interp ? interp->run : NULL;
+}
+
+
+void *
+mrb_interp_request(mrb_state *mrb)
+{
+    mrb_run  *run = mrb_interp_run(mrb);
+
+    if (run == NULL || run->request == NULL) {
+        mrb_raise(mrb, E_RUNTIME_ERROR, "no request: called outside a request");
+    }
+
+    return run->request;
+}
+
+
+void
+mrb_interp_run_push(mrb_interp *interp, mrb_run *run)
+{
+    run->prev = interp->run;
+    interp->run = run;
+}
+
+
+void
+mrb_interp_run_pop(mrb_interp *interp, mrb_run *run)
+{
+    interp->run = run->prev;
+}
+
+
+void
+mrb_interp_log(mrb_interp *interp, int level, const char *fmt, ...)
+{
+    char     msg[2048];
+    va_list  ap;
+    int      n;
+
+    va_start(ap, fmt);
+    n = vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+
+    if (n < 0) {
+        return;
+    }
+
+    if ((size_t) n >= sizeof(msg)) {
+        n = sizeof(msg) - 1;
+    }
+
+    interp->server->log(interp->log_target, interp->run, level, msg,
+                        (size_t) n);
+}
+
+
+struct RProc *
+mrb_interp_proc(mrb_interp *interp, unsigned id, uint32_t generation)
+{
+    mrb_value  v;
+
+    if (id >= interp->nproc_gens || interp->proc_gens[id] != generation) {
+        return NULL;
+    }
+
+    v = mrb_ary_entry(interp->procs, (mrb_int) id);
+    return mrb_nil_p(v) ? NULL : mrb_proc_ptr(v);
+}
+
+
+int
+mrb_interp_proc_keep(mrb_interp *interp, unsigned id, uint32_t generation,
+    struct RProc *proc)
+{
+    uint32_t  *gens;
+    size_t     n;
+
+    if (id >= interp->nproc_gens) {
+        n = (id + 16) * 2;
+        gens = realloc(interp->proc_gens, n * sizeof(uint32_t));
+        if (gens == NULL) {
+            return -1;
+        }
+
+        memset(gens + interp->nproc_gens, 0,
+               (n - interp->nproc_gens) * sizeof(uint32_t));
+        interp->proc_gens = gens;
+        interp->nproc_gens = n;
+    }
+
+    mrb_ary_set(interp->mrb, interp->procs, (mrb_int) id,
+                mrb_obj_value(proc));
+    interp->proc_gens[id] = generation;
+    return 0;
+}

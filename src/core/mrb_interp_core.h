@@ -1,0 +1,34 @@
+/*
+ * What the core's own files share about the interpreter; adapters use
+ * mrb_interp.h and mrb_script.h only.
+ */
+
+#ifndef MRB_INTERP_CORE_H
+#define MRB_INTERP_CORE_H
+
+#include <stdint.h>
+#include <mruby.h>
+#include <mruby/proc.h>
+#include "mrb_interp.h"
+
+/* The server class, Kernel#server_name and #get_server_class. */
+void mrb_server_class_define(mrb_state *mrb, const mrb_server *server);
+
+/* "Class: message (backtrace: file:line, ...)" on one line. */
+void mrb_error_format(mrb_state *mrb, mrb_value exc, char *buf, size_t len);
+
+void mrb_interp_run_push(mrb_interp *interp, mrb_run *run);
+void mrb_interp_run_pop(mrb_interp *interp, mrb_run *run);
+
+/* Removes the top-level state added since mrb_interp_seal. */
+void mrb_interp_clean_toplevel(mrb_interp *interp);
+
+/* The proc loaded for script id at generation, or NULL. */
+struct RProc *mrb_interp_proc(mrb_interp *interp, unsigned id,
+    uint32_t generation);
+
+/* Keeps proc (reachable for the GC) as script id at generation. */
+int mrb_interp_proc_keep(mrb_interp *interp, unsigned id, uint32_t generation,
+    struct RProc *proc);
+
+#endif /* MRB_INTERP_CORE_H */

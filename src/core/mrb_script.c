@@ -1,0 +1,575 @@
+/*
+ * Scripts: compile once per process, load once per interpreter, run many
+ * times; under `stat`, recompile when the file changes; under `never`,
+ * compile on every run.
+ */
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <mruby.h>
+#include <mruby/compile.h>
+#include <mruby/dump.h>
+#include <mruby/irep.h>
+#include <mruby/proc.h>
+
+#include "mrb_interp_core.h"
+#include "mrb_script.h"
+
+
+/* What identifies the version of a file a compile was made from. */
+typedef struct {
+    dev_t            dev;
+    ino_t            ino;
+    off_t            size;
+    struct timespec  mtime;
+} mrb_file_id;
+
+struct mrb_script_s {
+    unsigned          id;          /* index of its proc in each interpreter */
+    mrb_cache_policy  policy;
+    unsigned          is_file:1;
+    char             *name;        /* the path, or "origin:line" */
+    int               line;        /* first line of inline code */
+
+    pthread_mutex_t   lock;        /* guards what follows */
+    uint8_t          *bin;         /* bytecode, malloc'd */
+    size_t            bin_len;
+    uint32_t          generation;  /* 0: no bytecode; bumps on each compile */
+    mrb_file_id       file_id;     /* the file version compiled or failed */
+    char             *failure;     /* why file_id did not compile, or NULL */
+};
+
+static unsigned         script_next_id;
+static pthread_mutex_t  script_id_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Compiles at configuration time, when no interpreter exists yet. */
+static mrb_state       *config_compiler;
+static pthread_mutex_t  config_compiler_lock = PTHREAD_MUTEX_INITIALIZER;
+
+
+int
+mrb_cache_policy_parse(const char *s, mrb_cache_policy *policy)
+{
+    if (strcmp(s, "stat") == 0) {
+        *policy = MRB_CACHE_STAT;
+    } else if (strcmp(s, "forever") == 0) {
+        *policy = MRB_CACHE_FOREVER;
+    } else if (strcmp(s, "never") == 0) {
+        *policy = MRB_CACHE_NEVER;
+    } else {
+        return -1;
+    }
+
+    return 0;
+}
+
+
+const char *
+mrb_cache_policy_name(mrb_cache_policy policy)
+{
+    switch (policy) {
+    case MRB_CACHE_FOREVER:
+        return "forever";
+    case MRB_CACHE_NEVER:
+        return "never";
+    default:
+        return "stat";
+    }
+}
+
+
+/* Reads a whole file into a malloc'd buffer; returns NULL with err. */
+static char *
+file_read(const char *path, size_t *len, mrb_file_id *id, char *err,
+    size_t errlen)
+{
+    FILE         *f;
+    struct stat   st;
+    char         *buf;
+    size_t        n;
+
+    f = fopen(path, "rb");
+    if (f == NULL) {
+        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+
+    if (fstat(fileno(f), &st) != 0) {
+        snprintf(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
+        fclose(f);
+        return NULL;
+    }
+
+    buf = malloc((size_t) st.st_size + 1);
+    if (buf == NULL) {
+        snprintf(err, errlen, "%s: out of memory reading the script", path);
+        fclose(f);
+        return NULL;
+    }
+
+    n = fread(buf, 1, (size_t) st.st_size, f);
+    if (ferror(f)) {
+        snprintf(err, errlen, "%s: read error: %s", path, strerror(errno));
+        free(buf);
+        fclose(f);
+        return NULL;
+    }
+
+    fclose(f);
+    buf[n] = '\0';
+    *len = n;
+
+    if (id != NULL) {
+        id->dev = st.st_dev;
+        id->ino = st.st_ino;
+        id->size = st.st_size;
+        id->mtime = st.st_mtim;
+    }
+
+    return buf;
+}
+
+
+/*
+ * Parses and generates code in mrb; returns the proc, or NULL with
+ * "name:line: message" in err.
+ */
+static struct RProc *
+code_compile(mrb_state *mrb, const char *src, size_t len, const char *name,
+    int line, char *err, size_t errlen)
+{
+    mrbc_context             *cxt;
+    struct mrb_parser_state  *p;
+    struct RProc             *proc = NULL;
+
+    cxt = mrbc_context_new(mrb);
+    if (cxt == NULL) {
+        snprintf(err, errlen, "%s: out of memory compiling", name);
+        return NULL;
+    }
+
+    cxt->capture_errors = TRUE;
+    cxt->no_exec = TRUE;
+    mrbc_filename(mrb, cxt, name);
+    if (line > 1) {
+        cxt->lineno = (uint16_t) line;
+    }
+
+    p = mrb_parse_nstring(mrb, src, len, cxt);
+
+    if (p == NULL) {
+        snprintf(err, errlen, "%s: out of memory compiling", name);
+    } else if (p->nerr > 0) {
+        snprintf(err, errlen, "%s:%d: %s", name,
+                 (int) p->error_buffer[0].lineno,
+                 p->error_buffer[0].message ? p->error_buffer[0].message
+                                            : "syntax error");
+    } else {
+        proc = mrb_generate_code(mrb, p);
+        if (proc == NULL) {
+            snprintf(err, errlen, "%s: code generation failed", name);
+        }
+    }
+
+    if (p != NULL) {
+        mrb_parser_free(p);
+    }
+    mrbc_context_free(mrb, cxt);
+    mrb->exc = NULL;
+    return proc;
+}
+
+
+/* Compiles src in mrb and keeps the bytecode in script; lock held. */
+static int
+script_compile_locked(mrb_state *mrb, mrb_script *script, const char *src,
+    size_t len, char *err, size_t errlen)
+{
+    struct RProc  *proc;
+    uint8_t       *dump, *bin;
+    size_t         dump_len;
+    int            ai = mrb_gc_arena_save(mrb);
+
+    proc = code_compile(mrb, src, len, script->name, script->line, err,
+                        errlen);
+    if (proc == NULL) {
+        mrb_gc_arena_restore(mrb, ai);
+        return -1;
+    }
+
+    if (mrb_dump_irep(mrb, proc->body.irep, MRB_DUMP_DEBUG_INFO, &dump,
+                      &dump_len) != MRB_DUMP_OK)
+    {
+        snprintf(err, errlen, "%s: cannot dump the bytecode", script->name);
+        mrb_gc_arena_restore(mrb, ai);
+        return -1;
+    }
+
+    /* Bytecode outlives the interpreter that made it: copy it out. */
+    bin = malloc(dump_len);
+    if (bin == NULL) {
+        snprintf(err, errlen, "%s: out of memory keeping the bytecode",
+                 script->name);
+        mrb_free(mrb, dump);
+        mrb_gc_arena_restore(mrb, ai);
+        return -1;
+    }
+
+    memcpy(bin, dump, dump_len);
+    mrb_free(mrb, dump);
+    mrb_gc_arena_restore(mrb, ai);
+
+    free(script->bin);
+    script->bin = bin;
+    script->bin_len = dump_len;
+    script->generation++;
+    return 0;
+}
+
+
+/* Compiles with the configuration-time compiler. */
+static int
+script_compile_at_config(mrb_script *script, const char *src, size_t len,
+    char *err, size_t errlen)
+{
+    int  rc;
+
+    pthread_mutex_lock(&config_compiler_lock);
+
+    if (config_compiler == NULL) {
+        config_compiler = mrb_open_core(mrb_default_allocf, NULL);
+    }
+
+    if (config_compiler == NULL) {
+        pthread_mutex_unlock(&config_compiler_lock);
+        snprintf(err, errlen, "%s: cannot create the mruby compiler",
+                 script->name);
+        return -1;
+    }
+
+    pthread_mutex_lock(&script->lock);
+    rc = script_compile_locked(config_compiler, script, src, len, err, errlen);
+    pthread_mutex_unlock(&script->lock);
+
+    pthread_mutex_unlock(&config_compiler_lock);
+    return rc;
+}
+
+
+static mrb_script *
+script_new(const char *name, mrb_cache_policy policy, int is_file, int line,
+    char *err, size_t errlen)
+{
+    mrb_script  *script;
+
+    script = calloc(1, sizeof(mrb_script));
+    if (script == NULL || (script->name = strdup(name)) == NULL) {
+        snprintf(err, errlen, "%s: out of memory", name);
+        free(script);
+        return NULL;
+    }
+
+    pthread_mutex_init(&script->lock, NULL);
+    script->policy = policy;
+    script->is_file = is_file;
+    script->line = line;
+
+    pthread_mutex_lock(&script_id_lock);
+    script->id = script_next_id++;
+    pthread_mutex_unlock(&script_id_lock);
+
+    return script;
+}
+
+
+mrb_script *
+mrb_script_from_file(const char *path, mrb_cache_policy policy, char *err,
+    size_t errlen)
+{
+    mrb_script  *script;
+    char        *src;
+    size_t       len;
+    int          rc;
+
+    script = script_new(path, policy, 1, 1, err, errlen);
+    if (script == NULL || policy != MRB_CACHE_FOREVER) {
+        return script;
+    }
+
+    src = file_read(path, &len, &script->file_id, err, errlen);
+    if (src == NULL) {
+        mrb_script_free(script);
+        return NULL;
+    }
+
+    rc = script_compile_at_config(script, src, len, err, errlen);
+    free(src);
+
+    if (rc != 0) {
+        mrb_script_free(script);
+        return NULL;
+    }
+
+    return script;
+}
+
+
+mrb_script *
+mrb_script_from_code(const char *code, size_t len, const char *origin,
+    int line, char *err, size_t errlen)
+{
+    mrb_script  *script;
+
+    script = script_new(origin, MRB_CACHE_FOREVER, 0, line, err, errlen);
+    if (script == NULL) {
+        return NULL;
+    }
+
+    if (script_compile_at_config(script, code, len, err, errlen) != 0) {
+        mrb_script_free(script);
+        return NULL;
+    }
+
+    return script;
+}
+
+
+void
+mrb_script_free(mrb_script *script)
+{
+    if (script == NULL) {
+        return;
+    }
+
+    pthread_mutex_destroy(&script->lock);
+    free(script->bin);
+    free(script->failure);
+    free(script->name);
+    free(script);
+}
+
+
+const char *
+mrb_script_name(const mrb_script *script)
+{
+    return script->name;
+}
+
+
+mrb_cache_policy
+mrb_script_policy(const mrb_script *script)
+{
+    return script->policy;
+}
+
+
+static int
+file_id_equal(const mrb_file_id *a, const struct stat *st)
+{
+    return a->ino == st->st_ino && a->dev == st->st_dev
+           && a->size == st->st_size
+           && a->mtime.tv_sec == st->st_mtim.tv_sec
+           && a->mtime.tv_nsec == st->st_mtim.tv_nsec;
+}
+
+
+/*
+ * Under `stat`: recompiles when the file is not the version compiled (or
+ * failed) last.  Lock held.  Returns 0, or -1 with the error in err.
+ */
+static int
+script_refresh_locked(mrb_interp *interp, mrb_script *script,
+    const struct stat *st, char *err, size_t errlen)
+{
+    mrb_file_id  id;
+    char        *src;
+    size_t       len;
+    int          rc;
+
+    if (script->generation != 0 || script->failure != NULL) {
+        if (file_id_equal(&script->file_id, st)) {
+            if (script->failure != NULL) {
+                snprintf(err, errlen, "%s", script->failure);
+                return -1;
+            }
+            return 0;
+        }
+    }
+
+    free(script->failure);
+    script->failure = NULL;
+
+    src = file_read(script->name, &len, &id, err, errlen);
+    if (src == NULL) {
+        return -1;
+    }
+
+    script->file_id = id;
+    rc = script_compile_locked(mrb_interp_state(interp), script, src, len,
+                               err, errlen);
+    free(src);
+
+    if (rc != 0) {
+        /* Remember why, so that the broken version is not parsed again. */
+        script->failure = strdup(err);
+    }
+
+    return rc;
+}
+
+
+/* The proc of script in interp, loading its current bytecode if needed. */
+static struct RProc *
+script_proc(mrb_interp *interp, mrb_script *script, char *err, size_t errlen)
+{
+    mrb_state     *mrb = mrb_interp_state(interp);
+    struct RProc  *proc;
+    struct stat    st;
+    mrbc_context  *cxt;
+    mrb_value      v;
+
+    if (script->policy == MRB_CACHE_STAT) {
+        if (stat(script->name, &st) != 0) {
+            snprintf(err, errlen, "%s: cannot stat: %s", script->name,
+                     strerror(errno));
+            return NULL;
+        }
+    }
+
+    pthread_mutex_lock(&script->lock);
+
+    if (script->policy == MRB_CACHE_STAT
+        && script_refresh_locked(interp, script, &st, err, errlen) != 0)
+    {
+        pthread_mutex_unlock(&script->lock);
+        return NULL;
+    }
+
+    proc = mrb_interp_proc(interp, script->id, script->generation);
+    if (proc != NULL) {
+        pthread_mutex_unlock(&script->lock);
+        return proc;
+    }
+
+    cxt = mrbc_context_new(mrb);
+    if (cxt == NULL) {
+        pthread_mutex_unlock(&script->lock);
+        snprintf(err, errlen, "%s: out of memory loading", script->name);
+        return NULL;
+    }
+
+    cxt->no_exec = TRUE;
+    v = mrb_load_irep_buf_cxt(mrb, script->bin, script->bin_len, cxt);
+    mrbc_context_free(mrb, cxt);
+
+    if (mrb->exc != NULL || !mrb_proc_p(v)) {
+        mrb->exc = NULL;
+        pthread_mutex_unlock(&script->lock);
+        snprintf(err, errlen, "%s: cannot load the bytecode", script->name);
+        return NULL;
+    }
+
+    proc = mrb_proc_ptr(v);
+    if (mrb_interp_proc_keep(interp, script->id, script->generation, proc)
+        != 0)
+    {
+        pthread_mutex_unlock(&script->lock);
+        snprintf(err, errlen, "%s: out of memory keeping the proc",
+                 script->name);
+        return NULL;
+    }
+
+    pthread_mutex_unlock(&script->lock);
+    return proc;
+}
+
+
+/* Under `never`: reads and compiles the file for this run only. */
+static struct RProc *
+script_proc_uncached(mrb_interp *interp, mrb_script *script, char *err,
+    size_t errlen)
+{
+    struct RProc  *proc;
+    char          *src;
+    size_t         len;
+
+    src = file_read(script->name, &len, NULL, err, errlen);
+    if (src == NULL) {
+        return NULL;
+    }
+
+    proc = code_compile(mrb_interp_state(interp), src, len, script->name, 1,
+                        err, errlen);
+    free(src);
+    return proc;
+}
+
+
+static mrb_value
+script_exec(mrb_state *mrb, void *proc)
+{
+    return mrb_top_run(mrb, proc, mrb_top_self(mrb), 0);
+}
+
+
+void
+mrb_run_init(mrb_run *run, void *request, mrb_int default_result)
+{
+    run->request = request;
+    run->data = NULL;
+    run->result = default_result;
+    run->returned = 0;
+    run->startup = 0;
+    run->prev = NULL;
+    run->error[0] = '\0';
+}
+
+
+int
+mrb_script_run(mrb_interp *interp, mrb_script *script, mrb_run *run)
+{
+    mrb_state     *mrb = mrb_interp_state(interp);
+    struct RProc  *proc;
+    mrb_value      ret;
+    mrb_bool       failed;
+    int            ai, rc = 0;
+
+    ai = mrb_gc_arena_save(mrb);
+
+    if (script->policy == MRB_CACHE_NEVER && script->is_file) {
+        proc = script_proc_uncached(interp, script, run->error,
+                                    sizeof(run->error));
+    } else {
+        proc = script_proc(interp, script, run->error, sizeof(run->error));
+    }
+
+    if (proc == NULL) {
+        mrb_gc_arena_restore(mrb, ai);
+        return -1;
+    }
+
+    mrb_interp_run_push(interp, run);
+    ret = mrb_protect_error(mrb, script_exec, proc, &failed);
+
+    if (failed || mrb->exc != NULL) {
+        mrb_error_format(mrb, failed ? ret : mrb_obj_value(mrb->exc),
+                         run->error, sizeof(run->error));
+        mrb->exc = NULL;
+        rc = -1;
+    }
+
+    mrb_interp_run_pop(interp, run);
+
+    if (!run->startup && run->prev == NULL) {
+        mrb_interp_clean_toplevel(interp);
+    }
+
+    mrb_gc_arena_restore(mrb, ai);
+    return rc;
+}

@@ -1,0 +1,172 @@
+/*
+ * The server class (Apache or Nginx) and the vocabulary both servers share:
+ * rputs, return, errlogger, module_name, ... (echo is in mrblib/server.rb)
+ * and Kernel#server_name /
+ * #get_server_class, so that one script runs unchanged on either server.
+ */
+
+#include <string.h>
+
+#include <mruby.h>
+#include <mruby/class.h>
+#include <mruby/string.h>
+#include <mruby/variable.h>
+
+#include "mrb_interp_core.h"
+#include "mrb_shdict.h"
+
+
+static const mrb_server *
+server_of(mrb_state *mrb)
+{
+    return mrb_interp_server(mrb_interp_from_state(mrb));
+}
+
+
+static mrb_run *
+run_of(mrb_state *mrb, const char *what)
+{
+    mrb_run  *run = mrb_interp_run(mrb);
+
+    if (run == NULL || run->request == NULL) {
+        mrb_raisef(mrb, E_RUNTIME_ERROR, "%s: called outside a request",
+                   what);
+    }
+
+    return run;
+}
+
+
+static void
+server_write(mrb_state *mrb, mrb_run *run, const char *p, size_t len)
+{
+    if (server_of(mrb)->write(run, p, len) != 0) {
+        mrb_raise(mrb, E_RUNTIME_ERROR,
+                  "rputs: the response can no longer take a body");
+    }
+}
+
+
+static mrb_value
+server_rputs(mrb_state *mrb, mrb_value self)
+{
+    mrb_run  *run = run_of(mrb, "rputs");
+    mrb_value str;
+
+    mrb_get_args(mrb, "S", &str);
+    server_write(mrb, run, RSTRING_PTR(str), (size_t) RSTRING_LEN(str));
+    return self;
+}
+
+
+static mrb_value
+server_return(mrb_state *mrb, mrb_value self)
+{
+    mrb_run  *run = mrb_interp_run(mrb);
+    mrb_int   code;
+
+    mrb_get_args(mrb, "i", &code);
+
+    if (run != NULL) {
+        run->result = code;
+        run->returned = 1;
+    }
+
+    return mrb_fixnum_value(code);
+}
+
+
+static mrb_value
+server_errlogger(mrb_state *mrb, mrb_value self)
+{
+    const mrb_server  *server = server_of(mrb);
+    mrb_interp        *interp = mrb_interp_from_state(mrb);
+    mrb_int            level;
+    mrb_value          msg;
+
+    mrb_get_args(mrb, "iS", &level, &msg);
+
+    level -= server->log_level_base;
+    if (level < MRB_LOG_EMERG) {
+        level = MRB_LOG_EMERG;
+    } else if (level > MRB_LOG_DEBUG) {
+        level = MRB_LOG_DEBUG;
+    }
+
+    server->log(mrb_interp_log_target(interp), mrb_interp_run(mrb),
+                (int) level, RSTRING_PTR(msg), (size_t) RSTRING_LEN(msg));
+    return self;
+}
+
+
+static mrb_value
+server_module_name(mrb_state *mrb, mrb_value self)
+{
+    return mrb_str_new_cstr(mrb, server_of(mrb)->module_name);
+}
+
+
+static mrb_value
+server_module_version(mrb_state *mrb, mrb_value self)
+{
+    return mrb_str_new_cstr(mrb, server_of(mrb)->module_version);
+}
+
+
+static mrb_value
+server_remove_global_variable(mrb_state *mrb, mrb_value self)
+{
+    mrb_sym  name;
+
+    mrb_get_args(mrb, "n", &name);
+    mrb_gv_remove(mrb, name);
+    return mrb_nil_value();
+}
+
+
+static mrb_value
+kernel_server_name(mrb_state *mrb, mrb_value self)
+{
+    return mrb_str_new_cstr(mrb, server_of(mrb)->name);
+}
+
+
+static mrb_value
+kernel_get_server_class(mrb_state *mrb, mrb_value self)
+{
+    return mrb_obj_value(mrb_class_get(mrb, server_of(mrb)->class_name));
+}
+
+
+void
+mrb_server_class_define(mrb_state *mrb, const mrb_server *server)
+{
+    struct RClass  *c;
+
+    c = mrb_define_class(mrb, server->class_name, mrb->object_class);
+
+    mrb_define_class_method(mrb, c, "rputs", server_rputs, MRB_ARGS_REQ(1));
+    mrb_define_class_method(mrb, c, "return", server_return, MRB_ARGS_REQ(1));
+    mrb_define_class_method(mrb, c, "errlogger", server_errlogger,
+                            MRB_ARGS_REQ(2));
+    mrb_define_class_method(mrb, c, "log", server_errlogger, MRB_ARGS_REQ(2));
+    mrb_define_class_method(mrb, c, "module_name", server_module_name,
+                            MRB_ARGS_NONE());
+    mrb_define_class_method(mrb, c, "module_version", server_module_version,
+                            MRB_ARGS_NONE());
+    mrb_define_class_method(mrb, c, "remove_global_variable",
+                            server_remove_global_variable, MRB_ARGS_REQ(1));
+    mrb_define_class_method(mrb, c, "global_remove",
+                            server_remove_global_variable, MRB_ARGS_REQ(1));
+
+    mrb_define_method(mrb, mrb->kernel_module, "server_name",
+                      kernel_server_name, MRB_ARGS_NONE());
+    mrb_define_method(mrb, mrb->kernel_module, "get_server_class",
+                      kernel_get_server_class, MRB_ARGS_NONE());
+
+    mrb_shdict_define(mrb, c);
+
+    if (server->define != NULL) {
+        server->define(mrb, c);
+    }
+}
