@@ -15,6 +15,7 @@
 #include <mruby.h>
 #include <mruby/compile.h>
 #include <mruby/dump.h>
+#include <mruby/error.h>
 #include <mruby/irep.h>
 #include <mruby/proc.h>
 
@@ -337,6 +338,73 @@ mrb_script_from_code(const char *code, size_t len, const char *origin,
     }
 
     return script;
+}
+
+
+/* The scripts of mrb_script_for_file, chained by path hash. */
+#define SCRIPT_TABLE_SIZE  256
+
+typedef struct mrb_script_entry_s  mrb_script_entry;
+
+struct mrb_script_entry_s {
+    mrb_script        *script;
+    mrb_script_entry  *next;
+};
+
+static mrb_script_entry  *script_table[SCRIPT_TABLE_SIZE];
+static pthread_mutex_t    script_table_lock = PTHREAD_MUTEX_INITIALIZER;
+
+
+static unsigned
+path_hash(const char *s)
+{
+    unsigned  h = 5381;
+
+    while (*s) {
+        h = h * 33 + (unsigned char) *s++;
+    }
+
+    return h % SCRIPT_TABLE_SIZE;
+}
+
+
+mrb_script *
+mrb_script_for_file(const char *path, mrb_cache_policy policy, char *err,
+    size_t errlen)
+{
+    mrb_script_entry  *e;
+    unsigned           h = path_hash(path);
+
+    pthread_mutex_lock(&script_table_lock);
+
+    for (e = script_table[h]; e != NULL; e = e->next) {
+        if (e->script->policy == policy
+            && strcmp(e->script->name, path) == 0)
+        {
+            pthread_mutex_unlock(&script_table_lock);
+            return e->script;
+        }
+    }
+
+    e = malloc(sizeof(mrb_script_entry));
+    if (e == NULL) {
+        pthread_mutex_unlock(&script_table_lock);
+        snprintf(err, errlen, "%s: out of memory", path);
+        return NULL;
+    }
+
+    e->script = mrb_script_from_file(path, policy, err, errlen);
+    if (e->script == NULL) {
+        pthread_mutex_unlock(&script_table_lock);
+        free(e);
+        return NULL;
+    }
+
+    e->next = script_table[h];
+    script_table[h] = e;
+
+    pthread_mutex_unlock(&script_table_lock);
+    return e->script;
 }
 
 

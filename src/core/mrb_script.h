@@ -50,6 +50,15 @@ mrb_script *mrb_script_from_code(const char *code, size_t len,
 
 void mrb_script_free(mrb_script *script);
 
+/*
+ * The script for a file named at request time (Apache's mruby-script
+ * handler, nginx's mruby_add_handler): created on first use and kept for
+ * the life of the process, one per path and policy.  NULL with err when
+ * out of memory or, under `forever`, when the file does not compile.
+ */
+mrb_script *mrb_script_for_file(const char *path, mrb_cache_policy policy,
+    char *err, size_t errlen);
+
 /* The file path, or "origin:line" of inline code. */
 const char *mrb_script_name(const mrb_script *script);
 mrb_cache_policy mrb_script_policy(const mrb_script *script);
