@@ -249,6 +249,19 @@ class Server:
     def error_log(self):
         return _read(os.path.join(self.logs, "error.log"))
 
+    def wait_log(self, text, timeout=5.0):
+        """Waits until text appears in the error log (servers write it
+        asynchronously to the response); returns the log, or raises."""
+        deadline = time.monotonic() + timeout
+        while True:
+            log = self.error_log()
+            if text in log:
+                return log
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{text!r} not in {self.name} error "
+                                     f"log after {timeout} s:\n{log[-3000:]}")
+            time.sleep(0.05)
+
     def access_log(self):
         return _read(os.path.join(self.logs, "access.log"))
 
