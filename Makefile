@@ -36,7 +36,8 @@ APACHE_CFLAGS = $(shell $(APXS) -q CFLAGS) $(shell $(APXS) -q EXTRA_CPPFLAGS) \
 APACHE_OBJ := $(patsubst %.c,$(BUILD)/apache/%.o,$(CORE_SRC) $(APACHE_SRC)) \
               $(BUILD)/apache/mrblib.o
 
-PYTHON     := $(BUILD)/venv/bin/python
+VENV       := build/venv
+PYTHON     := $(VENV)/bin/python
 
 .PHONY: all deps apache nginx test test-unit test-asan run bench install clean venv
 
@@ -88,10 +89,10 @@ $(BUILD)/ngx_http_mruby_module.so: $(NGINX_BUILD)/Makefile $(NGINX_DEPS)
 	@if [ -f $(NGINX_BUILD)/objs/ngx_stream_mruby_module.so ]; then \
 	  cp $(NGINX_BUILD)/objs/ngx_stream_mruby_module.so $(BUILD)/; fi
 
-venv: $(BUILD)/venv/.done
-$(BUILD)/venv/.done: test/requirements.txt
-	python3 -m venv $(BUILD)/venv
-	$(BUILD)/venv/bin/pip install -q -r test/requirements.txt
+venv: $(VENV)/.done
+$(VENV)/.done: test/requirements.txt
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q -r test/requirements.txt
 	touch $@
 
 test: deps
@@ -106,8 +107,9 @@ $(BUILD)/test_core: $(wildcard test/unit/*.c) $(CORE_SRC) $(BUILD)/mrblib.c $(wi
 	$(CC) $(CFLAGS_ALL) -o $@ $(wildcard test/unit/*.c) $(CORE_SRC) $(BUILD)/mrblib.c $(LIBS)
 
 test-asan: deps
+	$(MAKE) venv
 	$(MAKE) BUILD=build/asan OPT="-O1 -g -fno-omit-frame-pointer" \
-	  SANITIZE="-fsanitize=address" all venv
+	  SANITIZE="-fsanitize=address" all
 	MRUBY_BUILD=build/asan MRUBY_ASAN=1 $(PYTHON) -m pytest -q -p no:cacheprovider test
 
 run: deps
