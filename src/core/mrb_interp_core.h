@@ -14,6 +14,9 @@
 /* The server class, Kernel#server_name and #get_server_class. */
 void mrb_server_class_define(mrb_state *mrb, const mrb_server *server);
 
+/* Server::HTTP_OK ... HTTP_NETWORK_AUTHENTICATION_REQUIRED. */
+void mrb_http_status_define(mrb_state *mrb, struct RClass *server_class);
+
 /* "Class: message (backtrace: file:line, ...)" on one line. */
 void mrb_error_format(mrb_state *mrb, mrb_value exc, char *buf, size_t len);
 

@@ -1,7 +1,7 @@
 /*
  * The server class (Apache or Nginx) and the vocabulary both servers share:
  * rputs, return, errlogger, module_name, ... (echo is in mrblib/server.rb)
- * and Kernel#server_name /
+ * the HTTP_* status constants and Kernel#server_name /
  * #get_server_class, so that one script runs unchanged on either server.
  */
 
@@ -164,6 +164,7 @@ mrb_server_class_define(mrb_state *mrb, const mrb_server *server)
     mrb_define_method(mrb, mrb->kernel_module, "get_server_class",
                       kernel_get_server_class, MRB_ARGS_NONE());
 
+    mrb_http_status_define(mrb, c);
     mrb_shdict_define(mrb, c);
 
     if (server->define != NULL) {
