@@ -1,8 +1,8 @@
 /*
- * The server class (Apache or Nginx) and the vocabulary both servers share:
- * rputs, return, errlogger, module_name, ... (echo is in mrblib/server.rb)
- * the HTTP_* status constants and Kernel#server_name /
- * #get_server_class, so that one script runs unchanged on either server.
+ * The server class (Apache or Nginx) with the vocabulary both servers share
+ * (rputs, return, errlogger, module_name, ...; echo is in mrblib/server.rb),
+ * the HTTP_* constants, and Kernel#server_name / #get_server_class, so that
+ * one script runs unchanged on either server.
  */
 
 #include <string.h>
