@@ -60,6 +60,10 @@ struct mrb_run_s {
     mrb_int      result;      /* Server.return(code); preset to the default */
     unsigned     returned:1;  /* Server.return was called */
     unsigned     startup:1;   /* a startup script: its top-level state stays */
+    unsigned     want_value:1; /* keep the script's last value in value */
+    mrb_value    value;       /* with want_value, after a run that succeeded:
+                                 the last value, protected in the caller's
+                                 GC arena (the caller saves and restores it) */
     mrb_run     *prev;        /* the run this one is nested in */
     char         error[2048]; /* "Class: message (file:line) ..." on failure */
 };

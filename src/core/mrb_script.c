@@ -594,6 +594,8 @@ mrb_run_init(mrb_run *run, void *request, mrb_int default_result)
     run->result = default_result;
     run->returned = 0;
     run->startup = 0;
+    run->want_value = 0;
+    run->value = mrb_nil_value();
     run->prev = NULL;
     run->error[0] = '\0';
 }
@@ -639,5 +641,11 @@ mrb_script_run(mrb_interp *interp, mrb_script *script, mrb_run *run)
     }
 
     mrb_gc_arena_restore(mrb, ai);
+
+    if (rc == 0 && run->want_value) {
+        run->value = ret;
+        mrb_gc_protect(mrb, ret);
+    }
+
     return rc;
 }
