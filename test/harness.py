@@ -418,7 +418,8 @@ class Apache(Server):
     name = "apache"
 
     def __init__(self, conf="", mpm="event", modules=(), name=None,
-                 mruby=True, mpm_conf=None, keepalive=True, loglevel="info"):
+                 mruby=True, mpm_conf=None, keepalive=True, loglevel="info",
+                 access_log=True):
         if mruby:
             require_file(MOD_MRUBY, "mod_mruby")
         super().__init__(conf, name=name)
@@ -430,6 +431,7 @@ class Apache(Server):
         self.mpm_conf = mpm_conf if mpm_conf is not None else MPM_CONF[mpm]
         self.keepalive = keepalive
         self.loglevel = loglevel
+        self.access_log_on = access_log
         self.conf_path = os.path.join(self.dir, "httpd.conf")
         self.pid_path = os.path.join(self.logs, "httpd.pid")
         self.run_dir = os.path.join(self.dir, "run")
@@ -486,7 +488,7 @@ KeepAliveTimeout 5
 ErrorLog {self.logs}/error.log
 LogLevel {self.loglevel}
 LogFormat "%h %l %u %t \\"%r\\" %>s %b" common
-CustomLog {self.logs}/access.log common
+{"" if self.access_log_on else "#"}CustomLog {self.logs}/access.log common
 
 TypesConfig /etc/mime.types
 DirectoryIndex index.html
@@ -575,7 +577,8 @@ class Nginx(Server):
     name = "nginx"
 
     def __init__(self, conf="", main_conf="", stream_conf="", workers=1,
-                 name=None, mruby=True, modules=(), loglevel="info"):
+                 name=None, mruby=True, modules=(), loglevel="info",
+                 access_log=True):
         if mruby:
             require_file(NGX_HTTP_MRUBY, "ngx_http_mruby_module")
         super().__init__(conf, name=name)
@@ -585,6 +588,7 @@ class Nginx(Server):
         self.mruby = mruby
         self.modules = tuple(modules)  # extra .so paths (load_module)
         self.loglevel = loglevel
+        self.access_log_on = access_log
         self.conf_path = os.path.join(self.dir, "nginx.conf")
         self.pid_path = os.path.join(self.logs, "nginx.pid")
         self.temp = os.path.join(self.dir, "temp")
@@ -641,7 +645,7 @@ events {{
 http {{
     include /etc/nginx/mime.types;
     default_type application/octet-stream;
-    access_log {logs}/access.log;
+    access_log {f"{logs}/access.log" if self.access_log_on else "off"};
     client_body_temp_path {temp}/body;
     proxy_temp_path {temp}/proxy;
     fastcgi_temp_path {temp}/fastcgi;

@@ -1,0 +1,814 @@
+#!/usr/bin/env python3
+"""make bench: throughput, memory and limiter figures of mod_mruby/ngx_mruby.
+
+Every throughput figure is a ratio to a reference measured in the same run:
+the C module bench/mod_hello.c for Apache, `return 200` for nginx.  Servers
+are started by test/harness.py on 127.0.0.1; the load is wrk on loopback,
+keep-alive, 100 connections.  Results are merged into bench/results.json
+and rendered to docs/benchmarks.md with plots in docs/img/.
+
+    python3 bench/run.py                       # everything (~25 min)
+    python3 bench/run.py --sections apache,nginx
+    python3 bench/run.py --render              # docs from results.json only
+    BENCH_QUICK=1 python3 bench/run.py         # a smoke run (~3 min)
+
+Sections: apache, nginx (Table 2 and its nginx twin), fig8 (seed 000 Fig. 8:
+worker RSS over 60,000 requests), rss (RSS over 1,000,000 requests per
+mode), memory (what one interpreter adds to an Apache child), limiter
+(seed 002's table), incr (SharedDict#incr under 2-process contention).
+
+Environment: BENCH_SECONDS (per measurement, default 10), BENCH_ROUNDS
+(interleaved rounds, median taken, default 3), BENCH_WARMUP (seconds,
+default 2), BENCH_THREADS (wrk threads, default 1: wrk and the server share
+the machine's 2 cores; 1 measured slightly faster than 2 for both servers),
+BENCH_CONNECTIONS (default 100), BENCH_RSS_REQUESTS (default 1,000,000),
+BENCH_QUICK=1 (2 s, 1 round, 100,000 requests for RSS).
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(REPO, "test"))
+
+import harness  # noqa: E402
+
+QUICK = os.environ.get("BENCH_QUICK") == "1"
+
+
+def env_num(name, default, kind=int):
+    v = os.environ.get(name)
+    return kind(v) if v else default
+
+
+SECONDS = env_num("BENCH_SECONDS", 2 if QUICK else 10)
+ROUNDS = env_num("BENCH_ROUNDS", 1 if QUICK else 3)
+WARMUP = env_num("BENCH_WARMUP", 1 if QUICK else 2)
+THREADS = env_num("BENCH_THREADS", 1)
+CONNECTIONS = env_num("BENCH_CONNECTIONS", 100)
+RSS_REQUESTS = env_num("BENCH_RSS_REQUESTS", 100_000 if QUICK else 1_000_000)
+FIG8_REQUESTS = env_num("BENCH_FIG8_REQUESTS", 60_000)
+
+BUILD_BENCH = os.path.join(harness.BUILD, "bench")
+HELLO_SO = os.path.join(BUILD_BENCH, "mod_hello.so")
+RESULTS = os.path.join(HERE, "results.json")
+DOC = os.path.join(REPO, "docs", "benchmarks.md")
+IMG = os.path.join(REPO, "docs", "img")
+
+NGX_MODULES = "/usr/lib/nginx/modules"
+NGX_LUA = (os.path.join(NGX_MODULES, "ndk_http_module.so"),
+           os.path.join(NGX_MODULES, "ngx_http_lua_module.so"))
+
+BODY = "hello world\n"
+
+
+def log(msg):
+    print(msg, flush=True)
+
+
+# ---------------------------------------------------------------------------
+# The C reference module
+
+def build_hello():
+    """Builds bench/mod_hello.c with apxs's flags into build/bench/."""
+    src = os.path.join(HERE, "mod_hello.c")
+    if (os.path.exists(HELLO_SO)
+            and os.path.getmtime(HELLO_SO) >= os.path.getmtime(src)):
+        return
+    os.makedirs(BUILD_BENCH, exist_ok=True)
+
+    def q(var):
+        return subprocess.run(["apxs", "-q", var], capture_output=True,
+                              text=True, check=True).stdout.split()
+    apr = subprocess.run(["pkg-config", "--cflags", "apr-1", "apr-util-1"],
+                         capture_output=True, text=True).stdout.split()
+    cmd = (["gcc", "-O2", "-fPIC", "-shared", "-Wall", "-Wextra",
+            "-Wno-unused-parameter", "-Wno-missing-field-initializers"]
+           + q("CFLAGS") + q("EXTRA_CPPFLAGS") + ["-I" + q("INCLUDEDIR")[0]]
+           + apr + ["-o", HELLO_SO, src])
+    log("building " + HELLO_SO)
+    subprocess.run(cmd, check=True)
+
+
+# ---------------------------------------------------------------------------
+# Configurations
+
+class Config:
+    """One server setup to measure: make() returns a harness server that is
+    not started yet; path is the URL wrk loads."""
+
+    def __init__(self, key, label, family, make, path="/hello",
+                 expect=BODY, note=""):
+        self.key, self.label, self.family = key, label, family
+        self.make, self.path, self.expect, self.note = make, path, expect, note
+
+
+def apache_server(conf, files=None, docs=None, mruby=False, modules=(),
+                  mpm="event", **kw):
+    kw.setdefault("loglevel", "warn")
+    a = harness.Apache(conf, mpm=mpm, modules=modules, mruby=mruby,
+                       access_log=False, name="bench", **kw)
+    for rel, content in (files or {}).items():
+        a.write(rel, content)
+    for rel, content in (docs or {}).items():
+        a.write_doc(rel, content)
+    return a
+
+
+def nginx_server(conf, files=None, docs=None, mruby=False, modules=(),
+                 workers=2, **kw):
+    kw.setdefault("loglevel", "warn")
+    n = harness.Nginx(conf, workers=workers, mruby=mruby, modules=modules,
+                      access_log=False, name="bench", **kw)
+    for rel, content in (files or {}).items():
+        n.write(rel, content)
+    for rel, content in (docs or {}).items():
+        n.write_doc(rel, content)
+    return n
+
+
+APACHE_RB = 'Apache.rputs "hello world\\n"\n'
+NGINX_RB = 'Nginx.rputs "hello world\\n"\n'
+LUA_APACHE = """\
+function handle(r)
+    r.content_type = "text/plain"
+    r:puts("hello world\\n")
+    return apache2.OK
+end
+"""
+PERL_HELLO = """\
+package Hello;
+use strict;
+use warnings;
+use Apache2::RequestRec ();
+use Apache2::RequestIO ();
+use Apache2::Const -compile => qw(OK);
+
+sub handler {
+    my $r = shift;
+    $r->content_type('text/plain');
+    $r->print("hello world\\n");
+    return Apache2::Const::OK;
+}
+1;
+"""
+
+C_HELLO_CONF = "<Location /hello>\n    SetHandler hello\n</Location>\n"
+
+
+def apache_configs():
+    hello_mod = [("hello", HELLO_SO)]
+
+    def mruby_file(extra, flag=""):
+        return lambda: apache_server(
+            f"<Location /hello>\n{extra}"
+            f"    mrubyHandlerMiddle {{dir}}/hello.rb{flag}\n</Location>\n",
+            files={"hello.rb": APACHE_RB}, mruby=True)
+
+    return [
+        Config("c", "C module (mod_hello)", "apache",
+               lambda: apache_server(C_HELLO_CONF, modules=hello_mod)),
+        Config("static", "static file", "apache",
+               lambda: apache_server("", docs={"hello.txt": BODY}),
+               path="/hello.txt"),
+        Config("forever", "mod_mruby `cache` (forever)", "apache",
+               mruby_file("", " cache")),
+        Config("inline", "mod_mruby inline mrubyHandlerCode", "apache",
+               lambda: apache_server(
+                   "<Location /hello>\n    SetHandler mruby-native-script\n"
+                   "    mrubyHandlerCode 'Apache.rputs \"hello world\\n\"'\n"
+                   "</Location>\n", mruby=True)),
+        Config("stat", "mod_mruby `stat` (default)", "apache",
+               mruby_file("")),
+        Config("never", "mod_mruby `never` (compile per request)", "apache",
+               mruby_file("    mrubyCodeCache never\n")),
+        Config("lua_once", "mod_lua, LuaScope once", "apache",
+               lambda: apache_server(
+                   "LuaScope once\n"
+                   "LuaMapHandler ^/hello$ {dir}/hello.lua\n",
+                   files={"hello.lua": LUA_APACHE}, modules=["lua"])),
+        Config("lua_server", "mod_lua, LuaScope server + LuaCodeCache forever",
+               "apache",
+               lambda: apache_server(
+                   "LuaScope server 1 64\nLuaCodeCache forever\n"
+                   "LuaMapHandler ^/hello$ {dir}/hello.lua\n",
+                   files={"hello.lua": LUA_APACHE}, modules=["lua"])),
+        Config("perl", "mod_perl, PerlResponseHandler", "apache",
+               lambda: apache_server(
+                   "PerlSwitches -I{dir}/perl\n"
+                   "<Location /hello>\n    SetHandler modperl\n"
+                   "    PerlResponseHandler Hello\n</Location>\n",
+                   files={"perl/Hello.pm": PERL_HELLO}, modules=["perl"]),
+               note="Debian's default interpreter pool"),
+    ]
+
+
+def nginx_configs():
+    def mruby_loc(directive):
+        return lambda: nginx_server(
+            f"location = /hello {{\n    {directive}\n}}\n",
+            files={"hello.rb": NGINX_RB}, mruby=True)
+
+    return [
+        Config("return", "return 200", "nginx",
+               lambda: nginx_server(
+                   'location = /hello { return 200 "hello world\\n"; }\n')),
+        Config("static", "static file", "nginx",
+               lambda: nginx_server("location / { }\n",
+                                    docs={"hello.txt": BODY}),
+               path="/hello.txt"),
+        Config("cached", "ngx_mruby content handler `cache`", "nginx",
+               mruby_loc("mruby_content_handler {dir}/hello.rb cache;")),
+        Config("inline", "ngx_mruby mruby_content_handler_code", "nginx",
+               mruby_loc("mruby_content_handler_code "
+                         "'Nginx.rputs \"hello world\\n\"';")),
+        Config("stat", "ngx_mruby content handler `stat` (default)", "nginx",
+               mruby_loc("mruby_content_handler {dir}/hello.rb;")),
+        Config("never", "ngx_mruby content handler `never`", "nginx",
+               mruby_loc("mruby_code_cache never;\n"
+                         "    mruby_content_handler {dir}/hello.rb;")),
+        Config("lua", "lua-nginx-module content_by_lua_block", "nginx",
+               lambda: nginx_server(
+                   "location = /hello {\n    default_type text/plain;\n"
+                   "    content_by_lua_block { ngx.print(\"hello world\\n\") }"
+                   "\n}\n", modules=NGX_LUA)),
+    ]
+
+
+# ---------------------------------------------------------------------------
+# wrk
+
+def wrk(url, seconds, threads=None, connections=None, script=None):
+    """Runs wrk; returns {'rps', 'requests', 'non2xx', 'errors', 'p50_ms',
+    'p99_ms'} or raises RuntimeError with its output."""
+    threads = threads or THREADS
+    connections = connections or CONNECTIONS
+    cmd = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s",
+           "--latency", "--timeout", "10s"]
+    if script:
+        cmd += ["-s", script]
+    p = subprocess.run(cmd + [url], capture_output=True, text=True,
+                       timeout=seconds + 60)
+    out = p.stdout + p.stderr
+    m = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    if p.returncode != 0 or not m:
+        raise RuntimeError(f"wrk failed ({p.returncode}): {out[-500:]}")
+    res = {"rps": float(m.group(1))}
+    m = re.search(r"(\d+) requests in", out)
+    res["requests"] = int(m.group(1)) if m else 0
+    m = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    res["non2xx"] = int(m.group(1)) if m else 0
+    m = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), "
+                  r"timeout (\d+)", out)
+    res["errors"] = sum(int(x) for x in m.groups()) if m else 0
+    for pct, key in (("50%", "p50_ms"), ("99%", "p99_ms")):
+        m = re.search(rf"\s{pct}\s+([\d.]+)(us|ms|s)\b", out)
+        if m:
+            scale = {"us": 0.001, "ms": 1.0, "s": 1000.0}[m.group(2)]
+            res[key] = float(m.group(1)) * scale
+    return res
+
+
+def first_line(text, limit=160):
+    for line in str(text).splitlines():
+        line = line.strip()
+        if line:
+            return line[:limit]
+    return ""
+
+
+def start_checked(cfg):
+    """Starts cfg's server and checks one response; returns (server, None)
+    or (None, why)."""
+    try:
+        server = cfg.make()
+    except harness.HarnessError as e:
+        return None, f"not available: {first_line(e)}"
+    try:
+        server.start()
+    except harness.HarnessError as e:
+        msg = str(e)
+        # The useful line is the config/error-log line, not our banner.
+        why = [ln for ln in msg.splitlines()
+               if re.search(r"error|emerg|Syntax|Invalid|unknown", ln, re.I)]
+        server.remove()
+        return None, "did not start: " + first_line(why[0] if why else msg)
+    try:
+        r = server.get(cfg.path)
+        ok = r.status_code == 200 and (cfg.expect is None
+                                      or r.text == cfg.expect)
+        if not ok:
+            why = f"wrong response: {r.status_code} {r.text[:60]!r}"
+            stop(server)
+            return None, why
+    except Exception as e:  # connection reset, timeout: report it
+        stop(server)
+        return None, f"no response: {first_line(e)}"
+    return server, None
+
+
+def stop(server):
+    try:
+        server.stop()
+    except harness.HarnessError as e:
+        log(f"  stop: {first_line(e)}")
+    server.remove()
+
+
+def measure(cfg):
+    server, why = start_checked(cfg)
+    if server is None:
+        return {"error": why}
+    try:
+        url = server.url(cfg.path)
+        wrk(url, WARMUP)
+        res = wrk(url, SECONDS)
+        res["rss_kb"] = [harness.rss_kb(p) for p in server.worker_pids()]
+        if res["non2xx"] or res["errors"]:
+            bad = res["non2xx"] + res["errors"]
+            if bad > 0.001 * max(res["requests"], 1):
+                res["error"] = (f"{res['non2xx']} non-2xx responses, "
+                                f"{res['errors']} socket errors")
+        return res
+    except (RuntimeError, subprocess.TimeoutExpired) as e:
+        return {"error": first_line(e)}
+    finally:
+        stop(server)
+
+
+def throughput(configs, ref_key):
+    """ROUNDS interleaved rounds over configs; median req/s per config."""
+    runs = {c.key: [] for c in configs}
+    errors = {}
+    for rnd in range(ROUNDS):
+        # Rotate the order so no config always runs first or last.
+        order = configs[rnd % len(configs):] + configs[:rnd % len(configs)]
+        for cfg in order:
+            if cfg.key in errors:
+                continue
+            res = measure(cfg)
+            if "error" in res:
+                errors[cfg.key] = res["error"]
+                log(f"  [{rnd + 1}/{ROUNDS}] {cfg.label}: {res['error']}")
+                continue
+            runs[cfg.key].append(res)
+            log(f"  [{rnd + 1}/{ROUNDS}] {cfg.label}: {res['rps']:.0f} req/s")
+    rows = []
+    ref = runs.get(ref_key) or []
+    ref_rps = statistics.median(r["rps"] for r in ref) if ref else None
+    for cfg in configs:
+        row = {"key": cfg.key, "label": cfg.label, "note": cfg.note,
+               "path": cfg.path}
+        if cfg.key in errors:
+            row["error"] = errors[cfg.key]
+        rs = runs[cfg.key]
+        if rs:
+            row["rps_runs"] = [r["rps"] for r in rs]
+            row["rps"] = statistics.median(row["rps_runs"])
+            row["p99_ms"] = statistics.median(r.get("p99_ms", 0) for r in rs)
+            if ref_rps:
+                row["ratio"] = row["rps"] / ref_rps
+                row["ratio_runs"] = [r / ref_rps for r in row["rps_runs"]]
+        rows.append(row)
+    return rows
+
+
+# ---------------------------------------------------------------------------
+# RSS over many requests
+
+STATUS_APACHE = ("ExtendedStatus On\n<Location /server-status>\n"
+                 "    SetHandler server-status\n</Location>\n")
+STATUS_NGINX = "location = /nginx_status { stub_status; }\n"
+
+
+def served(server):
+    """Requests the server has answered so far (mod_status/stub_status)."""
+    if isinstance(server, harness.Apache):
+        t = server.get("/server-status?auto").text
+        m = re.search(r"Total Accesses: (\d+)", t)
+    else:
+        t = server.get("/nginx_status").text
+        m = re.search(r"^\s*\d+\s+\d+\s+(\d+)", t, re.M)
+    if not m:
+        raise RuntimeError(f"no request count in status page: {t[:200]!r}")
+    return int(m.group(1))
+
+
+def rss_run(cfg, requests, connections=None, interval=0.5):
+    """Loads cfg until `requests` are served, sampling every worker's RSS.
+    Returns {'samples': [[served, {pid: kB}], ...]} or {'error': why}."""
+    server, why = start_checked(cfg)
+    if server is None:
+        return {"error": why}
+    samples = []
+    budget = requests / 2000 + 120  # even at 2k req/s; never unbounded
+    p = subprocess.Popen(
+        ["wrk", f"-t{THREADS}", f"-c{connections or CONNECTIONS}",
+         f"-d{int(budget)}s", "--timeout", "10s", server.url(cfg.path)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + budget
+        while time.monotonic() < deadline:
+            n = served(server)
+            samples.append([n, {str(pid): harness.rss_kb(pid)
+                                for pid in server.worker_pids()}])
+            if n >= requests or p.poll() is not None:
+                break
+            time.sleep(interval)
+        ok = samples and samples[-1][0] >= requests
+        errors = None
+    except Exception as e:  # the server died under load: report it
+        ok, errors = False, first_line(e)
+    finally:
+        if p.poll() is None:
+            p.send_signal(signal.SIGINT)
+        out = p.communicate(timeout=30)[0]
+        stop(server)
+    res = {"samples": samples}
+    m = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    if m and int(m.group(1)):
+        res["non2xx"] = int(m.group(1))
+    if not ok:
+        res["error"] = errors or (
+            f"only {samples[-1][0] if samples else 0} of {requests} "
+            f"requests served")
+    return res
+
+
+def rss_growth(samples, skip_fraction=0.05):
+    """Largest RSS growth of one worker from the first sample after warm-up
+    (5% of the run: thread interpreters are created lazily) to the end."""
+    if len(samples) < 2:
+        return None
+    total = samples[-1][0]
+    base = next((s for s in samples if s[0] >= skip_fraction * total),
+                samples[0])
+    end = samples[-1][1]
+    growth = [end[pid] - base[1][pid] for pid in end
+              if pid in base[1] and end[pid] is not None
+              and base[1][pid] is not None]
+    return max(growth) if growth else None
+
+
+FIG8_SCRIPT = """\
+r = Apache::Request.new
+r.filename = "{docroot}/redirect.html"
+Apache::return Apache::OK
+"""
+
+
+def fig8_configs():
+    def make(extra, flag=""):
+        def f():
+            a = apache_server(
+                STATUS_APACHE + extra +
+                f"mrubyTranslateNameMiddle {{dir}}/sample.rb{flag}\n",
+                mruby=True, docs={"redirect.html": BODY})
+            a.write("sample.rb", FIG8_SCRIPT.replace("{docroot}", a.docroot))
+            return a
+        return f
+    return [
+        Config("forever", "bytecode kept (`cache`)", "apache",
+               make("", " cache"), path="/anything"),
+        Config("stat", "`stat`", "apache", make(""), path="/anything"),
+        Config("never", "compiled and released per request (`never`)",
+               "apache", make("mrubyCodeCache never\n"), path="/anything"),
+    ]
+
+
+def rss_configs():
+    """The throughput configs with a status page added, per server."""
+    out = []
+    for cfg in apache_configs():
+        if cfg.key in ("c", "forever", "inline", "stat", "never"):
+            out.append(with_status(cfg, STATUS_APACHE))
+    for cfg in nginx_configs():
+        if cfg.key in ("return", "cached", "inline", "stat", "never"):
+            out.append(with_status(cfg, STATUS_NGINX))
+    return out
+
+
+def with_status(cfg, status_conf):
+    def make():
+        s = cfg.make()
+        s.conf = status_conf + s.conf
+        return s
+    return Config(cfg.key, cfg.label, cfg.family, make, cfg.path, cfg.expect)
+
+
+# ---------------------------------------------------------------------------
+# What one interpreter adds to a process
+
+ONE_CHILD = """\
+StartServers 1
+MinSpareServers 1
+MaxSpareServers 1
+ServerLimit 1
+MaxRequestWorkers 1
+MaxConnectionsPerChild 0
+"""
+
+
+def child_memory(mruby, hit_mruby):
+    """VmRSS and private kB of the single prefork child after 10 requests
+    to a static file (and 10 to a mruby handler if hit_mruby)."""
+    conf = ("<Location /hello>\n    mrubyHandlerMiddle {dir}/hello.rb cache\n"
+            "</Location>\n") if mruby else ""
+    s = apache_server(conf, files={"hello.rb": APACHE_RB}, mruby=mruby,
+                      mpm="prefork", mpm_conf=ONE_CHILD,
+                      docs={"hello.txt": BODY})
+    try:
+        s.start()
+        for _ in range(10):
+            s.get("/hello.txt")
+            if hit_mruby:
+                r = s.get("/hello")
+                if r.text != BODY:
+                    raise RuntimeError(f"mruby handler answered "
+                                       f"{r.status_code} {r.text[:60]!r}")
+        time.sleep(0.2)
+        pids = s.worker_pids()
+        if len(pids) != 1:
+            raise RuntimeError(f"expected one child, found {pids}")
+        return {"rss": harness.rss_kb(pids[0]), "private": private_kb(pids[0])}
+    finally:
+        stop(s)
+
+
+def private_kb(pid):
+    total = 0
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith(("Private_Clean:", "Private_Dirty:")):
+                    total += int(line.split()[1])
+    except OSError:
+        return None
+    return total
+
+
+def memory_section():
+    res = {}
+    for key, mruby, hit in (("plain", False, False),
+                            ("module", True, False),
+                            ("interp", True, True)):
+        vals = []
+        for _ in range(3):
+            try:
+                vals.append(child_memory(mruby, hit))
+            except (harness.HarnessError, RuntimeError) as e:
+                res[key] = {"error": first_line(e)}
+                break
+        else:
+            res[key] = {k: statistics.median(v[k] for v in vals)
+                        for k in ("rss", "private")}
+        log(f"  {key}: {res[key]}")
+    return res
+
+
+# ---------------------------------------------------------------------------
+# Access limiter (issue 4, seed 002)
+
+LIMITER_DIR = os.path.join(REPO, "examples", "access_limiter")
+
+
+def limiter_section():
+    """Seed 002's table: the same page with the limiter off and on."""
+    conf_path = os.path.join(LIMITER_DIR, "apache.conf")
+    if not os.path.exists(conf_path):
+        return {"error": "examples/access_limiter does not exist yet"}
+    configs = limiter_configs()
+    if isinstance(configs, str):
+        return {"error": configs}
+    out = {}
+    for page, path in (("fast", "/limited/hello.txt"),
+                       ("slow", "/limited/slow?sleep=20")):
+        cfgs = [Config(k, label, "apache", make, path=path)
+                for k, label, make in configs]
+        log(f"  limiter, {page} page")
+        out[page] = throughput(cfgs, "off")
+    return out
+
+
+def limiter_configs():
+    """(key, label, make) for limiter off / on cache / stat / never, built
+    from the example's own scripts with a threshold no run reaches."""
+    scripts = {f: os.path.join(LIMITER_DIR, f) for f in os.listdir(LIMITER_DIR)
+               if f.endswith(".rb")}
+    need = ("access_limiter_init.rb", "access_limiter_worker_init.rb",
+            "access_limiter.rb", "access_limiter_end.rb")
+    missing = [f for f in need if f not in scripts]
+    if missing:
+        return f"examples/access_limiter lacks {', '.join(missing)}"
+    page = ("<Location /limited/slow>\n    SetHandler hello\n</Location>\n")
+
+    def make(flag, policy):
+        def f():
+            conf = (page +
+                    f"mrubyPostConfigMiddle {scripts[need[0]]} cache\n"
+                    f"mrubyChildInitMiddle {scripts[need[1]]} cache\n"
+                    f"{policy}"
+                    "<Location /limited>\n"
+                    f"    mrubyAccessCheckerMiddle {scripts[need[2]]}{flag}\n"
+                    f"    mrubyLogTransactionMiddle {scripts[need[3]]}{flag}\n"
+                    "</Location>\n")
+            return apache_server(conf, mruby=True,
+                                 modules=[("hello", HELLO_SO)],
+                                 docs={"limited/hello.txt": BODY})
+        return f
+
+    def off():
+        return apache_server(page, modules=[("hello", HELLO_SO)],
+                             docs={"limited/hello.txt": BODY})
+    return [("off", "limiter off", off),
+            ("cache", "limiter on, `cache`", make(" cache", "")),
+            ("stat", "limiter on, `stat`", make("", "")),
+            ("never", "limiter on, `never`",
+             make("", "mrubyCodeCache never\n"))]
+
+
+# ---------------------------------------------------------------------------
+# SharedDict#incr under contention
+
+INCR_RB = """\
+d = Apache::SharedDict.new("bench")
+n = Apache::Request.new.args.to_s.split("=")[1].to_i
+t0 = Time.now
+i = 0
+while i < n
+  d.incr("k", 1, init: 0)
+  i += 1
+end
+t1 = Time.now
+j = 0
+while j < n
+  j += 1
+end
+t2 = Time.now
+Apache.rputs "#{((t1 - t0) - (t2 - t1)) * 1.0e9 / n} #{d.get("k")}"
+"""
+
+TWO_CHILDREN = ONE_CHILD.replace(" 1\n", " 2\n")
+
+
+def incr_section(n=None):
+    n = n or (200_000 if QUICK else 1_000_000)
+    conf = ("mrubySharedDict bench 1m\n<Location /incr>\n"
+            "    mrubyHandlerMiddle {dir}/incr.rb cache\n</Location>\n")
+    s = apache_server(conf, files={"incr.rb": INCR_RB}, mruby=True,
+                      mpm="prefork", mpm_conf=TWO_CHILDREN)
+    try:
+        s.start()
+    except harness.HarnessError as e:
+        s.remove()
+        return {"error": "did not start: " + first_line(
+            [ln for ln in str(e).splitlines() if "rror" in ln] or [str(e)])}
+    try:
+        def one(out, i):
+            try:
+                out[i] = s.get(f"/incr?n={n}", timeout=300).text.split()
+            except Exception as e:  # reported below
+                out[i] = ["error", first_line(e)]
+
+        res = {"n": n}
+        single = [None]
+        one(single, 0)
+        if len(single[0]) != 2 or single[0][0] == "error":
+            return {"error": f"incr script answered {single[0]}"}
+        res["ns_1proc"] = float(single[0][0])
+        pair = [None, None]
+        ts = [threading.Thread(target=one, args=(pair, i)) for i in range(2)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        if any(len(p) != 2 or p[0] == "error" for p in pair):
+            return {"error": f"incr script answered {pair}"}
+        res["ns_2proc"] = [float(p[0]) for p in pair]
+        final = int(s.get("/incr?n=0").text.split()[1])
+        res["final"] = final
+        res["lost"] = 3 * n - final
+        return res
+    finally:
+        stop(s)
+
+
+# ---------------------------------------------------------------------------
+# Rendering
+
+def machine():
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f
+                        if ln.startswith("model name")), "")
+    except OSError:
+        pass
+
+    def ver(cmd, pat=None):
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True)
+            out = (p.stdout + p.stderr).strip()
+            return first_line(out) if not pat else (
+                re.search(pat, out).group(0) if re.search(pat, out) else "")
+        except OSError:
+            return ""
+    return {
+        "cpu": cpu, "cores": os.cpu_count(), "kernel": platform.release(),
+        "apache": ver(["apache2", "-v"], r"Apache/[\d.]+"),
+        "nginx": ver(["nginx", "-v"], r"nginx/[\d.]+"),
+        "mruby": ver(["mruby", "--version"]),
+        "wrk": ver(["wrk", "-v"], r"wrk \S+"),
+    }
+
+
+def run_params():
+    return {"seconds": SECONDS, "rounds": ROUNDS, "warmup": WARMUP,
+            "threads": THREADS, "connections": CONNECTIONS,
+            "rss_requests": RSS_REQUESTS, "fig8_requests": FIG8_REQUESTS,
+            "quick": QUICK,
+            "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+            "commit": subprocess.run(["git", "-C", REPO, "rev-parse",
+                                      "--short", "HEAD"], capture_output=True,
+                                     text=True).stdout.strip()}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sections", default="all",
+                    help="comma-separated: apache,nginx,fig8,rss,memory,"
+                         "limiter,incr (default all)")
+    ap.add_argument("--render", action="store_true",
+                    help="only render docs/benchmarks.md from results.json")
+    args = ap.parse_args()
+
+    results = {}
+    if os.path.exists(RESULTS):
+        with open(RESULTS) as f:
+            results = json.load(f)
+    if not args.render:
+        all_sections = ["apache", "nginx", "fig8", "rss", "memory",
+                        "limiter", "incr"]
+        sections = (all_sections if args.sections == "all"
+                    else [s for s in args.sections.split(",") if s])
+        unknown = set(sections) - set(all_sections)
+        if unknown:
+            ap.error(f"unknown sections {sorted(unknown)}")
+        build_hello()
+        results["machine"] = machine()
+        for sec in sections:
+            t0 = time.monotonic()
+            log(f"== {sec}")
+            results[sec] = run_section(sec)
+            results[sec + "_params"] = run_params()
+            log(f"== {sec} done in {time.monotonic() - t0:.0f} s")
+            with open(RESULTS, "w") as f:  # keep what is done so far
+                json.dump(results, f, indent=1, sort_keys=True)
+    import render
+    render.render(results, DOC, IMG)
+    log(f"wrote {DOC}")
+    return 0
+
+
+def run_section(sec):
+    if sec == "apache":
+        return throughput(apache_configs(), "c")
+    if sec == "nginx":
+        return throughput(nginx_configs(), "return")
+    if sec == "fig8":
+        return {c.key: dict(label=c.label, **rss_run(c, FIG8_REQUESTS,
+                                                     interval=0.1))
+                for c in fig8_configs()}
+    if sec == "rss":
+        out = {}
+        for c in rss_configs():
+            log(f"  {c.family} {c.label}")
+            r = rss_run(c, RSS_REQUESTS)
+            r["growth_kb"] = rss_growth(r["samples"])
+            r["label"] = c.label
+            out[f"{c.family}/{c.key}"] = r
+            log(f"    growth {r['growth_kb']} kB"
+                + (f" ({r['error']})" if "error" in r else ""))
+        return out
+    if sec == "memory":
+        return memory_section()
+    if sec == "limiter":
+        return limiter_section()
+    if sec == "incr":
+        return incr_section()
+    raise ValueError(sec)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
