@@ -614,7 +614,7 @@ class Nginx(Server):
         return "\n".join(lines)
 
     def generate(self):
-        d, logs, temp = self.dir, self.logs, self.temp
+        logs, temp = self.logs, self.temp
         http = self.subst(self.conf)
         if "server {" not in http and "server{" not in http:
             http = f"""\
