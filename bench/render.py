@@ -150,6 +150,16 @@ def render(results, doc_path, img_dir):
       "configuration that fails to start is listed with the reason.\n")
 
     targets = []  # (figure, target, measured, ok)
+    titles = {"apache": "Apache: seed 000 Table 2", "nginx": "nginx",
+              "fig8": "Seed 000 Fig. 8", "rss": "RSS over many requests",
+              "memory": "Memory one interpreter adds"}
+    for sec, title in titles.items():
+        v = results.get(sec)
+        if isinstance(v, dict) and set(v) == {"error"}:
+            w(f"## {title}\n\nNot measured: the run failed with "
+              f"`{v['error']}`.\n")
+            results = dict(results)
+            results[sec] = None
 
     # -- Apache Table 2 ------------------------------------------------------
     ap = results.get("apache")

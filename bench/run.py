@@ -37,6 +37,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -770,7 +771,12 @@ def main():
         for sec in sections:
             t0 = time.monotonic()
             log(f"== {sec}")
-            results[sec] = run_section(sec)
+            try:
+                results[sec] = run_section(sec)
+            except Exception as e:  # one broken section must not stop all
+                traceback.print_exc()
+                results[sec] = {"error": f"{type(e).__name__}: "
+                                         f"{first_line(e)}"}
             results[sec + "_params"] = run_params()
             log(f"== {sec} done in {time.monotonic() - t0:.0f} s")
             with open(RESULTS, "w") as f:  # keep what is done so far
@@ -795,7 +801,7 @@ def run_section(sec):
         for c in rss_configs():
             log(f"  {c.family} {c.label}")
             r = rss_run(c, RSS_REQUESTS)
-            r["growth_kb"] = rss_growth(r["samples"])
+            r["growth_kb"] = rss_growth(r.get("samples", []))
             r["label"] = c.label
             out[f"{c.family}/{c.key}"] = r
             log(f"    growth {r['growth_kb']} kB"
