@@ -1,0 +1,150 @@
+/*
+ * mod_mruby: the Apache adapter of the mruby core.
+ *
+ * This header is shared by the files of src/apache only.  The core
+ * (src/core) never sees Apache types; this adapter maps Apache's phases,
+ * configuration and request objects onto it.
+ */
+
+#ifndef AP_MRB_H
+#define AP_MRB_H
+
+#include <apr_strings.h>
+#include <httpd.h>
+#include <http_config.h>
+#include <http_log.h>
+#include <util_filter.h>
+
+#include <mruby.h>
+
+#include "mrb_interp.h"
+#include "mrb_script.h"
+
+#define MOD_MRUBY_VERSION  "1.0.0"
+
+/* Handler names a user puts in SetHandler / AddHandler. */
+#define AP_MRB_HANDLER_SCRIPT  "mruby-script"
+#define AP_MRB_HANDLER_NATIVE  "mruby-native-script"
+
+/* Filter name for SetOutputFilter / SetInputFilter. */
+#define AP_MRB_FILTER_NAME     "mruby"
+
+extern module AP_MODULE_DECLARE_DATA mruby_module;
+extern const mrb_server ap_mrb_server;
+
+/* Request phases that take scripts from the per-directory configuration. */
+typedef enum {
+    AP_MRB_POST_READ_REQUEST = 0,
+    AP_MRB_QUICK_HANDLER,
+    AP_MRB_TRANSLATE_NAME,
+    AP_MRB_MAP_TO_STORAGE,
+    AP_MRB_ACCESS_CHECKER,
+    AP_MRB_CHECK_USER_ID,
+    AP_MRB_AUTH_CHECKER,
+    AP_MRB_FIXUPS,
+    AP_MRB_INSERT_FILTER,
+    AP_MRB_HANDLER,
+    AP_MRB_LOG_TRANSACTION,
+    AP_MRB_NPHASES
+} ap_mrb_phase;
+
+/* Process phases: scripts of the main server only. */
+typedef enum {
+    AP_MRB_POST_CONFIG = 0,
+    AP_MRB_CHILD_INIT,
+    AP_MRB_NPROC_PHASES
+} ap_mrb_proc_phase;
+
+/* Hook order, as APR_HOOK_FIRST / MIDDLE / LAST. */
+typedef enum {
+    AP_MRB_FIRST = 0,
+    AP_MRB_MIDDLE,
+    AP_MRB_LAST,
+    AP_MRB_NORDERS
+} ap_mrb_order;
+
+#define AP_MRB_UNSET  -1
+
+/*
+ * Per-directory configuration (server, virtual host, <Directory>,
+ * <Location>, <Files>).  A NULL script or AP_MRB_UNSET flag is inherited
+ * from the enclosing context when configurations are merged.
+ */
+typedef struct {
+    mrb_script  *hooks[AP_MRB_NPHASES][AP_MRB_NORDERS];
+    mrb_script  *handler_code;        /* mrubyHandlerCode */
+    mrb_script  *output_filter;       /* mrubyOutputFilter */
+    mrb_script  *input_filter;        /* mrubyInputFilter */
+    mrb_script  *authn_check_password;
+    mrb_script  *authn_get_realm_hash;
+    int          handler_enable;      /* mrubyHandlerEnable */
+    int          cache_policy;        /* mrubyCodeCache, an mrb_cache_policy */
+} ap_mrb_dir_conf;
+
+/* Per-server configuration. */
+typedef struct {
+    mrb_script  *proc_hooks[AP_MRB_NPROC_PHASES][AP_MRB_NORDERS];
+    int          cache_policy;        /* mrubyCodeCache at server level */
+} ap_mrb_srv_conf;
+
+/*
+ * What a filter or authn provider run carries in mrb_run.data, so that the
+ * Ruby classes of that kind of run find their state.  Every such structure
+ * starts with its kind.
+ */
+typedef enum {
+    AP_MRB_RUN_OUTPUT_FILTER = 1,
+    AP_MRB_RUN_INPUT_FILTER,
+    AP_MRB_RUN_AUTHN
+} ap_mrb_run_kind;
+
+/* What a request keeps for its scripts (request_config, request pool). */
+typedef struct {
+    char        *body;           /* the request body, once read */
+    apr_size_t   body_len;
+    unsigned     body_read:1;
+    unsigned     cgi_env:1;      /* CGI variables added to subprocess_env */
+} ap_mrb_req_ctx;
+
+/* config */
+extern const command_rec ap_mrb_cmds[];
+void *ap_mrb_create_dir_conf(apr_pool_t *p, char *dir);
+void *ap_mrb_merge_dir_conf(apr_pool_t *p, void *basev, void *addv);
+void *ap_mrb_create_srv_conf(apr_pool_t *p, server_rec *s);
+void *ap_mrb_merge_srv_conf(apr_pool_t *p, void *basev, void *addv);
+mrb_cache_policy ap_mrb_cache_policy(const ap_mrb_dir_conf *dconf,
+    server_rec *s);
+
+/* hooks: registration and the interpreter of the calling thread */
+void ap_mrb_register_request_hooks(void);
+mrb_interp *ap_mrb_thread_interp(request_rec *r);
+int ap_mrb_run_script(request_rec *r, mrb_interp *interp, mrb_script *script,
+    void *data, mrb_int default_result, const char *what);
+void ap_mrb_run_startup_scripts(mrb_interp *interp, server_rec *s,
+    ap_mrb_proc_phase phase);
+
+/* filters and authn provider */
+void ap_mrb_register_filters(void);
+void ap_mrb_register_authn_provider(apr_pool_t *p);
+
+/* Ruby classes, defined into each interpreter under the Apache class */
+void ap_mrb_define_apache(mrb_state *mrb, struct RClass *apache);
+void ap_mrb_define_request(mrb_state *mrb, struct RClass *apache);
+void ap_mrb_define_tables(mrb_state *mrb, struct RClass *apache);
+void ap_mrb_define_server(mrb_state *mrb, struct RClass *apache);
+void ap_mrb_define_connection(mrb_state *mrb, struct RClass *apache);
+void ap_mrb_define_finfo(mrb_state *mrb, struct RClass *apache);
+void ap_mrb_define_scoreboard(mrb_state *mrb, struct RClass *apache);
+void ap_mrb_define_filter(mrb_state *mrb, struct RClass *apache);
+void ap_mrb_define_authn(mrb_state *mrb, struct RClass *apache);
+
+/* helpers for the Ruby classes */
+request_rec *ap_mrb_request(mrb_state *mrb);
+ap_mrb_req_ctx *ap_mrb_req_ctx_get(request_rec *r);
+void *ap_mrb_run_data(mrb_state *mrb, ap_mrb_run_kind kind,
+    const char *class_name);
+mrb_value ap_mrb_str(mrb_state *mrb, const char *s);
+char *ap_mrb_pstr(mrb_state *mrb, apr_pool_t *p, mrb_value str);
+int ap_mrb_filter_write(void *data, const char *buf, size_t len);
+
+#endif /* AP_MRB_H */

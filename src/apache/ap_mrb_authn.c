@@ -1,0 +1,204 @@
+/*
+ * The authn provider "mruby" (AuthBasicProvider mruby, AuthDigestProvider
+ * mruby) and Apache::AuthnProvider, through which its scripts see the user,
+ * password and realm and answer with Apache.return AUTH_*.
+ *
+ *   mrubyAuthnCheckPassword  basic: is this password right for this user?
+ *                            default answer AUTH_DENIED
+ *   mrubyAuthnGetRealmHash   digest: set rethash = md5("user:realm:pw")
+ *                            and answer AUTH_USER_FOUND; default
+ *                            AUTH_USER_NOT_FOUND
+ */
+
+#include <http_core.h>
+#include <http_request.h>
+#include <ap_provider.h>
+#include <mod_auth.h>
+
+#include <mruby.h>
+#include <mruby/string.h>
+
+#include "ap_mrb.h"
+
+APLOG_USE_MODULE(mruby);
+
+typedef struct {
+    ap_mrb_run_kind   kind;       /* first: what mrb_run.data points to */
+    request_rec      *r;
+    const char       *user;
+    const char       *password;   /* basic only */
+    const char       *realm;
+    char             *rethash;    /* digest: what the script set */
+} ap_mrb_authn_ctx;
+
+
+static authn_status
+ap_mrb_authn_run(request_rec *r, mrb_script *script, ap_mrb_authn_ctx *ctx,
+    authn_status default_result, const char *what)
+{
+    mrb_interp  *interp;
+    mrb_run      run;
+
+    if (script == NULL) {
+        ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, "authn provider mruby "
+                      "used without %s here", what);
+        return AUTH_GENERAL_ERROR;
+    }
+
+    interp = ap_mrb_thread_interp(r);
+    if (interp == NULL) {
+        return AUTH_GENERAL_ERROR;
+    }
+
+    mrb_run_init(&run, r, default_result);
+    run.data = ctx;
+
+    if (mrb_script_run(interp, script, &run) != 0) {
+        ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, "%s: %s", what, run.error);
+        return AUTH_GENERAL_ERROR;
+    }
+
+    if (run.result < AUTH_DENIED || run.result > AUTH_GENERAL_ERROR) {
+        ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, "%s: %s returned %ld, "
+                      "not an Apache::AuthnProvider::AUTH_* value", what,
+                      mrb_script_name(script), (long) run.result);
+        return AUTH_GENERAL_ERROR;
+    }
+
+    return (authn_status) run.result;
+}
+
+
+static authn_status
+ap_mrb_check_password(request_rec *r, const char *user, const char *password)
+{
+    ap_mrb_dir_conf   *dconf = ap_get_module_config(r->per_dir_config,
+                                                    &mruby_module);
+    ap_mrb_authn_ctx   ctx = { AP_MRB_RUN_AUTHN, r, user, password,
+                               ap_auth_name(r), NULL };
+
+    return ap_mrb_authn_run(r, dconf->authn_check_password, &ctx,
+                            AUTH_DENIED, "mrubyAuthnCheckPassword");
+}
+
+
+static authn_status
+ap_mrb_get_realm_hash(request_rec *r, const char *user, const char *realm,
+    char **rethash)
+{
+    ap_mrb_dir_conf   *dconf = ap_get_module_config(r->per_dir_config,
+                                                    &mruby_module);
+    ap_mrb_authn_ctx   ctx = { AP_MRB_RUN_AUTHN, r, user, NULL, realm, NULL };
+    authn_status       rc;
+
+    rc = ap_mrb_authn_run(r, dconf->authn_get_realm_hash, &ctx,
+                          AUTH_USER_NOT_FOUND, "mrubyAuthnGetRealmHash");
+
+    if (rc == AUTH_USER_FOUND && ctx.rethash == NULL) {
+        ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, "mrubyAuthnGetRealmHash: "
+                      "AUTH_USER_FOUND without setting rethash");
+        return AUTH_GENERAL_ERROR;
+    }
+
+    *rethash = ctx.rethash;
+    return rc;
+}
+
+
+static const authn_provider ap_mrb_authn_provider = {
+    ap_mrb_check_password,
+    ap_mrb_get_realm_hash
+};
+
+
+void
+ap_mrb_register_authn_provider(apr_pool_t *p)
+{
+    ap_register_auth_provider(p, AUTHN_PROVIDER_GROUP, "mruby",
+                              AUTHN_PROVIDER_VERSION, &ap_mrb_authn_provider,
+                              AP_AUTH_INTERNAL_PER_CONF);
+}
+
+
+/* Apache::AuthnProvider */
+
+static ap_mrb_authn_ctx *
+ap_mrb_authn_of(mrb_state *mrb)
+{
+    return ap_mrb_run_data(mrb, AP_MRB_RUN_AUTHN, "Apache::AuthnProvider");
+}
+
+
+static mrb_value
+ap_mrb_authn_user(mrb_state *mrb, mrb_value self)
+{
+    return ap_mrb_str(mrb, ap_mrb_authn_of(mrb)->user);
+}
+
+
+static mrb_value
+ap_mrb_authn_password(mrb_state *mrb, mrb_value self)
+{
+    return ap_mrb_str(mrb, ap_mrb_authn_of(mrb)->password);
+}
+
+
+static mrb_value
+ap_mrb_authn_realm(mrb_state *mrb, mrb_value self)
+{
+    return ap_mrb_str(mrb, ap_mrb_authn_of(mrb)->realm);
+}
+
+
+static mrb_value
+ap_mrb_authn_rethash(mrb_state *mrb, mrb_value self)
+{
+    return ap_mrb_str(mrb, ap_mrb_authn_of(mrb)->rethash);
+}
+
+
+static mrb_value
+ap_mrb_authn_set_rethash(mrb_state *mrb, mrb_value self)
+{
+    ap_mrb_authn_ctx  *ctx = ap_mrb_authn_of(mrb);
+    mrb_value          s;
+
+    mrb_get_args(mrb, "S", &s);
+    ctx->rethash = ap_mrb_pstr(mrb, ctx->r->pool, s);
+    return s;
+}
+
+
+void
+ap_mrb_define_authn(mrb_state *mrb, struct RClass *apache)
+{
+    static const struct {
+        const char  *name;
+        mrb_int      value;
+    } results[] = {
+        { "AUTH_DENIED", AUTH_DENIED },
+        { "AUTH_GRANTED", AUTH_GRANTED },
+        { "AUTH_USER_FOUND", AUTH_USER_FOUND },
+        { "AUTH_USER_NOT_FOUND", AUTH_USER_NOT_FOUND },
+        { "AUTH_GENERAL_ERROR", AUTH_GENERAL_ERROR }
+    };
+    struct RClass  *c;
+    size_t          i;
+
+    c = mrb_define_class_under(mrb, apache, "AuthnProvider",
+                               mrb->object_class);
+
+    mrb_define_method(mrb, c, "user", ap_mrb_authn_user, MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "password", ap_mrb_authn_password,
+                      MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "realm", ap_mrb_authn_realm, MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "rethash", ap_mrb_authn_rethash,
+                      MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "rethash=", ap_mrb_authn_set_rethash,
+                      MRB_ARGS_REQ(1));
+
+    for (i = 0; i < sizeof(results) / sizeof(results[0]); i++) {
+        mrb_define_const(mrb, c, results[i].name,
+                         mrb_int_value(mrb, results[i].value));
+    }
+}

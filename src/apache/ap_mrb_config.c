@@ -1,0 +1,497 @@
+/*
+ * Configuration: the per-directory and per-server records, their merging,
+ * and the directives.
+ *
+ * Scripts are created while the configuration is read, so that a syntax
+ * error in a cached (`cache` flag, mrubyCodeCache forever) or inline script
+ * fails `apache2 -t` with the directive and "file:line: message".  They are
+ * freed by a cleanup of the configuration pool.
+ */
+
+#include <string.h>
+
+#include <http_core.h>
+#include <http_main.h>
+
+#include "ap_mrb.h"
+#include "mrb_shdict.h"
+
+APLOG_USE_MODULE(mruby);
+
+/* What a hook directive stands for: cmd->info of its command_rec. */
+typedef struct {
+    int           phase;     /* ap_mrb_phase or ap_mrb_proc_phase */
+    ap_mrb_order  order;
+} ap_mrb_hook_cmd;
+
+#define AP_MRB_ORDERS(phase) \
+    { { phase, AP_MRB_FIRST }, { phase, AP_MRB_MIDDLE }, { phase, AP_MRB_LAST } }
+
+static ap_mrb_hook_cmd ap_mrb_hook_cmds[AP_MRB_NPHASES][AP_MRB_NORDERS] = {
+    AP_MRB_ORDERS(AP_MRB_POST_READ_REQUEST),
+    AP_MRB_ORDERS(AP_MRB_QUICK_HANDLER),
+    AP_MRB_ORDERS(AP_MRB_TRANSLATE_NAME),
+    AP_MRB_ORDERS(AP_MRB_MAP_TO_STORAGE),
+    AP_MRB_ORDERS(AP_MRB_ACCESS_CHECKER),
+    AP_MRB_ORDERS(AP_MRB_CHECK_USER_ID),
+    AP_MRB_ORDERS(AP_MRB_AUTH_CHECKER),
+    AP_MRB_ORDERS(AP_MRB_FIXUPS),
+    AP_MRB_ORDERS(AP_MRB_INSERT_FILTER),
+    AP_MRB_ORDERS(AP_MRB_HANDLER),
+    AP_MRB_ORDERS(AP_MRB_LOG_TRANSACTION)
+};
+
+static ap_mrb_hook_cmd ap_mrb_proc_cmds[AP_MRB_NPROC_PHASES][AP_MRB_NORDERS] = {
+    AP_MRB_ORDERS(AP_MRB_POST_CONFIG),
+    AP_MRB_ORDERS(AP_MRB_CHILD_INIT)
+};
+
+static const char *const ap_mrb_phase_names[AP_MRB_NPHASES] = {
+    "post_read_request", "quick_handler", "translate_name", "map_to_storage",
+    "access_checker", "check_user_id", "auth_checker", "fixups",
+    "insert_filter", "handler", "log_transaction"
+};
+
+void *
+ap_mrb_create_dir_conf(apr_pool_t *p, char *dir)
+{
+    ap_mrb_dir_conf  *conf = apr_pcalloc(p, sizeof(ap_mrb_dir_conf));
+
+    conf->handler_enable = AP_MRB_UNSET;
+    conf->cache_policy = AP_MRB_UNSET;
+    return conf;
+}
+
+
+/* A nested container inherits every script and flag it does not set. */
+void *
+ap_mrb_merge_dir_conf(apr_pool_t *p, void *basev, void *addv)
+{
+    ap_mrb_dir_conf  *base = basev, *add = addv;
+    ap_mrb_dir_conf  *conf = apr_palloc(p, sizeof(ap_mrb_dir_conf));
+    int               ph, o;
+
+    for (ph = 0; ph < AP_MRB_NPHASES; ph++) {
+        for (o = 0; o < AP_MRB_NORDERS; o++) {
+            conf->hooks[ph][o] = add->hooks[ph][o] ? add->hooks[ph][o]
+                                                   : base->hooks[ph][o];
+        }
+    }
+
+#define AP_MRB_MERGE_PTR(field) \
+    conf->field = add->field ? add->field : base->field
+#define AP_MRB_MERGE_FLAG(field) \
+    conf->field = add->field != AP_MRB_UNSET ? add->field : base->field
+
+    AP_MRB_MERGE_PTR(handler_code);
+    AP_MRB_MERGE_PTR(output_filter);
+    AP_MRB_MERGE_PTR(input_filter);
+    AP_MRB_MERGE_PTR(authn_check_password);
+    AP_MRB_MERGE_PTR(authn_get_realm_hash);
+    AP_MRB_MERGE_FLAG(handler_enable);
+    AP_MRB_MERGE_FLAG(cache_policy);
+
+#undef AP_MRB_MERGE_PTR
+#undef AP_MRB_MERGE_FLAG
+
+    return conf;
+}
+
+
+void *
+ap_mrb_create_srv_conf(apr_pool_t *p, server_rec *s)
+{
+    ap_mrb_srv_conf  *conf = apr_pcalloc(p, sizeof(ap_mrb_srv_conf));
+
+    conf->cache_policy = AP_MRB_UNSET;
+    return conf;
+}
+
+
+/*
+ * The cache policy of a file script without the `cache` flag: the nearest
+ * mrubyCodeCache of its container, its virtual host, the main server.
+ */
+mrb_cache_policy
+ap_mrb_cache_policy(const ap_mrb_dir_conf *dconf, server_rec *s)
+{
+    const ap_mrb_srv_conf  *sconf;
+
+    if (dconf != NULL && dconf->cache_policy != AP_MRB_UNSET) {
+        return dconf->cache_policy;
+    }
+
+    sconf = ap_get_module_config(s->module_config, &mruby_module);
+    if (sconf->cache_policy != AP_MRB_UNSET) {
+        return sconf->cache_policy;
+    }
+
+    if (ap_server_conf != NULL && s != ap_server_conf) {
+        sconf = ap_get_module_config(ap_server_conf->module_config,
+                                     &mruby_module);
+        if (sconf->cache_policy != AP_MRB_UNSET) {
+            return sconf->cache_policy;
+        }
+    }
+
+    return MRB_CACHE_STAT;
+}
+
+
+static apr_status_t
+ap_mrb_script_cleanup(void *data)
+{
+    mrb_script_free(data);
+    return APR_SUCCESS;
+}
+
+
+static void
+ap_mrb_own_script(apr_pool_t *p, mrb_script *script)
+{
+    apr_pool_cleanup_register(p, script, ap_mrb_script_cleanup,
+                              apr_pool_cleanup_null);
+}
+
+
+/* "file [cache]": a file script, owned by the configuration pool. */
+static const char *
+ap_mrb_file_script(cmd_parms *cmd, ap_mrb_dir_conf *dconf, const char *file,
+    const char *flag, mrb_script **script)
+{
+    const char        *path;
+    mrb_cache_policy   policy;
+    char               err[1024];
+
+    if (flag != NULL && strcasecmp(flag, "cache") != 0) {
+        return apr_psprintf(cmd->pool, "%s: the second argument must be "
+                            "\"cache\", not \"%s\"", cmd->cmd->name, flag);
+    }
+
+    path = ap_server_root_relative(cmd->pool, file);
+    if (path == NULL) {
+        return apr_psprintf(cmd->pool, "%s: invalid file path \"%s\"",
+                            cmd->cmd->name, file);
+    }
+
+    policy = flag != NULL ? MRB_CACHE_FOREVER
+                          : ap_mrb_cache_policy(cmd->path ? dconf : NULL,
+                                                cmd->server);
+
+    *script = mrb_script_from_file(path, policy, err, sizeof(err));
+    if (*script == NULL) {
+        return apr_psprintf(cmd->pool, "%s: %s", cmd->cmd->name, err);
+    }
+
+    ap_mrb_own_script(cmd->pool, *script);
+    return NULL;
+}
+
+
+/* Inline code, compiled now; errors name the configuration file and line. */
+static const char *
+ap_mrb_code_script(cmd_parms *cmd, const char *code, mrb_script **script)
+{
+    const char  *origin = cmd->directive ? cmd->directive->filename
+                                         : cmd->config_file->name;
+    int          line = cmd->directive ? cmd->directive->line_num
+                                       : (int) cmd->config_file->line_number;
+    char         err[1024];
+
+    *script = mrb_script_from_code(code, strlen(code), origin, line,
+                                   err, sizeof(err));
+    if (*script == NULL) {
+        return apr_psprintf(cmd->pool, "%s: %s", cmd->cmd->name, err);
+    }
+
+    ap_mrb_own_script(cmd->pool, *script);
+    return NULL;
+}
+
+
+/*
+ * Some phases run before Apache has mapped the request to a container, so
+ * a script put in one would never run: refuse it where it cannot work.
+ */
+static const char *
+ap_mrb_check_phase_context(cmd_parms *cmd, ap_mrb_phase phase)
+{
+    const char  *err;
+
+    switch (phase) {
+
+    case AP_MRB_POST_READ_REQUEST:
+    case AP_MRB_QUICK_HANDLER:
+    case AP_MRB_MAP_TO_STORAGE:
+        err = ap_check_cmd_context(cmd, NOT_IN_DIR_LOC_FILE);
+        break;
+
+    case AP_MRB_TRANSLATE_NAME:
+        /* <Location> is walked before translate_name, <Directory> after */
+        err = ap_check_cmd_context(cmd, NOT_IN_DIRECTORY | NOT_IN_FILES);
+        break;
+
+    default:
+        return NULL;
+    }
+
+    if (err == NULL) {
+        return NULL;
+    }
+
+    return apr_psprintf(cmd->pool, "%s: Apache runs %s before it knows the "
+                        "request's container, so use it at server or "
+                        "<VirtualHost> level%s", err, ap_mrb_phase_names[phase],
+                        phase == AP_MRB_TRANSLATE_NAME ? " or in <Location>"
+                                                       : "");
+}
+
+
+static const char *
+ap_mrb_cmd_hook(cmd_parms *cmd, void *mconfig, const char *file,
+    const char *flag)
+{
+    const ap_mrb_hook_cmd  *hc = cmd->info;
+    ap_mrb_dir_conf        *dconf = mconfig;
+    const char             *err;
+
+    err = ap_mrb_check_phase_context(cmd, hc->phase);
+    if (err != NULL) {
+        return err;
+    }
+
+    return ap_mrb_file_script(cmd, dconf, file, flag,
+                              &dconf->hooks[hc->phase][hc->order]);
+}
+
+
+static const char *
+ap_mrb_cmd_hook_code(cmd_parms *cmd, void *mconfig, const char *code)
+{
+    const ap_mrb_hook_cmd  *hc = cmd->info;
+    ap_mrb_dir_conf        *dconf = mconfig;
+    const char             *err;
+
+    err = ap_mrb_check_phase_context(cmd, hc->phase);
+    if (err != NULL) {
+        return err;
+    }
+
+    return ap_mrb_code_script(cmd, code, &dconf->hooks[hc->phase][hc->order]);
+}
+
+
+/* post_config and child_init belong to the server process, not a request. */
+static const char *
+ap_mrb_check_proc_context(cmd_parms *cmd)
+{
+    const char  *err = ap_check_cmd_context(cmd, GLOBAL_ONLY);
+
+    if (err == NULL) {
+        return NULL;
+    }
+
+    return apr_psprintf(cmd->pool, "%s: post_config and child_init scripts "
+                        "run once per server process, not per virtual host "
+                        "or container: use it in the main server config",
+                        err);
+}
+
+
+static const char *
+ap_mrb_cmd_proc_hook(cmd_parms *cmd, void *mconfig, const char *file,
+    const char *flag)
+{
+    const ap_mrb_hook_cmd  *hc = cmd->info;
+    ap_mrb_srv_conf        *sconf;
+    const char             *err;
+
+    err = ap_mrb_check_proc_context(cmd);
+    if (err != NULL) {
+        return err;
+    }
+
+    sconf = ap_get_module_config(cmd->server->module_config, &mruby_module);
+    return ap_mrb_file_script(cmd, mconfig, file, flag,
+                              &sconf->proc_hooks[hc->phase][hc->order]);
+}
+
+
+static const char *
+ap_mrb_cmd_proc_hook_code(cmd_parms *cmd, void *mconfig, const char *code)
+{
+    const ap_mrb_hook_cmd  *hc = cmd->info;
+    ap_mrb_srv_conf        *sconf;
+    const char             *err;
+
+    err = ap_mrb_check_proc_context(cmd);
+    if (err != NULL) {
+        return err;
+    }
+
+    sconf = ap_get_module_config(cmd->server->module_config, &mruby_module);
+    return ap_mrb_code_script(cmd, code,
+                              &sconf->proc_hooks[hc->phase][hc->order]);
+}
+
+
+/* "file [cache]" into the per-directory slot at offset cmd->info. */
+static const char *
+ap_mrb_cmd_file_slot(cmd_parms *cmd, void *mconfig, const char *file,
+    const char *flag)
+{
+    mrb_script  **slot = (mrb_script **) ((char *) mconfig
+                                          + (apr_size_t) cmd->info);
+
+    return ap_mrb_file_script(cmd, mconfig, file, flag, slot);
+}
+
+
+static const char *
+ap_mrb_cmd_handler_code(cmd_parms *cmd, void *mconfig, const char *code)
+{
+    ap_mrb_dir_conf  *dconf = mconfig;
+
+    return ap_mrb_code_script(cmd, code, &dconf->handler_code);
+}
+
+
+static const char *
+ap_mrb_cmd_handler_enable(cmd_parms *cmd, void *mconfig, int on)
+{
+    ap_mrb_dir_conf  *dconf = mconfig;
+
+    dconf->handler_enable = on;
+    return NULL;
+}
+
+
+static const char *
+ap_mrb_cmd_code_cache(cmd_parms *cmd, void *mconfig, const char *arg)
+{
+    ap_mrb_dir_conf   *dconf = mconfig;
+    ap_mrb_srv_conf   *sconf;
+    mrb_cache_policy   policy;
+
+    if (mrb_cache_policy_parse(arg, &policy) != 0) {
+        return apr_psprintf(cmd->pool, "%s: expected stat, forever or never, "
+                            "not \"%s\"", cmd->cmd->name, arg);
+    }
+
+    if (cmd->path != NULL) {
+        dconf->cache_policy = policy;
+        return NULL;
+    }
+
+    sconf = ap_get_module_config(cmd->server->module_config, &mruby_module);
+    sconf->cache_policy = policy;
+    return NULL;
+}
+
+
+static const char *
+ap_mrb_cmd_shared_dict(cmd_parms *cmd, void *mconfig, const char *name,
+    const char *size_arg)
+{
+    const char  *err;
+    size_t       size;
+    char         buf[256];
+
+    err = ap_check_cmd_context(cmd, GLOBAL_ONLY);
+    if (err != NULL) {
+        return apr_psprintf(cmd->pool, "%s: a shared dictionary belongs to "
+                            "the whole server: declare it in the main server "
+                            "config", err);
+    }
+
+    if (mrb_shdict_parse_size(size_arg, &size) != 0) {
+        return apr_psprintf(cmd->pool, "%s: invalid size \"%s\" (use e.g. "
+                            "65536, 512k or 1m)", cmd->cmd->name, size_arg);
+    }
+
+    if (mrb_shdict_zone_add(name, size, buf, sizeof(buf)) != 0) {
+        return apr_psprintf(cmd->pool, "%s: %s", cmd->cmd->name, buf);
+    }
+
+    return NULL;
+}
+
+
+/* Directives valid in the server config, <VirtualHost> and containers,
+ * but not in .htaccess: a script is code run by the server. */
+#define AP_MRB_WHERE  (RSRC_CONF | ACCESS_CONF)
+
+#define AP_MRB_HOOK(name, phase, order)                                       \
+    AP_INIT_TAKE12("mruby" name, ap_mrb_cmd_hook,                             \
+        &ap_mrb_hook_cmds[phase][order], AP_MRB_WHERE,                        \
+        "a Ruby script file (and optionally \"cache\") to run in " #phase),   \
+    AP_INIT_TAKE1("mruby" name "Code", ap_mrb_cmd_hook_code,                  \
+        &ap_mrb_hook_cmds[phase][order], AP_MRB_WHERE,                        \
+        "Ruby code to run in " #phase)
+
+#define AP_MRB_PHASE(name, phase)                                             \
+    AP_MRB_HOOK(name "First", phase, AP_MRB_FIRST),                           \
+    AP_MRB_HOOK(name "Middle", phase, AP_MRB_MIDDLE),                         \
+    AP_MRB_HOOK(name "Last", phase, AP_MRB_LAST)
+
+#define AP_MRB_PROC_HOOK(name, phase, order)                                  \
+    AP_INIT_TAKE12("mruby" name, ap_mrb_cmd_proc_hook,                        \
+        &ap_mrb_proc_cmds[phase][order], AP_MRB_WHERE,                        \
+        "a Ruby script file (and optionally \"cache\") to run in " #phase),   \
+    AP_INIT_TAKE1("mruby" name "Code", ap_mrb_cmd_proc_hook_code,             \
+        &ap_mrb_proc_cmds[phase][order], AP_MRB_WHERE,                        \
+        "Ruby code to run in " #phase)
+
+#define AP_MRB_PROC_PHASE(name, phase)                                        \
+    AP_MRB_PROC_HOOK(name "First", phase, AP_MRB_FIRST),                      \
+    AP_MRB_PROC_HOOK(name "Middle", phase, AP_MRB_MIDDLE),                    \
+    AP_MRB_PROC_HOOK(name "Last", phase, AP_MRB_LAST)
+
+#define AP_MRB_SLOT(name, field, help)                                        \
+    AP_INIT_TAKE12(name, ap_mrb_cmd_file_slot,                                \
+        (void *) APR_OFFSETOF(ap_mrb_dir_conf, field), AP_MRB_WHERE, help)
+
+const command_rec ap_mrb_cmds[] = {
+    AP_MRB_PROC_PHASE("PostConfig", AP_MRB_POST_CONFIG),
+    AP_MRB_PROC_PHASE("ChildInit", AP_MRB_CHILD_INIT),
+
+    AP_MRB_PHASE("PostReadRequest", AP_MRB_POST_READ_REQUEST),
+    AP_MRB_PHASE("QuickHandler", AP_MRB_QUICK_HANDLER),
+    AP_MRB_PHASE("TranslateName", AP_MRB_TRANSLATE_NAME),
+    AP_MRB_PHASE("MapToStorage", AP_MRB_MAP_TO_STORAGE),
+    AP_MRB_PHASE("AccessChecker", AP_MRB_ACCESS_CHECKER),
+    AP_MRB_PHASE("CheckUserId", AP_MRB_CHECK_USER_ID),
+    AP_MRB_PHASE("AuthChecker", AP_MRB_AUTH_CHECKER),
+    AP_MRB_PHASE("Fixups", AP_MRB_FIXUPS),
+    AP_MRB_PHASE("InsertFilter", AP_MRB_INSERT_FILTER),
+    AP_MRB_PHASE("Handler", AP_MRB_HANDLER),
+    AP_MRB_PHASE("LogTransaction", AP_MRB_LOG_TRANSACTION),
+
+    AP_INIT_TAKE1("mrubyHandlerCode", ap_mrb_cmd_handler_code, NULL,
+        AP_MRB_WHERE, "Ruby code run for requests whose handler is "
+        AP_MRB_HANDLER_NATIVE),
+    AP_INIT_FLAG("mrubyHandlerEnable", ap_mrb_cmd_handler_enable, NULL,
+        AP_MRB_WHERE, "On to run requested files whose handler is "
+        AP_MRB_HANDLER_SCRIPT " as Ruby scripts"),
+
+    AP_MRB_SLOT("mrubyAuthnCheckPassword", authn_check_password,
+        "a Ruby script file (and optionally \"cache\") that checks a "
+        "password for AuthBasicProvider mruby"),
+    AP_MRB_SLOT("mrubyAuthnGetRealmHash", authn_get_realm_hash,
+        "a Ruby script file (and optionally \"cache\") that gives the realm "
+        "hash for AuthDigestProvider mruby"),
+    AP_MRB_SLOT("mrubyOutputFilter", output_filter,
+        "a Ruby script file (and optionally \"cache\") for SetOutputFilter "
+        AP_MRB_FILTER_NAME),
+    AP_MRB_SLOT("mrubyInputFilter", input_filter,
+        "a Ruby script file (and optionally \"cache\") for SetInputFilter "
+        AP_MRB_FILTER_NAME),
+
+    AP_INIT_TAKE1("mrubyCodeCache", ap_mrb_cmd_code_cache, NULL, AP_MRB_WHERE,
+        "stat, forever or never: how file scripts declared after it are "
+        "cached"),
+    AP_INIT_TAKE2("mrubySharedDict", ap_mrb_cmd_shared_dict, NULL, AP_MRB_WHERE,
+        "a name and a size: a dictionary shared by all server processes"),
+
+    { NULL }
+};

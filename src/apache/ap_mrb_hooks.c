@@ -1,0 +1,356 @@
+/*
+ * Request phases: one hook per phase and order (APR_HOOK_FIRST, MIDDLE,
+ * LAST) that runs the script the request's per-directory configuration
+ * holds for that slot, and the handlers named mruby-native-script
+ * (mrubyHandlerCode) and mruby-script (the requested file is the script).
+ *
+ * Each worker thread runs scripts in its own interpreter, created on its
+ * first script and kept for the thread's life; threads never wait for each
+ * other.
+ */
+
+#include <string.h>
+
+#include <http_core.h>
+#include <http_main.h>
+#include <http_protocol.h>
+#include <http_request.h>
+
+#include "ap_mrb.h"
+
+APLOG_USE_MODULE(mruby);
+
+#define AP_MRB_NAMES(name) \
+    { "mruby" name "First", "mruby" name "Middle", "mruby" name "Last" }
+
+/* The directive of each slot, for error-log lines. */
+static const char *const ap_mrb_hook_names[AP_MRB_NPHASES][AP_MRB_NORDERS] = {
+    AP_MRB_NAMES("PostReadRequest"),
+    AP_MRB_NAMES("QuickHandler"),
+    AP_MRB_NAMES("TranslateName"),
+    AP_MRB_NAMES("MapToStorage"),
+    AP_MRB_NAMES("AccessChecker"),
+    AP_MRB_NAMES("CheckUserId"),
+    AP_MRB_NAMES("AuthChecker"),
+    AP_MRB_NAMES("Fixups"),
+    AP_MRB_NAMES("InsertFilter"),
+    AP_MRB_NAMES("Handler"),
+    AP_MRB_NAMES("LogTransaction")
+};
+
+static const char *const ap_mrb_proc_names[AP_MRB_NPROC_PHASES]
+                                          [AP_MRB_NORDERS] = {
+    AP_MRB_NAMES("PostConfig"),
+    AP_MRB_NAMES("ChildInit")
+};
+
+
+/* A new thread's interpreter: the main server's child_init scripts. */
+static void
+ap_mrb_thread_init(mrb_interp *interp, void *arg)
+{
+    ap_mrb_run_startup_scripts(interp, arg, AP_MRB_CHILD_INIT);
+}
+
+
+mrb_interp *
+ap_mrb_thread_interp(request_rec *r)
+{
+    mrb_interp  *interp;
+    char         err[256];
+
+    interp = mrb_interp_for_thread(&ap_mrb_server, ap_server_conf,
+                                   ap_mrb_thread_init, ap_server_conf,
+                                   err, sizeof(err));
+    if (interp != NULL) {
+        return interp;
+    }
+
+    if (r != NULL) {
+        ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r,
+                      "mod_mruby: cannot create an interpreter: %s", err);
+    } else {
+        ap_log_error(APLOG_MARK, APLOG_ERR, 0, ap_server_conf,
+                     "mod_mruby: cannot create an interpreter: %s", err);
+    }
+
+    return NULL;
+}
+
+
+/* What a hook may return to Apache: its own codes or an HTTP status. */
+static int
+ap_mrb_valid_result(mrb_int rc)
+{
+    return rc == OK || rc == DECLINED || rc == DONE
+           || (rc >= 100 && rc <= 599);
+}
+
+
+/*
+ * Runs one script for request r.  On failure the error goes to the log as
+ * one line and the client gets a 500, or, when the response has started, a
+ * truncated response: a partial body must not pass for a whole one.
+ */
+int
+ap_mrb_run_script(request_rec *r, mrb_interp *interp, mrb_script *script,
+    void *data, mrb_int default_result, const char *what)
+{
+    mrb_run  run;
+
+    mrb_run_init(&run, r, default_result);
+    run.data = data;
+
+    if (mrb_script_run(interp, script, &run) == 0) {
+        if (ap_mrb_valid_result(run.result)) {
+            return (int) run.result;
+        }
+
+        ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, "%s: %s returned %ld, "
+                      "which is neither an Apache code (OK, DECLINED, DONE) "
+                      "nor an HTTP status", what, mrb_script_name(script),
+                      (long) run.result);
+
+    } else {
+        ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, "%s: %s", what, run.error);
+    }
+
+    if (!r->sent_bodyct) {
+        return HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (!r->eos_sent) {
+        r->connection->aborted = 1;
+        return DONE;
+    }
+
+    return (int) default_result;
+}
+
+
+void
+ap_mrb_run_startup_scripts(mrb_interp *interp, server_rec *s,
+    ap_mrb_proc_phase phase)
+{
+    ap_mrb_srv_conf  *sconf = ap_get_module_config(s->module_config,
+                                                   &mruby_module);
+    mrb_script       *script;
+    mrb_run           run;
+    int               o;
+
+    for (o = 0; o < AP_MRB_NORDERS; o++) {
+        script = sconf->proc_hooks[phase][o];
+        if (script == NULL) {
+            continue;
+        }
+
+        mrb_run_init(&run, NULL, OK);
+        run.startup = 1;
+
+        if (mrb_script_run(interp, script, &run) != 0) {
+            ap_log_error(APLOG_MARK, APLOG_ERR, 0, s, "%s: %s",
+                         ap_mrb_proc_names[phase][o], run.error);
+        }
+    }
+}
+
+
+static int
+ap_mrb_run_phase(request_rec *r, ap_mrb_phase phase, ap_mrb_order order,
+    mrb_int default_result)
+{
+    ap_mrb_dir_conf  *dconf = ap_get_module_config(r->per_dir_config,
+                                                   &mruby_module);
+    mrb_script       *script = dconf->hooks[phase][order];
+    mrb_interp       *interp;
+
+    if (script == NULL) {
+        return DECLINED;
+    }
+
+    interp = ap_mrb_thread_interp(r);
+    if (interp == NULL) {
+        return HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ap_mrb_run_script(r, interp, script, NULL, default_result,
+                             ap_mrb_hook_names[phase][order]);
+}
+
+
+/*
+ * One C function per phase and order: Apache orders hooks by function.
+ * Every phase but the handler declines by default so that Apache's own
+ * processing continues; a handler script has produced the response, so
+ * its default is OK, as in the original mod_mruby.
+ */
+#define AP_MRB_DEFINE_HOOKS(fn, phase, dflt)                                  \
+    static int fn##_first(request_rec *r)                                     \
+    { return ap_mrb_run_phase(r, phase, AP_MRB_FIRST, dflt); }                \
+    static int fn##_middle(request_rec *r)                                    \
+    { return ap_mrb_run_phase(r, phase, AP_MRB_MIDDLE, dflt); }               \
+    static int fn##_last(request_rec *r)                                      \
+    { return ap_mrb_run_phase(r, phase, AP_MRB_LAST, dflt); }
+
+AP_MRB_DEFINE_HOOKS(ap_mrb_post_read_request, AP_MRB_POST_READ_REQUEST,
+                    DECLINED)
+AP_MRB_DEFINE_HOOKS(ap_mrb_translate_name, AP_MRB_TRANSLATE_NAME, DECLINED)
+AP_MRB_DEFINE_HOOKS(ap_mrb_map_to_storage, AP_MRB_MAP_TO_STORAGE, DECLINED)
+AP_MRB_DEFINE_HOOKS(ap_mrb_access_checker, AP_MRB_ACCESS_CHECKER, DECLINED)
+AP_MRB_DEFINE_HOOKS(ap_mrb_check_user_id, AP_MRB_CHECK_USER_ID, DECLINED)
+AP_MRB_DEFINE_HOOKS(ap_mrb_auth_checker, AP_MRB_AUTH_CHECKER, DECLINED)
+AP_MRB_DEFINE_HOOKS(ap_mrb_fixups, AP_MRB_FIXUPS, DECLINED)
+AP_MRB_DEFINE_HOOKS(ap_mrb_handler, AP_MRB_HANDLER, OK)
+AP_MRB_DEFINE_HOOKS(ap_mrb_log_transaction, AP_MRB_LOG_TRANSACTION, DECLINED)
+
+/* quick_handler: a lookup (lookup_uri) is no request to serve. */
+#define AP_MRB_DEFINE_QUICK(order, suffix)                                    \
+    static int ap_mrb_quick_handler_##suffix(request_rec *r, int lookup)      \
+    {                                                                         \
+        return lookup ? DECLINED                                              \
+            : ap_mrb_run_phase(r, AP_MRB_QUICK_HANDLER, order, DECLINED);     \
+    }
+
+AP_MRB_DEFINE_QUICK(AP_MRB_FIRST, first)
+AP_MRB_DEFINE_QUICK(AP_MRB_MIDDLE, middle)
+AP_MRB_DEFINE_QUICK(AP_MRB_LAST, last)
+
+/* insert_filter: nothing to return. */
+#define AP_MRB_DEFINE_INSERT(order, suffix)                                   \
+    static void ap_mrb_insert_filter_##suffix(request_rec *r)                 \
+    {                                                                         \
+        (void) ap_mrb_run_phase(r, AP_MRB_INSERT_FILTER, order, DECLINED);    \
+    }
+
+AP_MRB_DEFINE_INSERT(AP_MRB_FIRST, first)
+AP_MRB_DEFINE_INSERT(AP_MRB_MIDDLE, middle)
+AP_MRB_DEFINE_INSERT(AP_MRB_LAST, last)
+
+
+/* SetHandler mruby-native-script: the inline mrubyHandlerCode. */
+static int
+ap_mrb_native_handler(request_rec *r, ap_mrb_dir_conf *dconf)
+{
+    mrb_interp  *interp;
+
+    if (dconf->handler_code == NULL) {
+        ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, "handler "
+                      AP_MRB_HANDLER_NATIVE " without mrubyHandlerCode for "
+                      "%s", r->uri);
+        return HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    interp = ap_mrb_thread_interp(r);
+    if (interp == NULL) {
+        return HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ap_mrb_run_script(r, interp, dconf->handler_code, NULL, OK,
+                             "mrubyHandlerCode");
+}
+
+
+/*
+ * SetHandler / AddHandler mruby-script: the requested file is the script.
+ * Where mrubyHandlerEnable is not On the file is refused rather than
+ * handed to the default handler, which would send its source.
+ */
+static int
+ap_mrb_script_handler(request_rec *r, ap_mrb_dir_conf *dconf)
+{
+    mrb_script  *script;
+    mrb_interp  *interp;
+    char         err[1024];
+
+    if (dconf->handler_enable != 1) {
+        ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, "handler "
+                      AP_MRB_HANDLER_SCRIPT " for %s, but mrubyHandlerEnable "
+                      "is not On here", r->filename);
+        return HTTP_FORBIDDEN;
+    }
+
+    if (r->finfo.filetype == APR_NOFILE) {
+        return HTTP_NOT_FOUND;
+    }
+
+    if (r->finfo.filetype != APR_REG) {
+        return DECLINED;
+    }
+
+    script = mrb_script_for_file(r->filename,
+                                 ap_mrb_cache_policy(dconf, r->server),
+                                 err, sizeof(err));
+    if (script == NULL) {
+        ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, AP_MRB_HANDLER_SCRIPT
+                      ": %s", err);
+        return HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    interp = ap_mrb_thread_interp(r);
+    if (interp == NULL) {
+        return HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ap_mrb_run_script(r, interp, script, NULL, OK,
+                             AP_MRB_HANDLER_SCRIPT);
+}
+
+
+static int
+ap_mrb_named_handler(request_rec *r)
+{
+    ap_mrb_dir_conf  *dconf;
+
+    if (r->handler == NULL) {
+        return DECLINED;
+    }
+
+    dconf = ap_get_module_config(r->per_dir_config, &mruby_module);
+
+    if (strcmp(r->handler, AP_MRB_HANDLER_NATIVE) == 0) {
+        return ap_mrb_native_handler(r, dconf);
+    }
+
+    if (strcmp(r->handler, AP_MRB_HANDLER_SCRIPT) == 0) {
+        return ap_mrb_script_handler(r, dconf);
+    }
+
+    return DECLINED;
+}
+
+
+#define AP_MRB_HOOK3(hook, fn)                                                \
+    hook(fn##_first, NULL, NULL, APR_HOOK_FIRST);                             \
+    hook(fn##_middle, NULL, NULL, APR_HOOK_MIDDLE);                           \
+    hook(fn##_last, NULL, NULL, APR_HOOK_LAST)
+
+/*
+ * check_user_id and auth_checker go through the 2.4 authn/authz
+ * registration, per configuration: our scripts come from the per-directory
+ * configuration, so a subrequest with the same configuration need not
+ * repeat them.
+ */
+#define AP_MRB_AUTH_HOOK3(hook, fn)                                           \
+    hook(fn##_first, NULL, NULL, APR_HOOK_FIRST, AP_AUTH_INTERNAL_PER_CONF);  \
+    hook(fn##_middle, NULL, NULL, APR_HOOK_MIDDLE, AP_AUTH_INTERNAL_PER_CONF);\
+    hook(fn##_last, NULL, NULL, APR_HOOK_LAST, AP_AUTH_INTERNAL_PER_CONF)
+
+void
+ap_mrb_register_request_hooks(void)
+{
+    AP_MRB_HOOK3(ap_hook_post_read_request, ap_mrb_post_read_request);
+    AP_MRB_HOOK3(ap_hook_quick_handler, ap_mrb_quick_handler);
+    AP_MRB_HOOK3(ap_hook_translate_name, ap_mrb_translate_name);
+    AP_MRB_HOOK3(ap_hook_map_to_storage, ap_mrb_map_to_storage);
+    AP_MRB_HOOK3(ap_hook_access_checker, ap_mrb_access_checker);
+    AP_MRB_AUTH_HOOK3(ap_hook_check_authn, ap_mrb_check_user_id);
+    AP_MRB_AUTH_HOOK3(ap_hook_check_authz, ap_mrb_auth_checker);
+    AP_MRB_HOOK3(ap_hook_fixups, ap_mrb_fixups);
+    AP_MRB_HOOK3(ap_hook_insert_filter, ap_mrb_insert_filter);
+
+    /* the named handlers first: they are what SetHandler asked for */
+    ap_hook_handler(ap_mrb_named_handler, NULL, NULL, APR_HOOK_MIDDLE);
+    AP_MRB_HOOK3(ap_hook_handler, ap_mrb_handler);
+
+    AP_MRB_HOOK3(ap_hook_log_transaction, ap_mrb_log_transaction);
+}

@@ -1,0 +1,456 @@
+/*
+ * Apache::Request: a handle to the request the current script runs for.
+ *
+ * The object holds no pointer: every method asks the core for the current
+ * run's request, so an object kept past its request cannot reach freed
+ * memory, it only raises outside a request.
+ */
+
+#include <http_core.h>
+#include <http_protocol.h>
+#include <http_request.h>
+
+#include <mruby.h>
+#include <mruby/class.h>
+#include <mruby/string.h>
+
+#include "ap_mrb.h"
+
+APLOG_USE_MODULE(mruby);
+
+
+/* What a request keeps for its scripts, in its own pool. */
+ap_mrb_req_ctx *
+ap_mrb_req_ctx_get(request_rec *r)
+{
+    ap_mrb_req_ctx  *ctx = ap_get_module_config(r->request_config,
+                                                &mruby_module);
+
+    if (ctx == NULL) {
+        ctx = apr_pcalloc(r->pool, sizeof(ap_mrb_req_ctx));
+        ap_set_module_config(r->request_config, &mruby_module, ctx);
+    }
+
+    return ctx;
+}
+
+
+/* String fields: read/write; "nilable" ones may be set to nil (NULL). */
+#define AP_MRB_STR_GET(field)                                                 \
+    static mrb_value                                                          \
+    ap_mrb_get_##field(mrb_state *mrb, mrb_value self)                        \
+    {                                                                         \
+        return ap_mrb_str(mrb, ap_mrb_request(mrb)->field);                   \
+    }
+
+#define AP_MRB_STR_SET(field, spec)                                           \
+    static mrb_value                                                          \
+    ap_mrb_set_##field(mrb_state *mrb, mrb_value self)                        \
+    {                                                                         \
+        request_rec  *r = ap_mrb_request(mrb);                                \
+        mrb_value     v;                                                      \
+                                                                              \
+        mrb_get_args(mrb, spec, &v);                                          \
+        r->field = mrb_nil_p(v) ? NULL : ap_mrb_pstr(mrb, r->pool, v);        \
+        return v;                                                             \
+    }
+
+#define AP_MRB_STR_ATTR(field)                                                \
+    AP_MRB_STR_GET(field)                                                     \
+    AP_MRB_STR_SET(field, "S")
+
+#define AP_MRB_STR_ATTR_NIL(field)                                            \
+    AP_MRB_STR_GET(field)                                                     \
+    AP_MRB_STR_SET(field, "S!")
+
+AP_MRB_STR_ATTR(the_request)
+AP_MRB_STR_ATTR(protocol)
+AP_MRB_STR_ATTR_NIL(user)
+AP_MRB_STR_ATTR_NIL(ap_auth_type)
+AP_MRB_STR_ATTR(unparsed_uri)
+AP_MRB_STR_ATTR(uri)
+AP_MRB_STR_ATTR(filename)
+AP_MRB_STR_ATTR_NIL(canonical_filename)
+AP_MRB_STR_ATTR_NIL(path_info)
+AP_MRB_STR_ATTR_NIL(args)
+AP_MRB_STR_ATTR(hostname)
+AP_MRB_STR_ATTR_NIL(status_line)
+AP_MRB_STR_ATTR_NIL(range)
+AP_MRB_STR_ATTR_NIL(handler)
+AP_MRB_STR_ATTR_NIL(content_encoding)
+AP_MRB_STR_GET(method)
+AP_MRB_STR_GET(content_type)
+
+
+/* Setting the method keeps method_number in step, as Apache reads both. */
+static mrb_value
+ap_mrb_set_method(mrb_state *mrb, mrb_value self)
+{
+    request_rec  *r = ap_mrb_request(mrb);
+    mrb_value     v;
+
+    mrb_get_args(mrb, "S", &v);
+    r->method = ap_mrb_pstr(mrb, r->pool, v);
+    r->method_number = ap_method_number_of(r->method);
+    return v;
+}
+
+
+/* Through Apache, which also tells the filters the type changed. */
+static mrb_value
+ap_mrb_set_content_type(mrb_state *mrb, mrb_value self)
+{
+    request_rec  *r = ap_mrb_request(mrb);
+    mrb_value     v;
+
+    mrb_get_args(mrb, "S", &v);
+    ap_set_content_type(r, ap_mrb_pstr(mrb, r->pool, v));
+    return v;
+}
+
+
+static mrb_value
+ap_mrb_get_document_root(mrb_state *mrb, mrb_value self)
+{
+    return ap_mrb_str(mrb, ap_document_root(ap_mrb_request(mrb)));
+}
+
+
+/* For this request only (as mass virtual hosting needs), not the server. */
+static mrb_value
+ap_mrb_set_document_root(mrb_state *mrb, mrb_value self)
+{
+    request_rec  *r = ap_mrb_request(mrb);
+    mrb_value     v;
+
+    mrb_get_args(mrb, "S", &v);
+    ap_set_document_root(r, ap_mrb_pstr(mrb, r->pool, v));
+    return v;
+}
+
+
+static mrb_value
+ap_mrb_get_content_length(mrb_state *mrb, mrb_value self)
+{
+    return mrb_int_value(mrb, (mrb_int) ap_mrb_request(mrb)->clength);
+}
+
+
+static mrb_value
+ap_mrb_set_content_length(mrb_state *mrb, mrb_value self)
+{
+    mrb_int  len;
+
+    mrb_get_args(mrb, "i", &len);
+
+    if (len < 0) {
+        mrb_raise(mrb, E_ARGUMENT_ERROR, "content_length must not be "
+                  "negative");
+    }
+
+    ap_set_content_length(ap_mrb_request(mrb), (apr_off_t) len);
+    return mrb_int_value(mrb, len);
+}
+
+
+#define AP_MRB_INT_ATTR(field)                                                \
+    static mrb_value                                                          \
+    ap_mrb_get_##field(mrb_state *mrb, mrb_value self)                        \
+    {                                                                         \
+        return mrb_int_value(mrb, ap_mrb_request(mrb)->field);                \
+    }                                                                         \
+                                                                              \
+    static mrb_value                                                          \
+    ap_mrb_set_##field(mrb_state *mrb, mrb_value self)                        \
+    {                                                                         \
+        mrb_int  v;                                                           \
+                                                                              \
+        mrb_get_args(mrb, "i", &v);                                           \
+        ap_mrb_request(mrb)->field = (int) v;                                 \
+        return mrb_int_value(mrb, v);                                         \
+    }
+
+AP_MRB_INT_ATTR(status)
+AP_MRB_INT_ATTR(proxyreq)
+
+
+static mrb_value
+ap_mrb_get_scheme(mrb_state *mrb, mrb_value self)
+{
+    return ap_mrb_str(mrb, ap_http_scheme(ap_mrb_request(mrb)));
+}
+
+
+static mrb_value
+ap_mrb_get_header_only(mrb_state *mrb, mrb_value self)
+{
+    return mrb_bool_value(ap_mrb_request(mrb)->header_only != 0);
+}
+
+
+static mrb_value
+ap_mrb_get_proto_num(mrb_state *mrb, mrb_value self)
+{
+    return mrb_int_value(mrb, ap_mrb_request(mrb)->proto_num);
+}
+
+
+static mrb_value
+ap_mrb_get_method_number(mrb_state *mrb, mrb_value self)
+{
+    return mrb_int_value(mrb, ap_mrb_request(mrb)->method_number);
+}
+
+
+static mrb_value
+ap_mrb_get_chunked(mrb_state *mrb, mrb_value self)
+{
+    return mrb_bool_value(ap_mrb_request(mrb)->chunked != 0);
+}
+
+
+/* When the request line was read, as seconds since the epoch. */
+static mrb_value
+ap_mrb_get_request_time(mrb_state *mrb, mrb_value self)
+{
+    apr_time_t  t = ap_mrb_request(mrb)->request_time;
+
+    return mrb_float_value(mrb, (mrb_float) t / APR_USEC_PER_SEC);
+}
+
+
+/* Seconds spent on the request so far. */
+static mrb_value
+ap_mrb_get_response_time(mrb_state *mrb, mrb_value self)
+{
+    apr_time_t  t = apr_time_now() - ap_mrb_request(mrb)->request_time;
+
+    return mrb_float_value(mrb, (mrb_float) t / APR_USEC_PER_SEC);
+}
+
+
+/*
+ * The request body, read from the client on first use and kept for the
+ * request's other scripts: a body can be read only once.
+ */
+static mrb_value
+ap_mrb_get_body(mrb_state *mrb, mrb_value self)
+{
+    request_rec         *r = ap_mrb_request(mrb);
+    ap_mrb_req_ctx      *ctx = ap_mrb_req_ctx_get(r);
+    apr_bucket_brigade  *bb;
+    apr_status_t         rv;
+    char                 buf[HUGE_STRING_LEN];
+    long                 n;
+    int                  rc;
+
+    if (ctx->body_read) {
+        return mrb_str_new(mrb, ctx->body, ctx->body_len);
+    }
+
+    rc = ap_setup_client_block(r, REQUEST_CHUNKED_DECHUNK);
+    if (rc != OK) {
+        mrb_raisef(mrb, E_RUNTIME_ERROR, "cannot read the request body "
+                   "(HTTP status %d)", rc);
+    }
+
+    ctx->body_read = 1;
+
+    if (!ap_should_client_block(r)) {
+        return mrb_str_new(mrb, NULL, 0);
+    }
+
+    bb = apr_brigade_create(r->pool, r->connection->bucket_alloc);
+
+    while ((n = ap_get_client_block(r, buf, sizeof(buf))) > 0) {
+        apr_brigade_write(bb, NULL, NULL, buf, (apr_size_t) n);
+    }
+
+    if (n < 0) {
+        apr_brigade_destroy(bb);
+        ctx->body_read = 0;
+        r->connection->keepalive = AP_CONN_CLOSE;
+        mrb_raise(mrb, E_RUNTIME_ERROR, "error reading the request body");
+    }
+
+    rv = apr_brigade_pflatten(bb, &ctx->body, &ctx->body_len, r->pool);
+    apr_brigade_destroy(bb);
+
+    if (rv != APR_SUCCESS) {
+        ctx->body_len = 0;
+        mrb_raise(mrb, E_RUNTIME_ERROR, "out of memory keeping the request "
+                  "body");
+    }
+
+    return mrb_str_new(mrb, ctx->body, ctx->body_len);
+}
+
+
+static mrb_value
+ap_mrb_new_object(mrb_state *mrb, const char *class_name)
+{
+    struct RClass  *apache = mrb_class_get(mrb, "Apache");
+
+    return mrb_obj_new(mrb, mrb_class_get_under(mrb, apache, class_name),
+                       0, NULL);
+}
+
+#define AP_MRB_OBJECT_GETTER(field, class_name)                                \
+    static mrb_value                                                          \
+    ap_mrb_get_##field(mrb_state *mrb, mrb_value self)                        \
+    {                                                                         \
+        (void) ap_mrb_request(mrb);                                           \
+        return ap_mrb_new_object(mrb, class_name);                          \
+    }
+
+AP_MRB_OBJECT_GETTER(headers_in, "Headers_in")
+AP_MRB_OBJECT_GETTER(headers_out, "Headers_out")
+AP_MRB_OBJECT_GETTER(err_headers_out, "Err_headers_out")
+AP_MRB_OBJECT_GETTER(notes, "Notes")
+AP_MRB_OBJECT_GETTER(subprocess_env, "Subprocess_env")
+AP_MRB_OBJECT_GETTER(finfo, "Finfo")
+
+
+static mrb_value
+ap_mrb_is_main(mrb_state *mrb, mrb_value self)
+{
+    return mrb_bool_value(ap_mrb_request(mrb)->main == NULL);
+}
+
+
+static mrb_value
+ap_mrb_is_sub_request(mrb_state *mrb, mrb_value self)
+{
+    return mrb_bool_value(ap_mrb_request(mrb)->main != NULL);
+}
+
+
+static mrb_value
+ap_mrb_is_internal_redirect(mrb_state *mrb, mrb_value self)
+{
+    return mrb_bool_value(ap_mrb_request(mrb)->prev != NULL);
+}
+
+
+/* r.log(level, message): the error log, with this request's client. */
+static mrb_value
+ap_mrb_request_log(mrb_state *mrb, mrb_value self)
+{
+    request_rec  *r = ap_mrb_request(mrb);
+    mrb_int       level;
+    mrb_value     msg;
+
+    mrb_get_args(mrb, "iS", &level, &msg);
+
+    if (level < APLOG_EMERG) {
+        level = APLOG_EMERG;
+    } else if (level > APLOG_TRACE8) {
+        level = APLOG_TRACE8;
+    }
+
+    ap_log_rerror(APLOG_MARK, (int) level, 0, r, "%.*s",
+                  (int) RSTRING_LEN(msg), RSTRING_PTR(msg));
+    return self;
+}
+
+
+/*
+ * Hands the request to mod_proxy as a reverse proxy to url, as
+ * mod_rewrite's [P] flag does; call it from translate_name and return OK.
+ */
+static mrb_value
+ap_mrb_reverse_proxy(mrb_state *mrb, mrb_value self)
+{
+    request_rec  *r = ap_mrb_request(mrb);
+    mrb_value     url;
+
+    mrb_get_args(mrb, "S", &url);
+
+    r->filename = apr_pstrcat(r->pool, "proxy:",
+                              ap_mrb_pstr(mrb, r->pool, url), NULL);
+    r->proxyreq = PROXYREQ_REVERSE;
+    r->handler = "proxy-server";
+    return url;
+}
+
+
+typedef struct {
+    const char      *name;
+    mrb_func_t       get;
+    mrb_func_t       set;
+} ap_mrb_attr;
+
+#define AP_MRB_RW(name)  { #name, ap_mrb_get_##name, ap_mrb_set_##name }
+#define AP_MRB_RO(name)  { #name, ap_mrb_get_##name, NULL }
+
+static const ap_mrb_attr ap_mrb_request_attrs[] = {
+    AP_MRB_RW(the_request),
+    AP_MRB_RW(protocol),
+    AP_MRB_RW(user),
+    AP_MRB_RW(ap_auth_type),
+    AP_MRB_RW(unparsed_uri),
+    AP_MRB_RW(uri),
+    AP_MRB_RW(filename),
+    AP_MRB_RW(canonical_filename),
+    AP_MRB_RW(path_info),
+    AP_MRB_RW(args),
+    AP_MRB_RW(hostname),
+    AP_MRB_RW(document_root),
+    AP_MRB_RW(status_line),
+    AP_MRB_RW(method),
+    AP_MRB_RW(range),
+    AP_MRB_RW(content_type),
+    AP_MRB_RW(content_length),
+    AP_MRB_RW(handler),
+    AP_MRB_RW(content_encoding),
+    AP_MRB_RW(proxyreq),
+    AP_MRB_RW(status),
+
+    AP_MRB_RO(scheme),
+    AP_MRB_RO(header_only),
+    AP_MRB_RO(proto_num),
+    AP_MRB_RO(method_number),
+    AP_MRB_RO(chunked),
+    AP_MRB_RO(request_time),
+    AP_MRB_RO(response_time),
+    AP_MRB_RO(body),
+    AP_MRB_RO(headers_in),
+    AP_MRB_RO(headers_out),
+    AP_MRB_RO(err_headers_out),
+    AP_MRB_RO(notes),
+    AP_MRB_RO(subprocess_env),
+    AP_MRB_RO(finfo),
+
+    { NULL, NULL, NULL }
+};
+
+
+void
+ap_mrb_define_request(mrb_state *mrb, struct RClass *apache)
+{
+    struct RClass      *c;
+    const ap_mrb_attr  *a;
+    char                setter[64];
+
+    c = mrb_define_class_under(mrb, apache, "Request", mrb->object_class);
+
+    for (a = ap_mrb_request_attrs; a->name != NULL; a++) {
+        mrb_define_method(mrb, c, a->name, a->get, MRB_ARGS_NONE());
+
+        if (a->set != NULL) {
+            apr_snprintf(setter, sizeof(setter), "%s=", a->name);
+            mrb_define_method(mrb, c, setter, a->set, MRB_ARGS_REQ(1));
+        }
+    }
+
+    mrb_define_method(mrb, c, "main?", ap_mrb_is_main, MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "sub_request?", ap_mrb_is_sub_request,
+                      MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "prev?", ap_mrb_is_internal_redirect,
+                      MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "internal_redirect?",
+                      ap_mrb_is_internal_redirect, MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "log", ap_mrb_request_log, MRB_ARGS_REQ(2));
+    mrb_define_method(mrb, c, "reverse_proxy", ap_mrb_reverse_proxy,
+                      MRB_ARGS_REQ(1));
+}

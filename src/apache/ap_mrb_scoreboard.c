@@ -1,0 +1,271 @@
+/*
+ * Apache::Scoreboard: the server's load as mod_status sees it (busy and
+ * idle workers, accesses, traffic, uptime) plus the system load average,
+ * so that a script can behave differently under load.
+ */
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <ap_mpm.h>
+#include <scoreboard.h>
+
+#include <mruby.h>
+#include <mruby/array.h>
+#include <mruby/hash.h>
+#include <mruby/string.h>
+
+#include "ap_mrb.h"
+
+/* mod_status's letter for each worker status. */
+static const char ap_mrb_sb_letters[SERVER_NUM_STATUS] = {
+    '.',    /* SERVER_DEAD */
+    'S',    /* SERVER_STARTING */
+    '_',    /* SERVER_READY */
+    'R',    /* SERVER_BUSY_READ */
+    'W',    /* SERVER_BUSY_WRITE */
+    'K',    /* SERVER_BUSY_KEEPALIVE */
+    'L',    /* SERVER_BUSY_LOG */
+    'D',    /* SERVER_BUSY_DNS */
+    'C',    /* SERVER_CLOSING */
+    'G',    /* SERVER_GRACEFUL */
+    'I'     /* SERVER_IDLE_KILL */
+};
+
+typedef struct {
+    int            busy;
+    int            idle;
+    unsigned long  accesses;
+    apr_off_t      bytes;
+    int            by_status[SERVER_NUM_STATUS];
+} ap_mrb_sb_tally;
+
+
+static void
+ap_mrb_sb_check(mrb_state *mrb)
+{
+    if (!ap_exists_scoreboard_image()) {
+        mrb_raise(mrb, E_RUNTIME_ERROR, "Apache::Scoreboard: no scoreboard "
+                  "in this process");
+    }
+}
+
+
+/* Counts workers the way mod_status does: a worker of a process going down
+ * gracefully, or of an old generation, is not idle capacity. */
+static void
+ap_mrb_sb_count(mrb_state *mrb, ap_mrb_sb_tally *t, char *letters)
+{
+    global_score   *g;
+    process_score  *ps;
+    worker_score   *ws;
+    int             i, j, generation = 0;
+    unsigned char   st;
+
+    ap_mrb_sb_check(mrb);
+    memset(t, 0, sizeof(*t));
+    g = ap_scoreboard_image->global;
+    ap_mpm_query(AP_MPMQ_GENERATION, &generation);
+
+    for (i = 0; i < g->server_limit; i++) {
+        ps = ap_get_scoreboard_process(i);
+
+        for (j = 0; j < g->thread_limit; j++) {
+            ws = ap_get_scoreboard_worker_from_indexes(i, j);
+            st = ws->status < SERVER_NUM_STATUS ? ws->status : SERVER_DEAD;
+
+            t->by_status[st]++;
+            t->accesses += ws->access_count;
+            t->bytes += ws->bytes_served;
+
+            if (letters != NULL) {
+                *letters++ = ap_mrb_sb_letters[st];
+            }
+
+            if (ps->pid == 0 || ps->quiescing) {
+                continue;
+            }
+
+            if (st == SERVER_READY) {
+                if (ps->generation == generation) {
+                    t->idle++;
+                }
+            } else if (st != SERVER_DEAD && st != SERVER_STARTING
+                       && st != SERVER_IDLE_KILL)
+            {
+                t->busy++;
+            }
+        }
+    }
+}
+
+
+static mrb_value
+ap_mrb_sb_busy_worker(mrb_state *mrb, mrb_value self)
+{
+    ap_mrb_sb_tally  t;
+
+    ap_mrb_sb_count(mrb, &t, NULL);
+    return mrb_int_value(mrb, t.busy);
+}
+
+
+static mrb_value
+ap_mrb_sb_idle_worker(mrb_state *mrb, mrb_value self)
+{
+    ap_mrb_sb_tally  t;
+
+    ap_mrb_sb_count(mrb, &t, NULL);
+    return mrb_int_value(mrb, t.idle);
+}
+
+
+static mrb_value
+ap_mrb_sb_total_access(mrb_state *mrb, mrb_value self)
+{
+    ap_mrb_sb_tally  t;
+
+    ap_mrb_sb_count(mrb, &t, NULL);
+    return mrb_int_value(mrb, (mrb_int) t.accesses);
+}
+
+
+static mrb_value
+ap_mrb_sb_total_kbyte(mrb_state *mrb, mrb_value self)
+{
+    ap_mrb_sb_tally  t;
+
+    ap_mrb_sb_count(mrb, &t, NULL);
+    return mrb_int_value(mrb, (mrb_int) (t.bytes / 1024));
+}
+
+
+/* One letter per worker slot, as in mod_status ("_W__K...."). */
+static mrb_value
+ap_mrb_sb_status(mrb_state *mrb, mrb_value self)
+{
+    ap_mrb_sb_tally  t;
+    global_score    *g;
+    mrb_value        s;
+
+    ap_mrb_sb_check(mrb);
+    g = ap_scoreboard_image->global;
+    s = mrb_str_new(mrb, NULL, (size_t) g->server_limit * g->thread_limit);
+    ap_mrb_sb_count(mrb, &t, RSTRING_PTR(s));
+    return s;
+}
+
+
+/* Workers by status letter: {"_" => 60, "W" => 2, ...}. */
+static mrb_value
+ap_mrb_sb_counter(mrb_state *mrb, mrb_value self)
+{
+    ap_mrb_sb_tally  t;
+    mrb_value        h;
+    int              i;
+
+    ap_mrb_sb_count(mrb, &t, NULL);
+    h = mrb_hash_new_capa(mrb, SERVER_NUM_STATUS);
+
+    for (i = 0; i < SERVER_NUM_STATUS; i++) {
+        mrb_hash_set(mrb, h, mrb_str_new(mrb, &ap_mrb_sb_letters[i], 1),
+                     mrb_int_value(mrb, t.by_status[i]));
+    }
+
+    return h;
+}
+
+
+/* Seconds since the server last (re)started. */
+static mrb_value
+ap_mrb_sb_uptime(mrb_state *mrb, mrb_value self)
+{
+    ap_mrb_sb_check(mrb);
+    return mrb_int_value(mrb, (mrb_int) apr_time_sec(
+               apr_time_now() - ap_scoreboard_image->global->restart_time));
+}
+
+
+static mrb_value
+ap_mrb_sb_restart_time(mrb_state *mrb, mrb_value self)
+{
+    ap_mrb_sb_check(mrb);
+    return mrb_int_value(mrb, (mrb_int) apr_time_sec(
+               ap_scoreboard_image->global->restart_time));
+}
+
+
+static mrb_value
+ap_mrb_sb_server_limit(mrb_state *mrb, mrb_value self)
+{
+    ap_mrb_sb_check(mrb);
+    return mrb_int_value(mrb, ap_scoreboard_image->global->server_limit);
+}
+
+
+static mrb_value
+ap_mrb_sb_thread_limit(mrb_state *mrb, mrb_value self)
+{
+    ap_mrb_sb_check(mrb);
+    return mrb_int_value(mrb, ap_scoreboard_image->global->thread_limit);
+}
+
+
+/* The system's 1, 5 and 15 minute load averages. */
+static mrb_value
+ap_mrb_sb_loadavg(mrb_state *mrb, mrb_value self)
+{
+    double     avg[3];
+    mrb_value  a;
+    int        i;
+
+    if (getloadavg(avg, 3) != 3) {
+        mrb_raise(mrb, E_RUNTIME_ERROR, "getloadavg() failed");
+    }
+
+    a = mrb_ary_new_capa(mrb, 3);
+    for (i = 0; i < 3; i++) {
+        mrb_ary_push(mrb, a, mrb_float_value(mrb, avg[i]));
+    }
+
+    return a;
+}
+
+
+static mrb_value
+ap_mrb_sb_pid(mrb_state *mrb, mrb_value self)
+{
+    return mrb_int_value(mrb, (mrb_int) getpid());
+}
+
+
+void
+ap_mrb_define_scoreboard(mrb_state *mrb, struct RClass *apache)
+{
+    static const struct {
+        const char  *name;
+        mrb_func_t   fn;
+    } methods[] = {
+        { "busy_worker", ap_mrb_sb_busy_worker },
+        { "idle_worker", ap_mrb_sb_idle_worker },
+        { "total_access", ap_mrb_sb_total_access },
+        { "total_kbyte", ap_mrb_sb_total_kbyte },
+        { "status", ap_mrb_sb_status },
+        { "counter", ap_mrb_sb_counter },
+        { "uptime", ap_mrb_sb_uptime },
+        { "restart_time", ap_mrb_sb_restart_time },
+        { "server_limit", ap_mrb_sb_server_limit },
+        { "thread_limit", ap_mrb_sb_thread_limit },
+        { "loadavg", ap_mrb_sb_loadavg },
+        { "pid", ap_mrb_sb_pid }
+    };
+    struct RClass  *c;
+    size_t          i;
+
+    c = mrb_define_class_under(mrb, apache, "Scoreboard", mrb->object_class);
+
+    for (i = 0; i < sizeof(methods) / sizeof(methods[0]); i++) {
+        mrb_define_method(mrb, c, methods[i].name, methods[i].fn,
+                          MRB_ARGS_NONE());
+    }
+}

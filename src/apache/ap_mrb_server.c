@@ -1,0 +1,103 @@
+/*
+ * Apache::Server: the server (virtual host) of the current request, or,
+ * outside a request (post_config and child_init scripts), the main server.
+ */
+
+#include <http_core.h>
+
+#include "ap_mrb.h"
+
+
+static server_rec *
+ap_mrb_server_rec(mrb_state *mrb)
+{
+    mrb_run  *run = mrb_interp_run(mrb);
+
+    if (run != NULL && run->request != NULL) {
+        return ((request_rec *) run->request)->server;
+    }
+
+    return mrb_interp_log_target(mrb_interp_from_state(mrb));
+}
+
+
+#define AP_MRB_SERVER_STR(name, expr)                                         \
+    static mrb_value                                                          \
+    ap_mrb_server_##name(mrb_state *mrb, mrb_value self)                      \
+    {                                                                         \
+        server_rec  *s = ap_mrb_server_rec(mrb);                              \
+        return ap_mrb_str(mrb, expr);                                         \
+    }
+
+#define AP_MRB_SERVER_INT(name, expr)                                         \
+    static mrb_value                                                          \
+    ap_mrb_server_##name(mrb_state *mrb, mrb_value self)                      \
+    {                                                                         \
+        server_rec  *s = ap_mrb_server_rec(mrb);                              \
+        return mrb_int_value(mrb, (mrb_int) (expr));                          \
+    }
+
+AP_MRB_SERVER_STR(hostname, s->server_hostname)
+AP_MRB_SERVER_STR(admin, s->server_admin)
+AP_MRB_SERVER_STR(scheme, s->server_scheme)
+AP_MRB_SERVER_STR(error_fname, s->error_fname)
+AP_MRB_SERVER_STR(path, s->path)
+AP_MRB_SERVER_STR(defn_name, s->defn_name)
+AP_MRB_SERVER_STR(document_root, ((core_server_config *)
+    ap_get_core_module_config(s->module_config))->ap_document_root)
+
+AP_MRB_SERVER_INT(port, s->port)
+AP_MRB_SERVER_INT(defn_line_number, s->defn_line_number)
+AP_MRB_SERVER_INT(loglevel, s->log.level)
+AP_MRB_SERVER_INT(timeout, apr_time_sec(s->timeout))
+AP_MRB_SERVER_INT(keep_alive, s->keep_alive)
+AP_MRB_SERVER_INT(keep_alive_timeout, apr_time_sec(s->keep_alive_timeout))
+AP_MRB_SERVER_INT(keep_alive_max, s->keep_alive_max)
+AP_MRB_SERVER_INT(is_virtual, s->is_virtual)
+AP_MRB_SERVER_INT(limit_req_line, s->limit_req_line)
+AP_MRB_SERVER_INT(limit_req_fieldsize, s->limit_req_fieldsize)
+AP_MRB_SERVER_INT(limit_req_fields, s->limit_req_fields)
+
+
+void
+ap_mrb_define_server(mrb_state *mrb, struct RClass *apache)
+{
+    static const struct {
+        const char  *name;
+        mrb_func_t   fn;
+    } methods[] = {
+#define AP_MRB_M(name)  { #name, ap_mrb_server_##name }
+        AP_MRB_M(hostname),
+        AP_MRB_M(admin),
+        AP_MRB_M(scheme),
+        AP_MRB_M(error_fname),
+        AP_MRB_M(path),
+        AP_MRB_M(defn_name),
+        AP_MRB_M(document_root),
+        AP_MRB_M(port),
+        AP_MRB_M(defn_line_number),
+        AP_MRB_M(loglevel),
+        AP_MRB_M(timeout),
+        AP_MRB_M(keep_alive),
+        AP_MRB_M(keep_alive_timeout),
+        AP_MRB_M(keep_alive_max),
+        AP_MRB_M(is_virtual),
+        AP_MRB_M(limit_req_line),
+        AP_MRB_M(limit_req_fieldsize),
+        AP_MRB_M(limit_req_fields)
+#undef AP_MRB_M
+    };
+    struct RClass  *c;
+    size_t          i;
+
+    c = mrb_define_class_under(mrb, apache, "Server", mrb->object_class);
+
+    for (i = 0; i < sizeof(methods) / sizeof(methods[0]); i++) {
+        mrb_define_method(mrb, c, methods[i].name, methods[i].fn,
+                          MRB_ARGS_NONE());
+    }
+
+    /* the original mod_mruby's names */
+    mrb_define_alias(mrb, c, "server_hostname", "hostname");
+    mrb_define_alias(mrb, c, "server_admin", "admin");
+}

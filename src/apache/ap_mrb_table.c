@@ -1,0 +1,240 @@
+/*
+ * The request's tables as Ruby objects: Apache::Headers_in, Headers_out,
+ * Err_headers_out, Notes, Subprocess_env and Env (subprocess_env with the
+ * CGI variables added), all with [], []=, add, delete and all.
+ *
+ * An object knows which table it stands for, not which request: it always
+ * reaches the current run's request.
+ */
+
+#include <string.h>
+
+#include <httpd.h>
+#include <util_script.h>
+
+#include <mruby.h>
+#include <mruby/class.h>
+#include <mruby/data.h>
+#include <mruby/hash.h>
+#include <mruby/string.h>
+
+#include "ap_mrb.h"
+
+typedef enum {
+    AP_MRB_HEADERS_IN = 1,
+    AP_MRB_HEADERS_OUT,
+    AP_MRB_ERR_HEADERS_OUT,
+    AP_MRB_NOTES,
+    AP_MRB_SUBPROCESS_ENV,
+    AP_MRB_ENV
+} ap_mrb_table_kind;
+
+/* DATA_PTR holds the kind; there is nothing to free. */
+static const mrb_data_type ap_mrb_table_type = { "Apache::Table", NULL };
+
+
+static apr_table_t *
+ap_mrb_table_get(mrb_state *mrb, mrb_value self, request_rec **rp)
+{
+    request_rec     *r = ap_mrb_request(mrb);
+    ap_mrb_req_ctx  *ctx;
+    void            *kind = mrb_data_get_ptr(mrb, self, &ap_mrb_table_type);
+
+    *rp = r;
+
+    switch ((ap_mrb_table_kind) (uintptr_t) kind) {
+
+    case AP_MRB_HEADERS_IN:
+        return r->headers_in;
+
+    case AP_MRB_HEADERS_OUT:
+        return r->headers_out;
+
+    case AP_MRB_ERR_HEADERS_OUT:
+        return r->err_headers_out;
+
+    case AP_MRB_NOTES:
+        return r->notes;
+
+    case AP_MRB_SUBPROCESS_ENV:
+        return r->subprocess_env;
+
+    case AP_MRB_ENV:
+        /* What a CGI script would see; the script-related variables need
+         * the request mapped to a file first. */
+        ctx = ap_mrb_req_ctx_get(r);
+        if (!ctx->cgi_env && r->filename != NULL) {
+            ap_add_common_vars(r);
+            ap_add_cgi_vars(r);
+            ctx->cgi_env = 1;
+        }
+        return r->subprocess_env;
+    }
+
+    mrb_raise(mrb, E_TYPE_ERROR, "uninitialized Apache table object");
+    return NULL;
+}
+
+
+static mrb_value
+ap_mrb_table_init(mrb_state *mrb, mrb_value self, ap_mrb_table_kind kind)
+{
+    DATA_TYPE(self) = &ap_mrb_table_type;
+    DATA_PTR(self) = (void *) (uintptr_t) kind;
+    return self;
+}
+
+#define AP_MRB_TABLE_INIT(fn, kind)                                           \
+    static mrb_value                                                          \
+    fn(mrb_state *mrb, mrb_value self)                                        \
+    {                                                                         \
+        return ap_mrb_table_init(mrb, self, kind);                            \
+    }
+
+AP_MRB_TABLE_INIT(ap_mrb_headers_in_init, AP_MRB_HEADERS_IN)
+AP_MRB_TABLE_INIT(ap_mrb_headers_out_init, AP_MRB_HEADERS_OUT)
+AP_MRB_TABLE_INIT(ap_mrb_err_headers_out_init, AP_MRB_ERR_HEADERS_OUT)
+AP_MRB_TABLE_INIT(ap_mrb_notes_init, AP_MRB_NOTES)
+AP_MRB_TABLE_INIT(ap_mrb_subprocess_env_init, AP_MRB_SUBPROCESS_ENV)
+AP_MRB_TABLE_INIT(ap_mrb_env_init, AP_MRB_ENV)
+
+
+static mrb_value
+ap_mrb_table_aref(mrb_state *mrb, mrb_value self)
+{
+    request_rec  *r;
+    apr_table_t  *t = ap_mrb_table_get(mrb, self, &r);
+    mrb_value     key;
+
+    mrb_get_args(mrb, "S", &key);
+    return ap_mrb_str(mrb, apr_table_get(t, mrb_string_cstr(mrb, key)));
+}
+
+
+/*
+ * t[key] = value replaces, except for Set-Cookie, where each assignment
+ * adds one more header (one cookie per header); nil deletes.
+ */
+static mrb_value
+ap_mrb_table_aset(mrb_state *mrb, mrb_value self)
+{
+    request_rec  *r;
+    apr_table_t  *t = ap_mrb_table_get(mrb, self, &r);
+    mrb_value     key, val;
+    char         *k;
+
+    mrb_get_args(mrb, "SS!", &key, &val);
+    k = ap_mrb_pstr(mrb, r->pool, key);
+
+    if (mrb_nil_p(val)) {
+        apr_table_unset(t, k);
+    } else if (strcasecmp(k, "Set-Cookie") == 0) {
+        apr_table_addn(t, k, ap_mrb_pstr(mrb, r->pool, val));
+    } else {
+        apr_table_setn(t, k, ap_mrb_pstr(mrb, r->pool, val));
+    }
+
+    return val;
+}
+
+
+static mrb_value
+ap_mrb_table_add(mrb_state *mrb, mrb_value self)
+{
+    request_rec  *r;
+    apr_table_t  *t = ap_mrb_table_get(mrb, self, &r);
+    mrb_value     key, val;
+
+    mrb_get_args(mrb, "SS", &key, &val);
+    apr_table_addn(t, ap_mrb_pstr(mrb, r->pool, key),
+                   ap_mrb_pstr(mrb, r->pool, val));
+    return val;
+}
+
+
+static mrb_value
+ap_mrb_table_delete(mrb_state *mrb, mrb_value self)
+{
+    request_rec  *r;
+    apr_table_t  *t = ap_mrb_table_get(mrb, self, &r);
+    mrb_value     key;
+
+    mrb_get_args(mrb, "S", &key);
+    apr_table_unset(t, mrb_string_cstr(mrb, key));
+    return mrb_nil_value();
+}
+
+
+typedef struct {
+    mrb_state  *mrb;
+    mrb_value   hash;
+} ap_mrb_table_walk;
+
+
+/* The first value of a repeated key wins, as t[key] gives it. */
+static int
+ap_mrb_table_collect(void *data, const char *key, const char *val)
+{
+    ap_mrb_table_walk  *w = data;
+    mrb_value           k;
+    int                 ai = mrb_gc_arena_save(w->mrb);
+
+    k = mrb_str_new_cstr(w->mrb, key);
+    if (!mrb_hash_key_p(w->mrb, w->hash, k)) {
+        mrb_hash_set(w->mrb, w->hash, k, ap_mrb_str(w->mrb, val));
+    }
+
+    mrb_gc_arena_restore(w->mrb, ai);
+    return 1;
+}
+
+
+static mrb_value
+ap_mrb_table_all(mrb_state *mrb, mrb_value self)
+{
+    request_rec        *r;
+    apr_table_t        *t = ap_mrb_table_get(mrb, self, &r);
+    ap_mrb_table_walk   w;
+
+    w.mrb = mrb;
+    w.hash = mrb_hash_new_capa(mrb, apr_table_elts(t)->nelts);
+    apr_table_do(ap_mrb_table_collect, &w, t, NULL);
+    return w.hash;
+}
+
+
+void
+ap_mrb_define_tables(mrb_state *mrb, struct RClass *apache)
+{
+    static const struct {
+        const char  *name;
+        mrb_func_t   init;
+    } classes[] = {
+        { "Headers_in", ap_mrb_headers_in_init },
+        { "Headers_out", ap_mrb_headers_out_init },
+        { "Err_headers_out", ap_mrb_err_headers_out_init },
+        { "Notes", ap_mrb_notes_init },
+        { "Subprocess_env", ap_mrb_subprocess_env_init },
+        { "Env", ap_mrb_env_init }
+    };
+    struct RClass  *table, *c;
+    size_t          i;
+
+    /* the methods live in a common superclass */
+    table = mrb_define_class_under(mrb, apache, "Table", mrb->object_class);
+    MRB_SET_INSTANCE_TT(table, MRB_TT_DATA);
+
+    mrb_define_method(mrb, table, "[]", ap_mrb_table_aref, MRB_ARGS_REQ(1));
+    mrb_define_method(mrb, table, "[]=", ap_mrb_table_aset, MRB_ARGS_REQ(2));
+    mrb_define_method(mrb, table, "add", ap_mrb_table_add, MRB_ARGS_REQ(2));
+    mrb_define_method(mrb, table, "delete", ap_mrb_table_delete,
+                      MRB_ARGS_REQ(1));
+    mrb_define_method(mrb, table, "all", ap_mrb_table_all, MRB_ARGS_NONE());
+
+    for (i = 0; i < sizeof(classes) / sizeof(classes[0]); i++) {
+        c = mrb_define_class_under(mrb, apache, classes[i].name, table);
+        MRB_SET_INSTANCE_TT(c, MRB_TT_DATA);
+        mrb_define_method(mrb, c, "initialize", classes[i].init,
+                          MRB_ARGS_NONE());
+    }
+}

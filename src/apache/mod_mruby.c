@@ -1,0 +1,209 @@
+/*
+ * mod_mruby: Ruby (mruby) scripts in every phase of Apache httpd.
+ *
+ * This is the module's main file (so that <IfModule mod_mruby.c> works): the
+ * module record, the process-level hooks (pre_config, post_config,
+ * child_init), and the mrb_server through which the core writes response
+ * bodies, logs, and defines the Apache classes into each interpreter.
+ */
+
+#include <limits.h>
+
+#include <http_core.h>
+#include <http_main.h>
+#include <http_protocol.h>
+#include <ap_mpm.h>
+
+#include "ap_mrb.h"
+#include "mrb_shdict.h"
+
+
+/* Server.rputs / echo: the response body, or the body a filter makes. */
+static int
+ap_mrb_write(mrb_run *run, const char *data, size_t len)
+{
+    const ap_mrb_run_kind  *kind = run->data;
+    request_rec            *r = run->request;
+    int                     n;
+
+    if (kind != NULL && (*kind == AP_MRB_RUN_OUTPUT_FILTER
+                         || *kind == AP_MRB_RUN_INPUT_FILTER))
+    {
+        return ap_mrb_filter_write(run->data, data, len);
+    }
+
+    while (len > 0) {
+        if (r->connection->aborted) {
+            return -1;
+        }
+
+        n = len > INT_MAX ? INT_MAX : (int) len;
+        if (ap_rwrite(data, n, r) < 0) {
+            return -1;
+        }
+
+        data += n;
+        len -= (size_t) n;
+    }
+
+    return 0;
+}
+
+
+/* MRB_LOG_* are syslog's numbers, and so are APLOG_EMERG..APLOG_DEBUG. */
+static void
+ap_mrb_log(void *log_target, mrb_run *run, int level, const char *msg,
+    size_t len)
+{
+    request_rec  *r = run ? run->request : NULL;
+    server_rec   *s = log_target;
+    int           n = len > INT_MAX ? INT_MAX : (int) len;
+
+    if (r != NULL) {
+        ap_log_rerror(APLOG_MARK, level, 0, r, "%.*s", n, msg);
+    } else {
+        ap_log_error(APLOG_MARK, level, 0, s, "%.*s", n, msg);
+    }
+}
+
+
+static void
+ap_mrb_define(mrb_state *mrb, struct RClass *apache)
+{
+    ap_mrb_define_apache(mrb, apache);
+    ap_mrb_define_request(mrb, apache);
+    ap_mrb_define_tables(mrb, apache);
+    ap_mrb_define_server(mrb, apache);
+    ap_mrb_define_connection(mrb, apache);
+    ap_mrb_define_finfo(mrb, apache);
+    ap_mrb_define_scoreboard(mrb, apache);
+    ap_mrb_define_filter(mrb, apache);
+    ap_mrb_define_authn(mrb, apache);
+}
+
+
+const mrb_server ap_mrb_server = {
+    "Apache",
+    "Apache",
+    "mod_mruby",
+    MOD_MRUBY_VERSION,
+    APLOG_EMERG,
+    ap_mrb_define,
+    ap_mrb_write,
+    ap_mrb_log
+};
+
+
+static int
+ap_mrb_pre_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp)
+{
+    mrb_shdict_config_begin();
+    return OK;
+}
+
+
+static apr_status_t
+ap_mrb_interp_cleanup(void *data)
+{
+    mrb_interp_close(data);
+    return APR_SUCCESS;
+}
+
+
+static int
+ap_mrb_has_scripts(server_rec *s, ap_mrb_proc_phase phase)
+{
+    ap_mrb_srv_conf  *sconf = ap_get_module_config(s->module_config,
+                                                   &mruby_module);
+    int               o;
+
+    for (o = 0; o < AP_MRB_NORDERS; o++) {
+        if (sconf->proc_hooks[phase][o] != NULL) {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+
+/*
+ * post_config scripts run in the parent, in an interpreter of its own that
+ * lives as long as this configuration: children never use it.  Apache
+ * reads its configuration twice at startup; the first pass only prepares
+ * the second, so the scripts run once at startup and once per restart.
+ */
+static int
+ap_mrb_post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
+    server_rec *s)
+{
+    mrb_interp  *interp;
+    char         err[256];
+
+    mrb_shdict_config_end();
+
+    if (ap_state_query(AP_SQ_MAIN_STATE) == AP_SQ_MS_CREATE_PRE_CONFIG
+        || !ap_mrb_has_scripts(s, AP_MRB_POST_CONFIG))
+    {
+        return OK;
+    }
+
+    interp = mrb_interp_open(&ap_mrb_server, s, err, sizeof(err));
+    if (interp == NULL) {
+        ap_log_error(APLOG_MARK, APLOG_CRIT, 0, s,
+                     "mod_mruby: cannot create an interpreter: %s", err);
+        return HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    apr_pool_cleanup_register(pconf, interp, ap_mrb_interp_cleanup,
+                              apr_pool_cleanup_null);
+
+    ap_mrb_run_startup_scripts(interp, s, AP_MRB_POST_CONFIG);
+    return OK;
+}
+
+
+/*
+ * Every thread runs the child_init scripts in its interpreter when it
+ * creates it.  A prefork child has one thread, the one calling this hook:
+ * create its interpreter now, so the scripts run as the child starts.
+ */
+static void
+ap_mrb_child_init(apr_pool_t *pchild, server_rec *s)
+{
+    int  threaded;
+
+    if (!ap_mrb_has_scripts(s, AP_MRB_CHILD_INIT)) {
+        return;
+    }
+
+    if (ap_mpm_query(AP_MPMQ_IS_THREADED, &threaded) == APR_SUCCESS
+        && threaded == AP_MPMQ_NOT_SUPPORTED)
+    {
+        (void) ap_mrb_thread_interp(NULL);
+    }
+}
+
+
+static void
+ap_mrb_register_hooks(apr_pool_t *p)
+{
+    ap_hook_pre_config(ap_mrb_pre_config, NULL, NULL, APR_HOOK_MIDDLE);
+    ap_hook_post_config(ap_mrb_post_config, NULL, NULL, APR_HOOK_MIDDLE);
+    ap_hook_child_init(ap_mrb_child_init, NULL, NULL, APR_HOOK_MIDDLE);
+
+    ap_mrb_register_request_hooks();
+    ap_mrb_register_filters();
+    ap_mrb_register_authn_provider(p);
+}
+
+
+AP_DECLARE_MODULE(mruby) = {
+    STANDARD20_MODULE_STUFF,
+    ap_mrb_create_dir_conf,
+    ap_mrb_merge_dir_conf,
+    ap_mrb_create_srv_conf,
+    NULL,
+    ap_mrb_cmds,
+    ap_mrb_register_hooks
+};
