@@ -1,41 +1,287 @@
 /*
- * Shared dictionaries (being written: declarations fail for now, the class
- * is defined empty so that the core links).
+ * The registry of shared dictionaries: zones declared by the configuration
+ * and mapped in the parent (Apache) or master (nginx) process before the
+ * workers fork, so that every worker shares them.
+ *
+ * The registry is process-global and outlives configuration reloads: a zone
+ * declared again with the same name and size keeps its mapping, so its
+ * contents survive `apachectl graceful` and `nginx -s reload`.  Apache
+ * unloads and reloads its modules on every restart, which would lose the
+ * registry with the module's data, so the first declaration pins the module
+ * in memory (RTLD_NODELETE): a new build of the module then needs a full
+ * restart, as it does under nginx.
  */
 
+#define _GNU_SOURCE
+#include <ctype.h>
+#include <dlfcn.h>
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
 #include "mrb_shdict.h"
+#include "mrb_shdict_zone.h"
+
+#define SHD_NAME_MAX  63
+
+struct mrb_shdict_ref_s {
+    mrb_shdict_ref   *next;
+    char              name[SHD_NAME_MAX + 1];
+    size_t            size;
+    mrb_shdict_zone  *zone;      /* NULL: dropped by a reload */
+    mrb_shdict_zone  *retired;   /* replaced by a resize; unmapped at end */
+    size_t            retired_size;
+    unsigned          declared:1;
+};
+
+static mrb_shdict_ref  *shd_registry;
+
+
+static void
+shd_pin_module(void)
+{
+    static int  pinned;
+    Dl_info     info;
+
+    if (pinned) {
+        return;
+    }
+
+    pinned = 1;
+
+    /* the handle is never closed: that is the point */
+    if (dladdr((void *) shd_pin_module, &info) != 0
+        && info.dli_fname != NULL)
+    {
+        (void) dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+    }
+}
+
+
+static mrb_shdict_zone *
+shd_map(size_t size, char *err, size_t errlen)
+{
+    void             *mem;
+    mrb_shdict_zone  *z;
+
+    mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+               -1, 0);
+
+    if (mem == MAP_FAILED) {
+        snprintf(err, errlen, "mmap(%zu bytes) failed: %s", size,
+                 strerror(errno));
+        return NULL;
+    }
+
+    z = mrb_shdict_zone_init(mem, size);
+
+    if (z == NULL) {
+        snprintf(err, errlen, "cannot create a process-shared mutex");
+        munmap(mem, size);
+        return NULL;
+    }
+
+    return z;
+}
+
+
+static int
+shd_name_valid(const char *name)
+{
+    size_t  i;
+
+    for (i = 0; name[i] != '\0'; i++) {
+        if (i == SHD_NAME_MAX
+            || !(isalnum((unsigned char) name[i]) || name[i] == '_'
+                 || name[i] == '-' || name[i] == '.'))
+        {
+            return 0;
+        }
+    }
+
+    return i != 0;
+}
 
 
 void
 mrb_shdict_config_begin(void)
 {
+    mrb_shdict_ref  *r;
+
+    for (r = shd_registry; r != NULL; r = r->next) {
+        r->declared = 0;
+    }
 }
 
 
 int
 mrb_shdict_zone_add(const char *name, size_t size, char *err, size_t errlen)
 {
-    snprintf(err, errlen, "shared dictionaries are not implemented yet");
-    return -1;
+    mrb_shdict_ref   *r;
+    mrb_shdict_zone  *z;
+
+    if (!shd_name_valid(name)) {
+        snprintf(err, errlen, "invalid shared dictionary name \"%s\" "
+                 "(1 to %d letters, digits, '_', '-' or '.')", name,
+                 SHD_NAME_MAX);
+        return -1;
+    }
+
+    if (size < MRB_SHDICT_MIN_SIZE || size > MRB_SHDICT_MAX_SIZE) {
+        snprintf(err, errlen, "shared dictionary \"%s\": size %zu is out of "
+                 "range (32k to 4095m)", name, size);
+        return -1;
+    }
+
+    for (r = shd_registry; r != NULL; r = r->next) {
+        if (strcmp(r->name, name) == 0) {
+            break;
+        }
+    }
+
+    if (r != NULL && r->declared) {
+        if (r->size != size) {
+            snprintf(err, errlen, "shared dictionary \"%s\" is declared "
+                     "twice with different sizes (%zu and %zu)", name,
+                     r->size, size);
+            return -1;
+        }
+
+        return 0;
+    }
+
+    if (r != NULL && r->zone != NULL && r->size == size) {
+        /* a reload: same zone, same contents */
+        r->declared = 1;
+        return 0;
+    }
+
+    z = shd_map(size, err, errlen);
+    if (z == NULL) {
+        return -1;
+    }
+
+    if (r == NULL) {
+        r = calloc(1, sizeof(mrb_shdict_ref));
+        if (r == NULL) {
+            munmap(z, size);
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+
+        memcpy(r->name, name, strlen(name) + 1);
+        r->next = shd_registry;
+        shd_registry = r;
+    }
+
+    if (r->zone != NULL) {
+        /* resized: workers of the old configuration keep their own mapping
+         * of the old zone; this process lets go of it at config_end */
+        if (r->retired != NULL) {
+            munmap(r->retired, r->retired_size);
+        }
+        r->retired = r->zone;
+        r->retired_size = r->size;
+    }
+
+    r->zone = z;
+    r->size = size;
+    r->declared = 1;
+
+    shd_pin_module();
+
+    return 0;
 }
 
 
 void
 mrb_shdict_config_end(void)
 {
+    mrb_shdict_ref  *r;
+
+    for (r = shd_registry; r != NULL; r = r->next) {
+        if (r->retired != NULL) {
+            munmap(r->retired, r->retired_size);
+            r->retired = NULL;
+        }
+
+        if (!r->declared && r->zone != NULL) {
+            munmap(r->zone, r->size);
+            r->zone = NULL;
+        }
+    }
 }
 
 
 int
 mrb_shdict_parse_size(const char *s, size_t *size)
 {
-    return -1;
+    char                *end;
+    unsigned long long   n, unit;
+
+    if (!isdigit((unsigned char) *s)) {
+        return -1;
+    }
+
+    errno = 0;
+    n = strtoull(s, &end, 10);
+
+    if (errno != 0) {
+        return -1;
+    }
+
+    switch (*end) {
+    case 'k': case 'K':
+        unit = 1024;
+        end++;
+        break;
+    case 'm': case 'M':
+        unit = 1024 * 1024;
+        end++;
+        break;
+    case 'g': case 'G':
+        unit = 1024 * 1024 * 1024;
+        end++;
+        break;
+    default:
+        unit = 1;
+        break;
+    }
+
+    if (*end != '\0' || n > SIZE_MAX / unit) {
+        return -1;
+    }
+
+    *size = (size_t) (n * unit);
+    return 0;
 }
 
 
-void
-mrb_shdict_define(mrb_state *mrb, struct RClass *server_class)
+mrb_shdict_ref *
+mrb_shdict_find(const char *name, size_t len)
 {
-    mrb_define_class_under(mrb, server_class, "SharedDict", mrb->object_class);
+    mrb_shdict_ref  *r;
+
+    for (r = shd_registry; r != NULL; r = r->next) {
+        if (strlen(r->name) == len && memcmp(r->name, name, len) == 0) {
+            return r;
+        }
+    }
+
+    return NULL;
+}
+
+
+mrb_shdict_zone *
+mrb_shdict_ref_zone(const mrb_shdict_ref *ref)
+{
+    return ref->zone;
+}
+
+
+const char *
+mrb_shdict_ref_name(const mrb_shdict_ref *ref)
+{
+    return ref->name;
 }

@@ -1,0 +1,613 @@
+/*
+ * Server::SharedDict: the Ruby face of a shared dictionary zone.
+ *
+ *   d = Apache::SharedDict.new("cache")   # Nginx::SharedDict under nginx
+ *   d["k"] = "v";  d.set("k", 1, ttl: 2.5);  d.incr("n", 1, init: 0)
+ *
+ * Every method is one atomic zone call.  Values are String, Integer, Float,
+ * true and false; storing nil deletes.  No Ruby object is allocated while
+ * the zone is locked: a value too long for the stack buffer is fetched again
+ * into a string of the right size.
+ */
+
+#include <math.h>
+#include <string.h>
+#include <mruby.h>
+#include <mruby/array.h>
+#include <mruby/class.h>
+#include <mruby/data.h>
+#include <mruby/string.h>
+#include <mruby/variable.h>
+#include "mrb_shdict.h"
+#include "mrb_shdict_zone.h"
+
+/* ttl: at most ~30 years, far from overflowing the ms clock */
+#define SHD_TTL_MAX  1e9
+
+static const mrb_data_type  shd_type = { "SharedDict", NULL };
+
+
+static struct RClass *
+shd_class(mrb_state *mrb, mrb_value self, const char *name)
+{
+    return mrb_class_get_under(mrb, mrb_obj_class(mrb, self), name);
+}
+
+
+static const mrb_shdict_ref *
+shd_ref(mrb_state *mrb, mrb_value self)
+{
+    const mrb_shdict_ref  *ref;
+
+    ref = mrb_data_get_ptr(mrb, self, &shd_type);
+
+    if (ref == NULL) {
+        mrb_raise(mrb, E_RUNTIME_ERROR, "SharedDict is not initialized");
+    }
+
+    return ref;
+}
+
+
+static mrb_shdict_zone *
+shd_zone(mrb_state *mrb, mrb_value self)
+{
+    const mrb_shdict_ref  *ref;
+    mrb_shdict_zone       *z;
+
+    ref = shd_ref(mrb, self);
+    z = mrb_shdict_ref_zone(ref);
+
+    if (z == NULL) {
+        mrb_raisef(mrb, shd_class(mrb, self, "Error"),
+                   "shared dictionary \"%s\" was removed by a reload",
+                   mrb_shdict_ref_name(ref));
+    }
+
+    return z;
+}
+
+
+static void
+shd_check_key(mrb_state *mrb, mrb_int klen)
+{
+    if (klen == 0) {
+        mrb_raise(mrb, E_ARGUMENT_ERROR, "SharedDict keys cannot be empty");
+    }
+}
+
+
+/* Raises for a failed zone call. */
+static void
+shd_raise(mrb_state *mrb, mrb_value self, mrb_shdict_rc rc)
+{
+    const char  *name;
+
+    name = mrb_shdict_ref_name(shd_ref(mrb, self));
+
+    switch (rc) {
+    case MRB_SHDICT_NO_MEMORY:
+        mrb_raisef(mrb, shd_class(mrb, self, "FullError"),
+                   "shared dictionary \"%s\" is full", name);
+        break;
+    case MRB_SHDICT_TOO_LARGE:
+        mrb_raisef(mrb, shd_class(mrb, self, "FullError"),
+                   "entry too large for shared dictionary \"%s\"", name);
+        break;
+    case MRB_SHDICT_NOT_A_NUMBER:
+        mrb_raisef(mrb, E_TYPE_ERROR,
+                   "shared dictionary \"%s\": the value is not a number",
+                   name);
+        break;
+    case MRB_SHDICT_OVERFLOW:
+        mrb_raisef(mrb, E_RANGE_ERROR,
+                   "shared dictionary \"%s\": integer overflow", name);
+        break;
+    default:
+        mrb_raisef(mrb, shd_class(mrb, self, "Error"),
+                   "shared dictionary \"%s\": its lock is unusable", name);
+        break;
+    }
+}
+
+
+static void
+shd_value_from(mrb_state *mrb, mrb_value v, mrb_shdict_value *out)
+{
+    memset(out, 0, sizeof(*out));
+
+    switch (mrb_type(v)) {
+    case MRB_TT_STRING:
+        out->type = MRB_SHDICT_STRING;
+        out->str = RSTRING_PTR(v);
+        out->len = RSTRING_LEN(v);
+        return;
+    case MRB_TT_INTEGER:
+        out->type = MRB_SHDICT_INTEGER;
+        out->i = mrb_integer(v);
+        return;
+    case MRB_TT_FLOAT:
+        out->type = MRB_SHDICT_FLOAT;
+        out->f = mrb_float(v);
+        return;
+    case MRB_TT_TRUE:
+        out->type = MRB_SHDICT_TRUE;
+        return;
+    case MRB_TT_FALSE:
+        if (!mrb_nil_p(v)) {
+            out->type = MRB_SHDICT_FALSE;
+            return;
+        }
+        break;
+    default:
+        break;
+    }
+
+    mrb_raisef(mrb, E_TYPE_ERROR, "SharedDict values are String, Integer, "
+               "Float, true or false, not %T", v);
+}
+
+
+static void
+shd_number_from(mrb_state *mrb, mrb_value v, mrb_shdict_value *out)
+{
+    if (!mrb_integer_p(v) && !mrb_float_p(v)) {
+        mrb_raisef(mrb, E_TYPE_ERROR, "expected an Integer or a Float, "
+                   "not %T", v);
+    }
+
+    shd_value_from(mrb, v, out);
+}
+
+
+static mrb_value
+shd_value_to(mrb_state *mrb, const mrb_shdict_value *v)
+{
+    switch (v->type) {
+    case MRB_SHDICT_STRING:
+        return mrb_str_new(mrb, v->str, v->len);
+    case MRB_SHDICT_INTEGER:
+        return mrb_int_value(mrb, v->i);
+    case MRB_SHDICT_FLOAT:
+        return mrb_float_value(mrb, v->f);
+    case MRB_SHDICT_TRUE:
+        return mrb_true_value();
+    default:
+        return mrb_false_value();
+    }
+}
+
+
+/* ttl: nil (never) or seconds > 0, rounded up to ms. */
+static uint64_t
+shd_ttl_from(mrb_state *mrb, mrb_value ttl)
+{
+    double  sec;
+
+    if (mrb_undef_p(ttl) || mrb_nil_p(ttl)) {
+        return 0;
+    }
+
+    if (mrb_integer_p(ttl)) {
+        sec = (double) mrb_integer(ttl);
+
+    } else if (mrb_float_p(ttl)) {
+        sec = mrb_float(ttl);
+
+    } else {
+        mrb_raisef(mrb, E_TYPE_ERROR, "ttl must be a number of seconds, "
+                   "not %T", ttl);
+        return 0;
+    }
+
+    if (!(sec > 0) || sec > SHD_TTL_MAX) {
+        mrb_raise(mrb, E_ARGUMENT_ERROR, "ttl must be a positive number of "
+                  "seconds");
+    }
+
+    return (uint64_t) ceil(sec * 1000);
+}
+
+
+static mrb_value
+shd_initialize(mrb_state *mrb, mrb_value self)
+{
+    char            *name;
+    mrb_int          len;
+    mrb_shdict_ref  *ref;
+
+    mrb_get_args(mrb, "s", &name, &len);
+
+    ref = mrb_shdict_find(name, len);
+
+    if (ref == NULL || mrb_shdict_ref_zone(ref) == NULL) {
+        mrb_raisef(mrb, shd_class(mrb, self, "Error"),
+                   "no shared dictionary named \"%v\": declare it with "
+                   "mrubySharedDict (Apache) or mruby_shared_dict (nginx)",
+                   mrb_str_new(mrb, name, len));
+    }
+
+    mrb_data_init(self, ref, &shd_type);
+    return self;
+}
+
+
+static mrb_value
+shd_get(mrb_state *mrb, mrb_value self)
+{
+    char              *key, stack[1024], *buf;
+    size_t             cap;
+    mrb_int            klen;
+    mrb_value          str;
+    mrb_shdict_rc      rc;
+    mrb_shdict_zone   *z;
+    mrb_shdict_value   v;
+
+    mrb_get_args(mrb, "s", &key, &klen);
+    z = shd_zone(mrb, self);
+
+    buf = stack;
+    cap = sizeof(stack);
+    str = mrb_nil_value();
+
+    for ( ;; ) {
+        rc = mrb_shdict_zone_get(z, key, klen, &v, buf, cap);
+
+        if (rc != MRB_SHDICT_TRUNCATED) {
+            break;
+        }
+
+        /* fetch again straight into a string of the length seen */
+        str = mrb_str_new(mrb, NULL, v.len);
+        buf = RSTRING_PTR(str);
+        cap = v.len;
+    }
+
+    if (rc == MRB_SHDICT_NOT_FOUND) {
+        return mrb_nil_value();
+    }
+
+    if (rc != MRB_SHDICT_OK) {
+        shd_raise(mrb, self, rc);
+    }
+
+    if (v.type == MRB_SHDICT_STRING && buf != stack) {
+        mrb_str_resize(mrb, str, v.len);
+        return str;
+    }
+
+    return shd_value_to(mrb, &v);
+}
+
+
+static mrb_value
+shd_delete(mrb_state *mrb, mrb_value self)
+{
+    char           *key;
+    mrb_int         klen;
+    mrb_shdict_rc   rc;
+
+    mrb_get_args(mrb, "s", &key, &klen);
+
+    rc = mrb_shdict_zone_delete(shd_zone(mrb, self), key, klen);
+
+    if (rc == MRB_SHDICT_NOT_FOUND) {
+        return mrb_false_value();
+    }
+
+    if (rc != MRB_SHDICT_OK) {
+        shd_raise(mrb, self, rc);
+    }
+
+    return mrb_true_value();
+}
+
+
+/* set, add and their safe_ forms: key, value, ttl: */
+static mrb_shdict_rc
+shd_store(mrb_state *mrb, mrb_value self, unsigned flags, mrb_value *val)
+{
+    char              *key;
+    mrb_int            klen;
+    mrb_sym            kw_names[1];
+    mrb_value          kw_values[1];
+    mrb_kwargs         kw;
+    mrb_shdict_value   v;
+
+    kw_names[0] = mrb_intern_lit(mrb, "ttl");
+    kw.num = 1;
+    kw.required = 0;
+    kw.table = kw_names;
+    kw.values = kw_values;
+    kw.rest = NULL;
+
+    mrb_get_args(mrb, "so:", &key, &klen, val, &kw);
+    shd_check_key(mrb, klen);
+
+    if (mrb_nil_p(*val)) {
+        if (flags & MRB_SHDICT_ADD) {
+            mrb_raise(mrb, E_ARGUMENT_ERROR, "cannot add nil");
+        }
+
+        return mrb_shdict_zone_delete(shd_zone(mrb, self), key, klen);
+    }
+
+    shd_value_from(mrb, *val, &v);
+
+    return mrb_shdict_zone_set(shd_zone(mrb, self), key, klen, &v,
+                               shd_ttl_from(mrb, kw_values[0]), flags);
+}
+
+
+static mrb_value
+shd_set_with(mrb_state *mrb, mrb_value self, unsigned flags)
+{
+    mrb_value       val;
+    mrb_shdict_rc   rc;
+
+    rc = shd_store(mrb, self, flags, &val);
+
+    if (rc != MRB_SHDICT_OK && rc != MRB_SHDICT_NOT_FOUND) {
+        shd_raise(mrb, self, rc);
+    }
+
+    return val;
+}
+
+
+static mrb_value
+shd_set(mrb_state *mrb, mrb_value self)
+{
+    return shd_set_with(mrb, self, 0);
+}
+
+
+static mrb_value
+shd_safe_set(mrb_state *mrb, mrb_value self)
+{
+    return shd_set_with(mrb, self, MRB_SHDICT_NO_EVICT);
+}
+
+
+static mrb_value
+shd_add(mrb_state *mrb, mrb_value self)
+{
+    mrb_value       val;
+    mrb_shdict_rc   rc;
+
+    rc = shd_store(mrb, self, MRB_SHDICT_ADD | MRB_SHDICT_NO_EVICT, &val);
+
+    if (rc == MRB_SHDICT_EXISTS) {
+        return mrb_false_value();
+    }
+
+    if (rc != MRB_SHDICT_OK) {
+        shd_raise(mrb, self, rc);
+    }
+
+    return mrb_true_value();
+}
+
+
+static mrb_value
+shd_incr(mrb_state *mrb, mrb_value self)
+{
+    char              *key;
+    mrb_int            klen;
+    mrb_sym            kw_names[2];
+    mrb_value          by, kw_values[2];
+    mrb_kwargs         kw;
+    mrb_shdict_rc      rc;
+    mrb_shdict_value   vby, vinit, out;
+
+    kw_names[0] = mrb_intern_lit(mrb, "init");
+    kw_names[1] = mrb_intern_lit(mrb, "ttl");
+    kw.num = 2;
+    kw.required = 0;
+    kw.table = kw_names;
+    kw.values = kw_values;
+    kw.rest = NULL;
+
+    by = mrb_fixnum_value(1);
+    mrb_get_args(mrb, "s|o:", &key, &klen, &by, &kw);
+    shd_check_key(mrb, klen);
+    shd_number_from(mrb, by, &vby);
+
+    if (!mrb_undef_p(kw_values[0]) && !mrb_nil_p(kw_values[0])) {
+        shd_number_from(mrb, kw_values[0], &vinit);
+    }
+
+    rc = mrb_shdict_zone_incr(shd_zone(mrb, self), key, klen, &vby,
+             (mrb_undef_p(kw_values[0]) || mrb_nil_p(kw_values[0]))
+             ? NULL : &vinit,
+             shd_ttl_from(mrb, kw_values[1]), &out);
+
+    if (rc == MRB_SHDICT_NOT_FOUND) {
+        return mrb_nil_value();
+    }
+
+    if (rc != MRB_SHDICT_OK) {
+        shd_raise(mrb, self, rc);
+    }
+
+    return shd_value_to(mrb, &out);
+}
+
+
+static mrb_value
+shd_ttl(mrb_state *mrb, mrb_value self)
+{
+    char           *key;
+    mrb_int         klen;
+    int64_t         ms;
+    mrb_shdict_rc   rc;
+
+    mrb_get_args(mrb, "s", &key, &klen);
+
+    rc = mrb_shdict_zone_ttl(shd_zone(mrb, self), key, klen, &ms);
+
+    if (rc == MRB_SHDICT_NOT_FOUND) {
+        return mrb_nil_value();
+    }
+
+    if (rc != MRB_SHDICT_OK) {
+        shd_raise(mrb, self, rc);
+    }
+
+    if (ms < 0) {
+        return mrb_fixnum_value(-1);
+    }
+
+    return mrb_float_value(mrb, (mrb_float) ms / 1000);
+}
+
+
+static mrb_value
+shd_keys(mrb_state *mrb, mrb_value self)
+{
+    char              stack[4096], *buf, *p;
+    size_t            cap, need, count, i;
+    uint32_t          len;
+    mrb_value         ary, tmp;
+    mrb_shdict_rc     rc;
+    mrb_shdict_zone  *z;
+
+    z = shd_zone(mrb, self);
+    buf = stack;
+    cap = sizeof(stack);
+
+    for ( ;; ) {
+        rc = mrb_shdict_zone_keys(z, buf, cap, &need, &count);
+
+        if (rc != MRB_SHDICT_TRUNCATED) {
+            break;
+        }
+
+        /* room for some growth meanwhile; the string keeps it GC-owned */
+        cap = need + need / 4;
+        tmp = mrb_str_new(mrb, NULL, cap);
+        buf = RSTRING_PTR(tmp);
+    }
+
+    if (rc != MRB_SHDICT_OK) {
+        shd_raise(mrb, self, rc);
+    }
+
+    ary = mrb_ary_new_capa(mrb, count);
+    p = buf;
+
+    for (i = 0; i < count; i++) {
+        memcpy(&len, p, 4);
+        mrb_ary_push(mrb, ary, mrb_str_new(mrb, p + 4, len));
+        p += 4 + len;
+    }
+
+    return ary;
+}
+
+
+static mrb_value
+shd_size(mrb_state *mrb, mrb_value self)
+{
+    return mrb_int_value(mrb, mrb_shdict_zone_count(shd_zone(mrb, self)));
+}
+
+
+static mrb_value
+shd_flush_all(mrb_state *mrb, mrb_value self)
+{
+    mrb_shdict_rc  rc;
+
+    rc = mrb_shdict_zone_flush(shd_zone(mrb, self));
+
+    if (rc != MRB_SHDICT_OK) {
+        shd_raise(mrb, self, rc);
+    }
+
+    return mrb_nil_value();
+}
+
+
+/* hold(key, n = 1) and release(key, n = 1) */
+static mrb_value
+shd_held(mrb_state *mrb, mrb_value self, int hold)
+{
+    char           *key;
+    mrb_int         klen, n;
+    int64_t         total;
+    mrb_shdict_rc   rc;
+
+    n = 1;
+    mrb_get_args(mrb, "s|i", &key, &klen, &n);
+    shd_check_key(mrb, klen);
+
+    if (n <= 0) {
+        mrb_raise(mrb, E_ARGUMENT_ERROR, "the count must be positive");
+    }
+
+    rc = hold ? mrb_shdict_zone_hold(shd_zone(mrb, self), key, klen, n, &total)
+              : mrb_shdict_zone_release(shd_zone(mrb, self), key, klen, n,
+                                        &total);
+
+    if (rc != MRB_SHDICT_OK) {
+        shd_raise(mrb, self, rc);
+    }
+
+    return mrb_int_value(mrb, total);
+}
+
+
+static mrb_value
+shd_hold(mrb_state *mrb, mrb_value self)
+{
+    return shd_held(mrb, self, 1);
+}
+
+
+static mrb_value
+shd_release(mrb_state *mrb, mrb_value self)
+{
+    return shd_held(mrb, self, 0);
+}
+
+
+static mrb_value
+shd_name(mrb_state *mrb, mrb_value self)
+{
+    return mrb_str_new_cstr(mrb, mrb_shdict_ref_name(shd_ref(mrb, self)));
+}
+
+
+void
+mrb_shdict_define(mrb_state *mrb, struct RClass *server_class)
+{
+    struct RClass  *c, *error;
+
+    c = mrb_define_class_under(mrb, server_class, "SharedDict",
+                               mrb->object_class);
+    MRB_SET_INSTANCE_TT(c, MRB_TT_DATA);
+
+    error = mrb_define_class_under(mrb, c, "Error", mrb->eStandardError_class);
+    mrb_define_class_under(mrb, c, "FullError", error);
+
+    mrb_define_method(mrb, c, "initialize", shd_initialize, MRB_ARGS_REQ(1));
+    mrb_define_method(mrb, c, "get", shd_get, MRB_ARGS_REQ(1));
+    mrb_define_method(mrb, c, "[]", shd_get, MRB_ARGS_REQ(1));
+    mrb_define_method(mrb, c, "set", shd_set, MRB_ARGS_REQ(2) | MRB_ARGS_KEY(1, 0));
+    mrb_define_method(mrb, c, "[]=", shd_set, MRB_ARGS_REQ(2));
+    mrb_define_method(mrb, c, "safe_set", shd_safe_set,
+                      MRB_ARGS_REQ(2) | MRB_ARGS_KEY(1, 0));
+    mrb_define_method(mrb, c, "add", shd_add, MRB_ARGS_REQ(2) | MRB_ARGS_KEY(1, 0));
+    mrb_define_method(mrb, c, "safe_add", shd_add,
+                      MRB_ARGS_REQ(2) | MRB_ARGS_KEY(1, 0));
+    mrb_define_method(mrb, c, "incr", shd_incr,
+                      MRB_ARGS_ARG(1, 1) | MRB_ARGS_KEY(2, 0));
+    mrb_define_method(mrb, c, "delete", shd_delete, MRB_ARGS_REQ(1));
+    mrb_define_method(mrb, c, "ttl", shd_ttl, MRB_ARGS_REQ(1));
+    mrb_define_method(mrb, c, "keys", shd_keys, MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "size", shd_size, MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "flush_all", shd_flush_all, MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "hold", shd_hold, MRB_ARGS_ARG(1, 1));
+    mrb_define_method(mrb, c, "release", shd_release, MRB_ARGS_ARG(1, 1));
+    mrb_define_method(mrb, c, "name", shd_name, MRB_ARGS_NONE());
+}

@@ -1,0 +1,153 @@
+/*
+ * The unit test runner: build/test_core [--bench] [name ...]
+ *
+ * Runs every registered test (or those named), each in the runner's own
+ * process under a time limit, and ends with "N passed, M failed"; the exit
+ * status is non-zero when a test failed.
+ */
+
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include "unit.h"
+
+#define UNIT_TIME_LIMIT  120   /* seconds per test: a hang is a failure */
+
+static unit_test   *unit_first, *unit_last;
+static unit_test   *unit_current;
+static int          unit_failures;
+
+
+void
+unit_register(unit_test *t)
+{
+    if (unit_last != NULL) {
+        unit_last->next = t;
+    } else {
+        unit_first = t;
+    }
+
+    unit_last = t;
+}
+
+
+void
+unit_fail(const char *file, int line, const char *fmt, ...)
+{
+    va_list  ap;
+
+    unit_failures++;
+
+    printf("  %s:%d: ", file, line);
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    printf("\n");
+    fflush(stdout);
+}
+
+
+void
+unit_report(const char *what, double value, const char *unit)
+{
+    printf("  %-52s %10.3f %s\n", what, value, unit);
+    fflush(stdout);
+}
+
+
+uint64_t
+unit_now_ns(void)
+{
+    struct timespec  ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec;
+}
+
+
+static void
+unit_timeout(int signo)
+{
+    static const char  msg[] = "  time limit exceeded\n";
+
+    (void) signo;
+    if (write(STDOUT_FILENO, msg, sizeof(msg) - 1) < 0) {
+        /* nothing more can be done here */
+    }
+    _exit(2);
+}
+
+
+static int
+unit_selected(unit_test *t, int bench, int argc, char **argv)
+{
+    int  i, named;
+
+    named = 0;
+
+    for (i = 1; i < argc; i++) {
+        if (argv[i][0] == '-') {
+            continue;
+        }
+        named = 1;
+        if (strcmp(argv[i], t->name) == 0) {
+            return 1;
+        }
+    }
+
+    return !named && t->bench == bench;
+}
+
+
+int
+main(int argc, char **argv)
+{
+    int         i, bench, passed, failed, before;
+    uint64_t    start;
+    unit_test  *t;
+
+    bench = 0;
+
+    for (i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--bench") == 0) {
+            bench = 1;
+        }
+    }
+
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    signal(SIGALRM, unit_timeout);
+
+    passed = 0;
+    failed = 0;
+
+    for (t = unit_first; t != NULL; t = t->next) {
+        if (!unit_selected(t, bench, argc, argv)) {
+            continue;
+        }
+
+        unit_current = t;
+        before = unit_failures;
+        printf("%s %s\n", t->bench ? "bench" : "test ", t->name);
+
+        alarm(UNIT_TIME_LIMIT);
+        start = unit_now_ns();
+        t->fn();
+        alarm(0);
+
+        if (unit_failures == before) {
+            printf("  ok (%.1f ms)\n", (unit_now_ns() - start) / 1e6);
+            passed++;
+
+        } else {
+            printf("  FAILED\n");
+            failed++;
+        }
+    }
+
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed != 0;
+}
