@@ -6,6 +6,8 @@
  * memory, it only raises outside a request.
  */
 
+#include <string.h>
+
 #include <http_core.h>
 #include <http_protocol.h>
 #include <http_request.h>
@@ -357,17 +359,26 @@ ap_mrb_request_log(mrb_state *mrb, mrb_value self)
 /*
  * Hands the request to mod_proxy as a reverse proxy to url, as
  * mod_rewrite's [P] flag does; call it from translate_name and return OK.
+ * A query string in url replaces the request's; without one the client's
+ * query string goes to the backend (mod_proxy appends r->args).
  */
 static mrb_value
 ap_mrb_reverse_proxy(mrb_state *mrb, mrb_value self)
 {
     request_rec  *r = ap_mrb_request(mrb);
     mrb_value     url;
+    char         *u, *q;
 
     mrb_get_args(mrb, "S", &url);
+    u = ap_mrb_pstr(mrb, r->pool, url);
 
-    r->filename = apr_pstrcat(r->pool, "proxy:",
-                              ap_mrb_pstr(mrb, r->pool, url), NULL);
+    q = strchr(u, '?');
+    if (q != NULL) {
+        *q++ = '\0';
+        r->args = *q ? q : NULL;
+    }
+
+    r->filename = apr_pstrcat(r->pool, "proxy:", u, NULL);
     r->proxyreq = PROXYREQ_REVERSE;
     r->handler = "proxy-server";
     return url;
