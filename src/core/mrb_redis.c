@@ -1,14 +1,646 @@
 /*
- * ::Redis on hiredis (being written: the class is defined empty for now so
- * that the core links).
+ * ::Redis, a client on hiredis for state shared by a fleet of servers.
+ *
+ *   r = Redis.new("127.0.0.1", 6379, timeout: 0.5)
+ *   r.set("k", "v");  r.incr("n");  r.call("HSET", "h", "f", 1)
+ *   r.pipelined { |p| p.incr("n"); p.expire("n", 30) }   # => [1, 1]
+ *
+ * Replies: status and bulk strings are Strings, integers Integers, nil
+ * bulk nil, multi-bulk Arrays (HGETALL a Hash); an error reply raises
+ * Redis::ReplyError.  A failed or lost connection raises
+ * Redis::ConnectionError, a timeout Redis::TimeoutError (a ConnectionError
+ * too); all are Redis::BaseError < StandardError.
+ *
+ * Connections are kept per interpreter: Redis.new with a host and port
+ * already connected in this interpreter reuses that connection (a hidden
+ * Hash on the class holds them), so a script may call Redis.new on every
+ * request at the cost of a lookup.
  */
 
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
 #include <mruby.h>
+#include <mruby/array.h>
+#include <mruby/class.h>
+#include <mruby/data.h>
+#include <mruby/error.h>
+#include <mruby/hash.h>
+#include <mruby/string.h>
+#include <mruby/variable.h>
 #include "mrb_redis.h"
+#include "mrb_redis_conn.h"
+
+#define REDIS_DEFAULT_HOST     "127.0.0.1"
+#define REDIS_DEFAULT_PORT     6379
+#define REDIS_DEFAULT_TIMEOUT  1000   /* ms */
+#define REDIS_ARGV_STACK       16
+
+/* A Redis object: a connection (owned by a Redis::Connection object that the
+ * Redis object keeps alive) and the commands queued for a pipeline. */
+typedef struct {
+    mrb_redis_conn  *conn;
+    char            *queue;       /* formatted commands not yet sent */
+    size_t           queue_len;
+    size_t           queue_cap;
+    size_t           queued;      /* how many */
+    int              pipelining;  /* inside pipelined { } */
+} redis_obj;
+
+static void redis_obj_free(mrb_state *mrb, void *p);
+static void redis_conn_free(mrb_state *mrb, void *p);
+
+static const mrb_data_type  redis_obj_type = { "Redis", redis_obj_free };
+static const mrb_data_type  redis_conn_type = { "Redis::Connection",
+                                                redis_conn_free };
+
+/* The commands defined as methods; each sends its name and its arguments. */
+static const char  *redis_commands[] = {
+    "append", "auth", "bitcount", "blpop", "brpop", "dbsize", "decr",
+    "decrby", "del", "echo", "exists", "expire", "expireat", "flushall",
+    "flushdb", "get", "getrange", "getset", "hdel", "hexists", "hget",
+    "hgetall", "hincrby", "hkeys", "hlen", "hmget", "hmset", "hset",
+    "hsetnx", "hvals", "incr", "incrby", "incrbyfloat", "info", "keys",
+    "lindex", "llen", "lpop", "lpush", "lrange", "lrem", "lset", "ltrim",
+    "mget", "mset", "persist", "pexpire", "ping", "pttl", "publish", "rename",
+    "rpop", "rpush", "sadd", "scard", "select", "set", "setex", "setnx",
+    "sismember", "smembers", "spop", "srem", "strlen", "ttl", "type",
+    "zadd", "zcard", "zcount", "zincrby", "zrange", "zrangebyscore", "zrank",
+    "zrem", "zremrangebyscore", "zrevrange", "zscore"
+};
+
+
+static void
+redis_obj_free(mrb_state *mrb, void *p)
+{
+    redis_obj  *r = p;
+
+    if (r != NULL) {
+        free(r->queue);
+        mrb_free(mrb, r);
+    }
+}
+
+
+static void
+redis_conn_free(mrb_state *mrb, void *p)
+{
+    mrb_redis_conn_free(p);
+}
+
+
+static struct RClass *
+redis_class(mrb_state *mrb)
+{
+    return mrb_class_get(mrb, "Redis");
+}
+
+
+static struct RClass *
+redis_error(mrb_state *mrb, const char *name)
+{
+    return mrb_class_get_under(mrb, redis_class(mrb), name);
+}
+
+
+static redis_obj *
+redis_self(mrb_state *mrb, mrb_value self)
+{
+    redis_obj  *r;
+
+    r = mrb_data_get_ptr(mrb, self, &redis_obj_type);
+
+    if (r == NULL) {
+        mrb_raise(mrb, E_RUNTIME_ERROR, "Redis object is not initialized");
+    }
+
+    return r;
+}
+
+
+static void
+redis_raise_status(mrb_state *mrb, mrb_redis_conn *c, mrb_redis_status st)
+{
+    mrb_raise(mrb, redis_error(mrb, (st == MRB_REDIS_ETIMEOUT)
+                                    ? "TimeoutError" : "ConnectionError"),
+              c->err);
+}
+
+
+static unsigned
+redis_timeout_from(mrb_state *mrb, mrb_value v)
+{
+    unsigned   ms;
+    mrb_float  sec;
+
+    if (mrb_undef_p(v) || mrb_nil_p(v)) {
+        return REDIS_DEFAULT_TIMEOUT;
+    }
+
+    sec = mrb_as_float(mrb, v);
+
+    if (!(sec > 0) || sec > 3600) {
+        mrb_raise(mrb, E_ARGUMENT_ERROR, "timeout must be between 0 and "
+                  "3600 seconds");
+    }
+
+    ms = (unsigned) (sec * 1000 + 0.5);
+    return (ms != 0) ? ms : 1;
+}
+
+
+/* Redis.new(host = "127.0.0.1", port = 6379, timeout: 1.0) */
+static mrb_value
+redis_initialize(mrb_state *mrb, mrb_value self)
+{
+    char              *host;
+    mrb_int            port;
+    unsigned           timeout;
+    mrb_sym            kw_names[1];
+    mrb_value          kw_values[1], conns, key, connobj;
+    mrb_kwargs         kw;
+    redis_obj         *r;
+    mrb_redis_conn    *c;
+    mrb_redis_status   st;
+
+    kw_names[0] = mrb_intern_lit(mrb, "timeout");
+    kw.num = 1;
+    kw.required = 0;
+    kw.table = kw_names;
+    kw.values = kw_values;
+    kw.rest = NULL;
+
+    host = REDIS_DEFAULT_HOST;
+    port = REDIS_DEFAULT_PORT;
+    mrb_get_args(mrb, "|zi:", &host, &port, &kw);
+
+    if (port <= 0 || port > 65535) {
+        mrb_raisef(mrb, E_ARGUMENT_ERROR, "invalid port %i", port);
+    }
+
+    timeout = redis_timeout_from(mrb, kw_values[0]);
+
+    /* this interpreter's connection to host:port, made once */
+    conns = mrb_iv_get(mrb, mrb_obj_value(redis_class(mrb)),
+                       mrb_intern_lit(mrb, "__connections__"));
+
+    if (!mrb_hash_p(conns)) {
+        conns = mrb_hash_new(mrb);
+        mrb_iv_set(mrb, mrb_obj_value(redis_class(mrb)),
+                   mrb_intern_lit(mrb, "__connections__"), conns);
+    }
+
+    key = mrb_format(mrb, "%s:%i", host, port);
+    connobj = mrb_hash_get(mrb, conns, key);
+
+    if (mrb_nil_p(connobj)) {
+        c = mrb_redis_conn_new(host, (int) port, timeout);
+        if (c == NULL) {
+            mrb_raise(mrb, E_RUNTIME_ERROR, "Redis: out of memory");
+        }
+
+        connobj = mrb_obj_value(mrb_data_object_alloc(mrb,
+                      mrb_class_get_under(mrb, redis_class(mrb), "Connection"),
+                      c, &redis_conn_type));
+        mrb_hash_set(mrb, conns, key, connobj);
+
+    } else {
+        c = DATA_PTR(connobj);
+        mrb_redis_conn_set_timeout(c, timeout);
+    }
+
+    r = mrb_calloc(mrb, 1, sizeof(redis_obj));
+    r->conn = c;
+    mrb_data_init(self, r, &redis_obj_type);
+    mrb_iv_set(mrb, self, mrb_intern_lit(mrb, "__connection__"), connobj);
+
+    st = mrb_redis_conn_open(c);
+    if (st != MRB_REDIS_OK) {
+        redis_raise_status(mrb, c, st);
+    }
+
+    return self;
+}
+
+
+/* Formats name + args as one command and appends it to r's queue. */
+static void
+redis_enqueue(mrb_state *mrb, redis_obj *r, mrb_value name,
+    const mrb_value *args, mrb_int argc)
+{
+    int           len;
+    char         *cmd, *q;
+    size_t        cap;
+    mrb_int       i, n;
+    mrb_value     s;
+    const char   *stack_argv[REDIS_ARGV_STACK], **argv;
+    size_t        stack_lens[REDIS_ARGV_STACK], *lens;
+
+    n = argc + (mrb_nil_p(name) ? 0 : 1);
+
+    if (n == 0) {
+        mrb_raise(mrb, E_ARGUMENT_ERROR, "no Redis command given");
+    }
+
+    argv = stack_argv;
+    lens = stack_lens;
+
+    if (n > REDIS_ARGV_STACK) {
+        argv = mrb_malloc(mrb, n * sizeof(char *));
+        lens = mrb_malloc(mrb, n * sizeof(size_t));
+    }
+
+    i = 0;
+
+    if (!mrb_nil_p(name)) {
+        argv[0] = RSTRING_PTR(name);
+        lens[0] = RSTRING_LEN(name);
+        i = 1;
+    }
+
+    /* strings as they are (binary safe), anything else by to_s; the
+     * strings stay reachable from args or the arena until formatted */
+    for ( ; i < n; i++) {
+        s = args[i - (n - argc)];
+
+        if (!mrb_string_p(s)) {
+            s = mrb_obj_as_string(mrb, s);
+        }
+
+        argv[i] = RSTRING_PTR(s);
+        lens[i] = RSTRING_LEN(s);
+    }
+
+    len = redisFormatCommandArgv(&cmd, (int) n, argv, lens);
+
+    if (argv != stack_argv) {
+        mrb_free(mrb, argv);
+        mrb_free(mrb, lens);
+    }
+
+    if (len < 0) {
+        mrb_raise(mrb, E_RUNTIME_ERROR, "Redis: out of memory");
+    }
+
+    if (r->queue_len + len > r->queue_cap) {
+        cap = (r->queue_len + len) * 2;
+        q = realloc(r->queue, cap);
+
+        if (q == NULL) {
+            redisFreeCommand(cmd);
+            mrb_raise(mrb, E_RUNTIME_ERROR, "Redis: out of memory");
+        }
+
+        r->queue = q;
+        r->queue_cap = cap;
+    }
+
+    memcpy(r->queue + r->queue_len, cmd, len);
+    r->queue_len += len;
+    r->queued++;
+    redisFreeCommand(cmd);
+}
+
+
+static void
+redis_queue_clear(redis_obj *r)
+{
+    r->queue_len = 0;
+    r->queued = 0;
+}
+
+
+static mrb_value
+redis_reply_value(mrb_state *mrb, redisReply *rep, int as_hash)
+{
+    size_t     i;
+    mrb_value  v;
+
+    switch (rep->type) {
+    case REDIS_REPLY_STRING:
+    case REDIS_REPLY_STATUS:
+        return mrb_str_new(mrb, rep->str, rep->len);
+
+    case REDIS_REPLY_INTEGER:
+        return mrb_int_value(mrb, rep->integer);
+
+    case REDIS_REPLY_ARRAY:
+        if (as_hash) {
+            v = mrb_hash_new_capa(mrb, rep->elements / 2);
+            for (i = 0; i + 1 < rep->elements; i += 2) {
+                mrb_hash_set(mrb, v,
+                             redis_reply_value(mrb, rep->element[i], 0),
+                             redis_reply_value(mrb, rep->element[i + 1], 0));
+            }
+            return v;
+        }
+
+        v = mrb_ary_new_capa(mrb, rep->elements);
+        for (i = 0; i < rep->elements; i++) {
+            mrb_ary_push(mrb, v, redis_reply_value(mrb, rep->element[i], 0));
+        }
+        return v;
+
+    case REDIS_REPLY_ERROR:
+        return mrb_exc_new(mrb, redis_error(mrb, "ReplyError"), rep->str,
+                           rep->len);
+
+    default:
+        return mrb_nil_value();
+    }
+}
+
+
+/*
+ * Sends what r has queued and returns the replies as an Array (as_hash: the
+ * indexes whose reply is a HGETALL; NULL for none).  Error replies are in
+ * the Array as exception objects; the caller raises them.
+ */
+static mrb_value
+redis_flush(mrb_state *mrb, redis_obj *r, const unsigned char *as_hash)
+{
+    int                ai;
+    size_t             i, n;
+    mrb_value          ary;
+    redisReply       **replies;
+    mrb_redis_status   st;
+
+    n = r->queued;
+    ary = mrb_ary_new_capa(mrb, n);
+
+    if (n == 0) {
+        return ary;
+    }
+
+    replies = mrb_calloc(mrb, n, sizeof(redisReply *));
+    st = mrb_redis_conn_exec(r->conn, r->queue, r->queue_len, n, replies);
+    redis_queue_clear(r);
+
+    if (st != MRB_REDIS_OK) {
+        mrb_free(mrb, replies);
+        redis_raise_status(mrb, r->conn, st);
+    }
+
+    ai = mrb_gc_arena_save(mrb);
+
+    for (i = 0; i < n; i++) {
+        mrb_ary_push(mrb, ary, redis_reply_value(mrb, replies[i],
+                                   as_hash != NULL && as_hash[i]));
+        mrb_gc_arena_restore(mrb, ai);
+    }
+
+    for (i = 0; i < n; i++) {
+        freeReplyObject(replies[i]);
+    }
+
+    mrb_free(mrb, replies);
+
+    return ary;
+}
+
+
+static int
+redis_is_hgetall(mrb_value name)
+{
+    return RSTRING_LEN(name) == 7
+           && strncasecmp(RSTRING_PTR(name), "hgetall", 7) == 0;
+}
+
+
+/* One command now, or queued inside a pipeline (then nil is returned). */
+static mrb_value
+redis_command(mrb_state *mrb, mrb_value self, mrb_value name,
+    const mrb_value *args, mrb_int argc)
+{
+    unsigned char   as_hash;
+    mrb_value       ary, v;
+    redis_obj      *r;
+
+    r = redis_self(mrb, self);
+
+    if (r->queued != 0 && !r->pipelining) {
+        mrb_raise(mrb, E_RUNTIME_ERROR, "Redis: commands are queued: "
+                  "commit them first");
+    }
+
+    redis_enqueue(mrb, r, name, args, argc);
+
+    if (r->pipelining) {
+        return mrb_nil_value();
+    }
+
+    as_hash = mrb_nil_p(name) ? redis_is_hgetall(args[0])
+                              : redis_is_hgetall(name);
+
+    ary = redis_flush(mrb, r, &as_hash);
+    v = mrb_ary_ref(mrb, ary, 0);
+
+    if (mrb_exception_p(v)) {
+        mrb_exc_raise(mrb, v);
+    }
+
+    return v;
+}
+
+
+/* r.call("SET", "k", 1) */
+static mrb_value
+redis_call(mrb_state *mrb, mrb_value self)
+{
+    mrb_int           argc;
+    const mrb_value  *args;
+
+    mrb_get_args(mrb, "*", &args, &argc);
+
+    if (argc == 0) {
+        mrb_raise(mrb, E_ARGUMENT_ERROR, "no Redis command given");
+    }
+
+    return redis_command(mrb, self, mrb_nil_value(), args, argc);
+}
+
+
+/* r.get("k"), r.set("k", "v"), ...: the method's name is the command */
+static mrb_value
+redis_named(mrb_state *mrb, mrb_value self)
+{
+    mrb_int           argc;
+    mrb_value         name;
+    const mrb_value  *args;
+
+    mrb_get_args(mrb, "*", &args, &argc);
+    name = mrb_sym_str(mrb, mrb_get_mid(mrb));
+
+    return redis_command(mrb, self, name, args, argc);
+}
+
+
+/* r[k] and r[k] = v: GET and SET */
+static mrb_value
+redis_aref(mrb_state *mrb, mrb_value self)
+{
+    mrb_value  key;
+
+    mrb_get_args(mrb, "o", &key);
+    return redis_command(mrb, self, mrb_str_new_lit(mrb, "get"), &key, 1);
+}
+
+
+static mrb_value
+redis_aset(mrb_state *mrb, mrb_value self)
+{
+    mrb_value  args[2];
+
+    mrb_get_args(mrb, "oo", &args[0], &args[1]);
+    redis_command(mrb, self, mrb_str_new_lit(mrb, "set"), args, 2);
+    return args[1];
+}
+
+
+static mrb_value
+redis_pipeline_body(mrb_state *mrb, void *data)
+{
+    mrb_value  *blk_self = data;
+
+    return mrb_yield(mrb, blk_self[0], blk_self[1]);
+}
+
+
+/* r.pipelined { |p| p.incr("n"); p.expire("n", 30) } => [1, 1]: sent as
+ * one write, replies read together; the first error reply is raised after
+ * all of them were read. */
+static mrb_value
+redis_pipelined(mrb_state *mrb, mrb_value self)
+{
+    mrb_int     i;
+    mrb_bool    failed;
+    mrb_value   blk, ary, exc, blk_self[2];
+    redis_obj  *r;
+
+    mrb_get_args(mrb, "&!", &blk);
+    r = redis_self(mrb, self);
+
+    if (r->pipelining || r->queued != 0) {
+        mrb_raise(mrb, E_RUNTIME_ERROR, "Redis: a pipeline is already open");
+    }
+
+    r->pipelining = 1;
+    blk_self[0] = blk;
+    blk_self[1] = self;
+
+    exc = mrb_protect_error(mrb, redis_pipeline_body, blk_self, &failed);
+    r->pipelining = 0;
+
+    if (failed) {
+        redis_queue_clear(r);
+        mrb_exc_raise(mrb, exc);
+    }
+
+    ary = redis_flush(mrb, r, NULL);
+
+    for (i = 0; i < RARRAY_LEN(ary); i++) {
+        if (mrb_exception_p(RARRAY_PTR(ary)[i])) {
+            mrb_exc_raise(mrb, RARRAY_PTR(ary)[i]);
+        }
+    }
+
+    return ary;
+}
+
+
+/* r.queue("INCR", "n"); r.queue("EXPIRE", "n", 30); r.commit => [1, 1] */
+static mrb_value
+redis_queue(mrb_state *mrb, mrb_value self)
+{
+    mrb_int           argc;
+    const mrb_value  *args;
+
+    mrb_get_args(mrb, "*", &args, &argc);
+    redis_enqueue(mrb, redis_self(mrb, self), mrb_nil_value(), args, argc);
+
+    return self;
+}
+
+
+/* The replies of what was queued; error replies are in the Array as
+ * Redis::ReplyError objects. */
+static mrb_value
+redis_commit(mrb_state *mrb, mrb_value self)
+{
+    return redis_flush(mrb, redis_self(mrb, self), NULL);
+}
+
+
+static mrb_value
+redis_close(mrb_state *mrb, mrb_value self)
+{
+    redis_obj  *r = redis_self(mrb, self);
+
+    redis_queue_clear(r);
+    mrb_redis_conn_close(r->conn);
+
+    return mrb_nil_value();
+}
+
+
+static mrb_value
+redis_connected(mrb_state *mrb, mrb_value self)
+{
+    return mrb_bool_value(mrb_redis_conn_connected(redis_self(mrb, self)->conn));
+}
+
+
+static mrb_value
+redis_host(mrb_state *mrb, mrb_value self)
+{
+    return mrb_str_new_cstr(mrb, redis_self(mrb, self)->conn->host);
+}
+
+
+static mrb_value
+redis_port(mrb_state *mrb, mrb_value self)
+{
+    return mrb_fixnum_value(redis_self(mrb, self)->conn->port);
+}
 
 
 void
 mrb_redis_define(mrb_state *mrb)
 {
-    mrb_define_class(mrb, "Redis", mrb->object_class);
+    size_t          i;
+    struct RClass  *c, *base, *conn_error, *conn;
+
+    c = mrb_define_class(mrb, "Redis", mrb->object_class);
+    MRB_SET_INSTANCE_TT(c, MRB_TT_DATA);
+
+    base = mrb_define_class_under(mrb, c, "BaseError",
+                                  mrb->eStandardError_class);
+    conn_error = mrb_define_class_under(mrb, c, "ConnectionError", base);
+    mrb_define_class_under(mrb, c, "TimeoutError", conn_error);
+    mrb_define_class_under(mrb, c, "ReplyError", base);
+
+    /* holds a kept connection; not for scripts */
+    conn = mrb_define_class_under(mrb, c, "Connection", mrb->object_class);
+    MRB_SET_INSTANCE_TT(conn, MRB_TT_DATA);
+    mrb_undef_class_method(mrb, conn, "new");
+
+    mrb_define_method(mrb, c, "initialize", redis_initialize,
+                      MRB_ARGS_OPT(2) | MRB_ARGS_KEY(1, 0));
+    mrb_define_method(mrb, c, "call", redis_call, MRB_ARGS_ANY());
+    mrb_define_method(mrb, c, "pipelined", redis_pipelined, MRB_ARGS_BLOCK());
+    mrb_define_method(mrb, c, "queue", redis_queue, MRB_ARGS_ANY());
+    mrb_define_method(mrb, c, "commit", redis_commit, MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "close", redis_close, MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "connected?", redis_connected, MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "host", redis_host, MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "port", redis_port, MRB_ARGS_NONE());
+
+    for (i = 0; i < sizeof(redis_commands) / sizeof(redis_commands[0]); i++) {
+        mrb_define_method(mrb, c, redis_commands[i], redis_named,
+                          MRB_ARGS_ANY());
+    }
+
+    mrb_define_method(mrb, c, "[]", redis_aref, MRB_ARGS_REQ(1));
+    mrb_define_method(mrb, c, "[]=", redis_aset, MRB_ARGS_REQ(2));
 }
