@@ -72,10 +72,12 @@ $(BUILD)/mod_mruby.so: $(APACHE_OBJ)
 NGINX_BUILD := $(BUILD)/nginx
 NGINX_DEPS  := $(CORE_SRC) $(wildcard src/core/*.h src/nginx/*) $(BUILD)/mrblib.c
 
-$(NGINX_BUILD)/Makefile: src/nginx/config $(NGINX_SRC)/conf_flags | $(BUILD)/mrblib.c
+# src/core: the nginx config lists the core's files when it runs.
+$(NGINX_BUILD)/Makefile: src/nginx/config src/core $(NGINX_SRC)/conf_flags | $(BUILD)/mrblib.c
 	rm -rf $(NGINX_BUILD) && mkdir -p $(NGINX_BUILD)
 	cp -r $(NGINX_SRC)/. $(NGINX_BUILD)/
 	cd $(NGINX_BUILD) && . ./conf_flags && \
+	  NGX_MRUBY_BUILD=$(CURDIR)/$(BUILD) \
 	  ./configure "$${NGX_CONF_FLAGS[@]}" --with-stream=dynamic \
 	    --with-cc-opt="$(OPT) $(SANITIZE) -fPIC $(MRUBY_DEFS) -I$(CURDIR)/src/core -I$(CURDIR)/$(BUILD)" \
 	    --with-ld-opt="$(SANITIZE)" \
@@ -83,8 +85,9 @@ $(NGINX_BUILD)/Makefile: src/nginx/config $(NGINX_SRC)/conf_flags | $(BUILD)/mrb
 	  || { tail -30 configure.log; exit 1; }
 
 $(BUILD)/ngx_http_mruby_module.so: $(NGINX_BUILD)/Makefile $(NGINX_DEPS)
-	$(MAKE) -C $(NGINX_BUILD) -f objs/Makefile modules >$(NGINX_BUILD)/make.log 2>&1 \
-	  || { grep -E -A3 'error|Error' $(NGINX_BUILD)/make.log | head -60; exit 1; }
+	$(MAKE) -C $(NGINX_BUILD) -f objs/Makefile objs/ngx_http_mruby_module.so \
+	  objs/ngx_stream_mruby_module.so >$(NGINX_BUILD)/make.log 2>&1 \
+	  || { grep -E -A3 'error:|\*\*\*' $(NGINX_BUILD)/make.log | head -60; exit 1; }
 	cp $(NGINX_BUILD)/objs/ngx_http_mruby_module.so $@
 	@if [ -f $(NGINX_BUILD)/objs/ngx_stream_mruby_module.so ]; then \
 	  cp $(NGINX_BUILD)/objs/ngx_stream_mruby_module.so $(BUILD)/; fi

@@ -7,7 +7,7 @@ PACKAGES="build-essential pkg-config apache2 apache2-dev nginx nginx-dev
 libmruby-dev mruby libhiredis-dev libpcre2-dev libssl-dev zlib1g-dev
 libboost-context-dev
 redis-server wrk openssl curl python3 python3-venv
-libapache2-mod-perl2 libnginx-mod-http-lua"
+libapache2-mod-perl2 libnginx-mod-http-lua libnginx-mod-stream"
 
 missing=""
 for p in $PACKAGES; do

@@ -1,0 +1,138 @@
+/*
+ * Nginx::Connection (the client connection of the request) and
+ * Nginx::Server (the server block and nginx's paths).
+ */
+
+#include "ngx_http_mruby_module.h"
+
+#include <mruby/class.h>
+#include <mruby/string.h>
+
+
+static ngx_connection_t *
+ngx_http_mruby_connection(mrb_state *mrb)
+{
+    ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
+
+    return r->connection;
+}
+
+
+static mrb_value
+ngx_http_mruby_conn_remote_ip(mrb_state *mrb, mrb_value self)
+{
+    ngx_connection_t  *c = ngx_http_mruby_connection(mrb);
+
+    return ngx_http_mruby_str(mrb, &c->addr_text);
+}
+
+
+static mrb_value
+ngx_http_mruby_conn_remote_port(mrb_state *mrb, mrb_value self)
+{
+    ngx_connection_t  *c = ngx_http_mruby_connection(mrb);
+
+    return mrb_fixnum_value(ngx_inet_get_port(c->sockaddr));
+}
+
+
+static mrb_value
+ngx_http_mruby_conn_local_ip(mrb_state *mrb, mrb_value self)
+{
+    u_char             addr[NGX_SOCKADDR_STRLEN];
+    ngx_str_t          s;
+    ngx_connection_t  *c = ngx_http_mruby_connection(mrb);
+
+    s.data = addr;
+    s.len = sizeof(addr);
+
+    if (ngx_connection_local_sockaddr(c, &s, 0) != NGX_OK) {
+        mrb_raise(mrb, E_RUNTIME_ERROR, "cannot get the local address");
+    }
+
+    return ngx_http_mruby_str(mrb, &s);
+}
+
+
+static mrb_value
+ngx_http_mruby_conn_local_port(mrb_state *mrb, mrb_value self)
+{
+    ngx_connection_t  *c = ngx_http_mruby_connection(mrb);
+
+    if (ngx_connection_local_sockaddr(c, NULL, 0) != NGX_OK) {
+        mrb_raise(mrb, E_RUNTIME_ERROR, "cannot get the local address");
+    }
+
+    return mrb_fixnum_value(ngx_inet_get_port(c->local_sockaddr));
+}
+
+
+static mrb_value
+ngx_http_mruby_server_variable(mrb_state *mrb, const char *name, size_t len)
+{
+    ngx_str_t                   key;
+    ngx_http_request_t         *r = ngx_http_mruby_request(mrb);
+    ngx_http_variable_value_t  *vv;
+
+    key.data = (u_char *) name;
+    key.len = len;
+
+    vv = ngx_http_get_variable(r, &key, ngx_hash_key(key.data, key.len));
+
+    if (vv == NULL || vv->not_found) {
+        return mrb_nil_value();
+    }
+
+    return mrb_str_new(mrb, (const char *) vv->data, (mrb_int) vv->len);
+}
+
+
+static mrb_value
+ngx_http_mruby_server_document_root(mrb_state *mrb, mrb_value self)
+{
+    return ngx_http_mruby_server_variable(mrb, "document_root",
+                                          sizeof("document_root") - 1);
+}
+
+
+static mrb_value
+ngx_http_mruby_server_realpath_root(mrb_state *mrb, mrb_value self)
+{
+    return ngx_http_mruby_server_variable(mrb, "realpath_root",
+                                          sizeof("realpath_root") - 1);
+}
+
+
+/* nginx's prefix path (-p), where relative paths of the configuration go */
+static mrb_value
+ngx_http_mruby_server_path(mrb_state *mrb, mrb_value self)
+{
+    return ngx_http_mruby_str(mrb, (ngx_str_t *) &ngx_cycle->prefix);
+}
+
+
+void
+ngx_http_mruby_connection_define(mrb_state *mrb, struct RClass *nginx)
+{
+    struct RClass  *c;
+
+    c = mrb_define_class_under(mrb, nginx, "Connection", mrb->object_class);
+
+    mrb_define_method(mrb, c, "remote_ip", ngx_http_mruby_conn_remote_ip,
+                      MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "remote_port", ngx_http_mruby_conn_remote_port,
+                      MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "local_ip", ngx_http_mruby_conn_local_ip,
+                      MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "local_port", ngx_http_mruby_conn_local_port,
+                      MRB_ARGS_NONE());
+
+    c = mrb_define_class_under(mrb, nginx, "Server", mrb->object_class);
+
+    mrb_define_method(mrb, c, "document_root",
+                      ngx_http_mruby_server_document_root, MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "realpath_root",
+                      ngx_http_mruby_server_realpath_root, MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "path", ngx_http_mruby_server_path,
+                      MRB_ARGS_NONE());
+}

@@ -1,0 +1,378 @@
+/*
+ * The Nginx class: what the core's server class does not already have
+ * (send_header, status_code=, redirect, versions, constants), the nginx
+ * side of mrb_server (response body, error log), and the helpers the Ruby
+ * API of the http module shares.
+ */
+
+#include "ngx_http_mruby_module.h"
+
+#include <mruby/class.h>
+#include <mruby/string.h>
+
+
+static int ngx_http_mruby_write(mrb_run *run, const char *data, size_t len);
+static void ngx_http_mruby_log(void *log_target, mrb_run *run, int level,
+    const char *msg, size_t len);
+static void ngx_http_mruby_define(mrb_state *mrb, struct RClass *nginx);
+
+
+const mrb_server  ngx_http_mruby_server = {
+    "NGINX",                               /* Kernel#server_name */
+    "Nginx",                               /* the server class */
+    "ngx_mruby",                           /* Nginx.module_name */
+    NGX_HTTP_MRUBY_VERSION,                /* Nginx.module_version */
+    NGX_LOG_EMERG,                         /* Nginx::LOG_EMERG is 1 */
+    ngx_http_mruby_define,
+    ngx_http_mruby_write,
+    ngx_http_mruby_log
+};
+
+
+mrb_value
+ngx_http_mruby_str(mrb_state *mrb, ngx_str_t *s)
+{
+    return mrb_str_new(mrb, (const char *) s->data, (mrb_int) s->len);
+}
+
+
+/* Copies String v into pool memory (binary safe). */
+ngx_int_t
+ngx_http_mruby_pstr(ngx_pool_t *pool, mrb_value v, ngx_str_t *s)
+{
+    s->len = (size_t) RSTRING_LEN(v);
+
+    if (s->len == 0) {
+        s->data = (u_char *) "";
+        return NGX_OK;
+    }
+
+    s->data = ngx_pnalloc(pool, s->len);
+    if (s->data == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(s->data, RSTRING_PTR(v), s->len);
+
+    return NGX_OK;
+}
+
+
+ngx_http_request_t *
+ngx_http_mruby_request(mrb_state *mrb)
+{
+    /* raises outside a request, e.g. in mruby_init_worker or TLS */
+    return mrb_interp_request(mrb);
+}
+
+
+/* The current run's data if it runs in phase, or raises naming what. */
+ngx_http_mruby_run_data_t *
+ngx_http_mruby_run_data(mrb_state *mrb, ngx_http_mruby_phase_e phase,
+    const char *what)
+{
+    mrb_run                    *run;
+    ngx_http_mruby_run_data_t  *data;
+
+    run = mrb_interp_run(mrb);
+    data = run ? run->data : NULL;
+
+    if (data == NULL || data->phase != phase) {
+        mrb_raisef(mrb, E_RUNTIME_ERROR, "%s", what);
+    }
+
+    return data;
+}
+
+
+/* Request phases up to content may still answer: their run data. */
+static ngx_http_mruby_run_data_t *
+ngx_http_mruby_answering_run(mrb_state *mrb, const char *what)
+{
+    mrb_run                    *run;
+    ngx_http_mruby_run_data_t  *data;
+
+    run = mrb_interp_run(mrb);
+    data = run ? run->data : NULL;
+
+    if (run == NULL || run->request == NULL || data == NULL
+        || data->ctx == NULL || data->phase > NGX_HTTP_MRUBY_CONTENT)
+    {
+        mrb_raisef(mrb, E_RUNTIME_ERROR,
+                   "%s: only in a request phase up to content", what);
+    }
+
+    return data;
+}
+
+
+static int
+ngx_http_mruby_write(mrb_run *run, const char *p, size_t len)
+{
+    ngx_buf_t                  *b;
+    ngx_chain_t                *cl;
+    ngx_http_request_t         *r;
+    ngx_http_mruby_ctx_t       *ctx;
+    ngx_http_mruby_run_data_t  *data;
+
+    data = run->data;
+
+    if (data == NULL || data->ctx == NULL
+        || data->phase > NGX_HTTP_MRUBY_CONTENT)
+    {
+        return -1;  /* the log phase, filters, mruby_set: no body to add to */
+    }
+
+    if (len == 0) {
+        return 0;
+    }
+
+    r = run->request;
+    ctx = data->ctx;
+
+    b = ngx_create_temp_buf(r->pool, len);
+    cl = ngx_alloc_chain_link(r->pool);
+
+    if (b == NULL || cl == NULL) {
+        return -1;
+    }
+
+    b->last = ngx_cpymem(b->last, p, len);
+
+    cl->buf = b;
+    cl->next = NULL;
+
+    *ctx->last_out = cl;
+    ctx->last_out = &cl->next;
+    ctx->out_len += len;
+
+    return 0;
+}
+
+
+static void
+ngx_http_mruby_log(void *log_target, mrb_run *run, int level,
+    const char *msg, size_t len)
+{
+    ngx_log_t                  *log;
+    ngx_http_request_t         *r;
+    ngx_http_mruby_run_data_t  *data;
+
+    log = log_target ? log_target : ngx_cycle->log;
+
+    if (run != NULL && run->request != NULL) {
+        r = run->request;
+        log = r->connection->log;
+
+    } else if (run != NULL && run->data != NULL) {
+        data = run->data;
+        if (data->connection != NULL) {
+            log = data->connection->log;
+        }
+    }
+
+    ngx_mruby_log(log, level, msg, len);
+}
+
+
+static mrb_value
+ngx_http_mruby_send_header(mrb_state *mrb, mrb_value self)
+{
+    mrb_int              status = 0;
+    ngx_int_t            rc;
+    ngx_http_request_t  *r;
+
+    mrb_get_args(mrb, "|i", &status);
+
+    (void) ngx_http_mruby_answering_run(mrb, "Nginx.send_header");
+    r = ngx_http_mruby_request(mrb);
+
+    if (r->header_sent) {
+        mrb_raise(mrb, E_RUNTIME_ERROR,
+                  "Nginx.send_header: the header is already sent");
+    }
+
+    if (status != 0) {
+        r->headers_out.status = (ngx_uint_t) status;
+
+    } else if (r->headers_out.status == 0) {
+        r->headers_out.status = NGX_HTTP_OK;
+    }
+
+    /* the body that rputs adds later has no known length */
+    r->headers_out.content_length_n = -1;
+
+    if (r->headers_out.content_type.len == 0) {
+        (void) ngx_http_set_content_type(r);
+    }
+
+    rc = ngx_http_send_header(r);
+
+    if (rc == NGX_ERROR || rc > NGX_OK) {
+        mrb_raisef(mrb, E_RUNTIME_ERROR,
+                   "Nginx.send_header: sending the header failed (%d)",
+                   (int) rc);
+    }
+
+    return mrb_fixnum_value(rc);
+}
+
+
+static mrb_value
+ngx_http_mruby_set_status(mrb_state *mrb, mrb_value self)
+{
+    mrb_int              status;
+    ngx_http_request_t  *r;
+
+    mrb_get_args(mrb, "i", &status);
+
+    if (status < 100 || status > 999) {
+        mrb_raisef(mrb, E_ARGUMENT_ERROR, "invalid HTTP status %i", status);
+    }
+
+    r = ngx_http_mruby_request(mrb);
+    r->headers_out.status = (ngx_uint_t) status;
+
+    return mrb_fixnum_value(status);
+}
+
+
+static mrb_value
+ngx_http_mruby_get_status(mrb_state *mrb, mrb_value self)
+{
+    ngx_http_request_t  *r;
+
+    r = ngx_http_mruby_request(mrb);
+
+    return mrb_fixnum_value((mrb_int) r->headers_out.status);
+}
+
+
+/*
+ * Nginx.redirect(uri, code = 302): a URL goes to the client as a
+ * redirect with Location; a path ("/...") is an internal redirect.
+ */
+static mrb_value
+ngx_http_mruby_redirect(mrb_state *mrb, mrb_value self)
+{
+    mrb_int                     code = NGX_HTTP_MOVED_TEMPORARILY;
+    mrb_run                    *run;
+    mrb_value                   uri;
+    ngx_str_t                   key, value;
+    ngx_http_request_t         *r;
+    ngx_http_mruby_run_data_t  *data;
+
+    mrb_get_args(mrb, "S|i", &uri, &code);
+
+    data = ngx_http_mruby_answering_run(mrb, "Nginx.redirect");
+    run = mrb_interp_run(mrb);
+    r = run->request;
+
+    if (RSTRING_LEN(uri) == 0) {
+        mrb_raise(mrb, E_ARGUMENT_ERROR, "Nginx.redirect: empty URI");
+    }
+
+    if (ngx_http_mruby_pstr(r->pool, uri, &value) != NGX_OK) {
+        mrb_raise(mrb, E_RUNTIME_ERROR, "Nginx.redirect: out of memory");
+    }
+
+    if (value.data[0] == '/') {
+        data->ctx->redirect = value;
+        return self;
+    }
+
+    if (code < 300 || code > 399) {
+        mrb_raisef(mrb, E_ARGUMENT_ERROR,
+                   "Nginx.redirect: %i is not a redirect status", code);
+    }
+
+    ngx_str_set(&key, "Location");
+
+    if (ngx_http_mruby_headers_out_set(r, &key, &value) != NGX_OK) {
+        mrb_raise(mrb, E_RUNTIME_ERROR, "Nginx.redirect: out of memory");
+    }
+
+    run->result = code;
+    run->returned = 1;
+
+    return self;
+}
+
+
+static mrb_value
+ngx_http_mruby_nginx_version(mrb_state *mrb, mrb_value self)
+{
+    return mrb_str_new_lit(mrb, NGINX_VERSION);
+}
+
+
+static mrb_value
+ngx_http_mruby_server_version(mrb_state *mrb, mrb_value self)
+{
+    return mrb_str_new_lit(mrb, NGINX_VER);
+}
+
+
+static mrb_value
+ngx_http_mruby_configure(mrb_state *mrb, mrb_value self)
+{
+    return mrb_str_new_lit(mrb, NGX_CONFIGURE);
+}
+
+
+static void
+ngx_http_mruby_define_constants(mrb_state *mrb, struct RClass *nginx)
+{
+    static const struct {
+        const char  *name;
+        mrb_int      value;
+    } codes[] = {
+        { "OK", NGX_OK },
+        { "ERROR", NGX_ERROR },
+        { "AGAIN", NGX_AGAIN },
+        { "BUSY", NGX_BUSY },
+        { "DONE", NGX_DONE },
+        { "DECLINED", NGX_DECLINED },
+        { "ABORT", NGX_ABORT },
+        { "HTTPS_CERT_ERROR", NGX_HTTPS_CERT_ERROR },
+        { "HTTPS_NO_CERT", NGX_HTTPS_NO_CERT }
+    };
+
+    ngx_uint_t  i;
+
+    for (i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
+        mrb_define_const(mrb, nginx, codes[i].name,
+                         mrb_fixnum_value(codes[i].value));
+    }
+
+    ngx_mruby_define_log_levels(mrb, nginx);
+}
+
+
+static void
+ngx_http_mruby_define(mrb_state *mrb, struct RClass *nginx)
+{
+    ngx_http_mruby_define_constants(mrb, nginx);
+
+    mrb_define_class_method(mrb, nginx, "send_header",
+                            ngx_http_mruby_send_header, MRB_ARGS_OPT(1));
+    mrb_define_class_method(mrb, nginx, "status_code=",
+                            ngx_http_mruby_set_status, MRB_ARGS_REQ(1));
+    mrb_define_class_method(mrb, nginx, "status_code",
+                            ngx_http_mruby_get_status, MRB_ARGS_NONE());
+    mrb_define_class_method(mrb, nginx, "redirect", ngx_http_mruby_redirect,
+                            MRB_ARGS_ARG(1, 1));
+    mrb_define_class_method(mrb, nginx, "nginx_version",
+                            ngx_http_mruby_nginx_version, MRB_ARGS_NONE());
+    mrb_define_class_method(mrb, nginx, "server_version",
+                            ngx_http_mruby_server_version, MRB_ARGS_NONE());
+    mrb_define_class_method(mrb, nginx, "configure",
+                            ngx_http_mruby_configure, MRB_ARGS_NONE());
+
+    ngx_http_mruby_request_define(mrb, nginx);
+    ngx_http_mruby_headers_define(mrb, nginx);
+    ngx_http_mruby_var_define(mrb, nginx);
+    ngx_http_mruby_connection_define(mrb, nginx);
+    ngx_http_mruby_filter_define(mrb, nginx);
+    ngx_http_mruby_ssl_define(mrb, nginx);
+}

@@ -1,0 +1,330 @@
+/*
+ * The http module's directives.
+ */
+
+#include "ngx_http_mruby_module.h"
+#include "mrb_shdict.h"
+
+
+/*
+ * cmd->post of the script directives: the phase, and whether the argument
+ * is inline code (the _code forms) rather than a file.
+ */
+#define NGX_HTTP_MRUBY_CMD(phase, code)  (void *) (uintptr_t) ((phase) << 1 | (code))
+#define ngx_http_mruby_cmd_phase(post)   ((uintptr_t) (post) >> 1)
+#define ngx_http_mruby_cmd_code(post)    ((uintptr_t) (post) & 1)
+
+#define NGX_HTTP_MRUBY_ANY_CONF                                               \
+    (NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_HTTP_LIF_CONF)
+
+
+static char *ngx_http_mruby_handler(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_mruby_startup(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_mruby_ssl_handshake(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_mruby_add_handler(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_mruby_shared_dict(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+
+
+/* One file form and one inline form of a per-location handler. */
+#define ngx_http_mruby_handler_commands(name, contexts, phase)                \
+    { ngx_string(name),                                                       \
+      contexts|NGX_CONF_TAKE12,                                               \
+      ngx_http_mruby_handler,                                                 \
+      NGX_HTTP_LOC_CONF_OFFSET,                                               \
+      0,                                                                      \
+      NGX_HTTP_MRUBY_CMD(phase, 0) },                                         \
+    { ngx_string(name "_code"),                                               \
+      contexts|NGX_CONF_TAKE1,                                                \
+      ngx_http_mruby_handler,                                                 \
+      NGX_HTTP_LOC_CONF_OFFSET,                                               \
+      0,                                                                      \
+      NGX_HTTP_MRUBY_CMD(phase, 1) }
+
+#define ngx_http_mruby_startup_commands(name, field)                          \
+    { ngx_string(name),                                                       \
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE12,                                     \
+      ngx_http_mruby_startup,                                                 \
+      NGX_HTTP_MAIN_CONF_OFFSET,                                              \
+      offsetof(ngx_http_mruby_main_conf_t, field),                            \
+      NGX_HTTP_MRUBY_CMD(0, 0) },                                             \
+    { ngx_string(name "_code"),                                               \
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,                                      \
+      ngx_http_mruby_startup,                                                 \
+      NGX_HTTP_MAIN_CONF_OFFSET,                                              \
+      offsetof(ngx_http_mruby_main_conf_t, field),                            \
+      NGX_HTTP_MRUBY_CMD(0, 1) }
+
+
+ngx_command_t  ngx_http_mruby_commands[] = {
+
+    ngx_http_mruby_startup_commands("mruby_init", init),
+    ngx_http_mruby_startup_commands("mruby_init_worker", init_worker),
+    ngx_http_mruby_startup_commands("mruby_exit_worker", exit_worker),
+
+    ngx_http_mruby_handler_commands("mruby_post_read_handler",
+        NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF, NGX_HTTP_MRUBY_POST_READ),
+    ngx_http_mruby_handler_commands("mruby_server_rewrite_handler",
+        NGX_HTTP_MRUBY_ANY_CONF, NGX_HTTP_MRUBY_SERVER_REWRITE),
+    ngx_http_mruby_handler_commands("mruby_rewrite_handler",
+        NGX_HTTP_MRUBY_ANY_CONF, NGX_HTTP_MRUBY_REWRITE),
+    ngx_http_mruby_handler_commands("mruby_access_handler",
+        NGX_HTTP_MRUBY_ANY_CONF, NGX_HTTP_MRUBY_ACCESS),
+    ngx_http_mruby_handler_commands("mruby_content_handler",
+        NGX_HTTP_MRUBY_ANY_CONF, NGX_HTTP_MRUBY_CONTENT),
+    ngx_http_mruby_handler_commands("mruby_log_handler",
+        NGX_HTTP_MRUBY_ANY_CONF, NGX_HTTP_MRUBY_LOG),
+    ngx_http_mruby_handler_commands("mruby_output_header_filter",
+        NGX_HTTP_MRUBY_ANY_CONF, NGX_HTTP_MRUBY_HEADER_FILTER),
+    ngx_http_mruby_handler_commands("mruby_output_body_filter",
+        NGX_HTTP_MRUBY_ANY_CONF, NGX_HTTP_MRUBY_BODY_FILTER),
+
+    { ngx_string("mruby_set"),
+      NGX_HTTP_MRUBY_ANY_CONF|NGX_CONF_TAKE23,
+      ngx_http_mruby_set,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NGX_HTTP_MRUBY_CMD(NGX_HTTP_MRUBY_SET, 0) },
+
+    { ngx_string("mruby_set_code"),
+      NGX_HTTP_MRUBY_ANY_CONF|NGX_CONF_TAKE2,
+      ngx_http_mruby_set,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NGX_HTTP_MRUBY_CMD(NGX_HTTP_MRUBY_SET, 1) },
+
+    { ngx_string("mruby_ssl_handshake_handler"),
+      NGX_HTTP_SRV_CONF|NGX_CONF_TAKE12,
+      ngx_http_mruby_ssl_handshake,
+      NGX_HTTP_SRV_CONF_OFFSET,
+      0,
+      NGX_HTTP_MRUBY_CMD(NGX_HTTP_MRUBY_SSL_HANDSHAKE, 0) },
+
+    { ngx_string("mruby_ssl_handshake_handler_code"),
+      NGX_HTTP_SRV_CONF|NGX_CONF_TAKE1,
+      ngx_http_mruby_ssl_handshake,
+      NGX_HTTP_SRV_CONF_OFFSET,
+      0,
+      NGX_HTTP_MRUBY_CMD(NGX_HTTP_MRUBY_SSL_HANDSHAKE, 1) },
+
+    { ngx_string("mruby_add_handler"),
+      NGX_HTTP_MRUBY_ANY_CONF|NGX_CONF_FLAG,
+      ngx_http_mruby_add_handler,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_mruby_loc_conf_t, add_handler),
+      NULL },
+
+    { ngx_string("mruby_enable_read_request_body"),
+      NGX_HTTP_MRUBY_ANY_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_mruby_loc_conf_t, read_body),
+      NULL },
+
+    { ngx_string("mruby_cache"),
+      NGX_HTTP_MRUBY_ANY_CONF|NGX_CONF_TAKE1,
+      ngx_mruby_conf_set_cache,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_mruby_loc_conf_t, cache),
+      NULL },
+
+    { ngx_string("mruby_shared_dict"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE2,
+      ngx_http_mruby_shared_dict,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+      ngx_null_command
+};
+
+
+static char *
+ngx_http_mruby_handler(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_mruby_loc_conf_t *mlcf = conf;
+
+    char                        *rv;
+    ngx_str_t                   *value;
+    ngx_uint_t                   phase;
+    ngx_http_mruby_main_conf_t  *mmcf;
+
+    phase = ngx_http_mruby_cmd_phase(cmd->post);
+
+    if (mlcf->handlers[phase] != NULL) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    rv = ngx_mruby_conf_script(cf, &value[1], cf->args->nelts - 1,
+                               ngx_http_mruby_cmd_code(cmd->post),
+                               &mlcf->handlers[phase]);
+    if (rv != NGX_CONF_OK) {
+        return rv;
+    }
+
+    mmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_mruby_module);
+    mmcf->handlers |= 1 << phase;
+    mmcf->enabled = 1;
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_mruby_startup(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_mruby_main_conf_t *mmcf = conf;
+
+    char                 *rv;
+    ngx_str_t            *value;
+    ngx_array_t          *scripts;
+    ngx_mruby_script_t  **sp;
+
+    scripts = (ngx_array_t *) ((char *) conf + cmd->offset);
+
+    sp = ngx_array_push(scripts);
+    if (sp == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    value = cf->args->elts;
+
+    rv = ngx_mruby_conf_script(cf, &value[1], cf->args->nelts - 1,
+                               ngx_http_mruby_cmd_code(cmd->post), sp);
+    if (rv != NGX_CONF_OK) {
+        return rv;
+    }
+
+    /* no block above http: a file without a policy of its own is "stat" */
+
+    if (ngx_mruby_script_resolve(cf, *sp, MRB_CACHE_STAT) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    if (scripts != &mmcf->init) {
+        mmcf->enabled = 1;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_mruby_ssl_handshake(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_mruby_srv_conf_t *mscf = conf;
+
+    char                        *rv;
+    ngx_str_t                   *value;
+    ngx_http_mruby_main_conf_t  *mmcf;
+
+    if (mscf->ssl_handshake != NULL) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    rv = ngx_mruby_conf_script(cf, &value[1], cf->args->nelts - 1,
+                               ngx_http_mruby_cmd_code(cmd->post),
+                               &mscf->ssl_handshake);
+    if (rv != NGX_CONF_OK) {
+        return rv;
+    }
+
+    mmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_mruby_module);
+    mmcf->enabled = 1;
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_mruby_add_handler(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    char                        *rv;
+    ngx_http_mruby_main_conf_t  *mmcf;
+
+    rv = ngx_conf_set_flag_slot(cf, cmd, conf);
+    if (rv != NGX_CONF_OK) {
+        return rv;
+    }
+
+    /* the content handler runs the .rb file a URI maps to */
+
+    mmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_mruby_module);
+    mmcf->handlers |= 1 << NGX_HTTP_MRUBY_CONTENT;
+    mmcf->enabled = 1;
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_mruby_shared_dict(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    char        err[1024];
+    size_t      size;
+    ngx_str_t  *value;
+
+    value = cf->args->elts;
+
+    /* cf->args strings are NUL-terminated */
+
+    if (mrb_shdict_parse_size((char *) value[2].data, &size) != 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid size \"%V\" (e.g. 1m, 512k, 65536)",
+                           &value[2]);
+        return NGX_CONF_ERROR;
+    }
+
+    if (mrb_shdict_zone_add((char *) value[1].data, size, err, sizeof(err))
+        != 0)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "%s", err);
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * A file script of a block waits for the block's mruby_cache; it is
+ * created here, when the block is merged: first the parent's own (the
+ * http block is never merged into anything), then this block's.
+ */
+char *
+ngx_http_mruby_merge_handlers(ngx_conf_t *cf, ngx_http_mruby_loc_conf_t *prev,
+    ngx_http_mruby_loc_conf_t *conf)
+{
+    ngx_uint_t  i;
+
+    for (i = 0; i < NGX_HTTP_MRUBY_NHANDLERS; i++) {
+
+        if (prev->handlers[i] != NULL
+            && ngx_mruby_script_resolve(cf, prev->handlers[i], prev->cache)
+               != NGX_OK)
+        {
+            return NGX_CONF_ERROR;
+        }
+
+        if (conf->handlers[i] == NULL) {
+            conf->handlers[i] = prev->handlers[i];
+            continue;
+        }
+
+        if (ngx_mruby_script_resolve(cf, conf->handlers[i], conf->cache)
+            != NGX_OK)
+        {
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    return NGX_CONF_OK;
+}

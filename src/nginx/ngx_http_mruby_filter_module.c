@@ -1,0 +1,401 @@
+/*
+ * mruby_output_header_filter and mruby_output_body_filter, and
+ * Nginx::Filter.
+ *
+ * A body filter sees the whole body at once: the response's buffers are
+ * copied and released as they come (so an upstream's buffers keep moving,
+ * chunked or not) and the header is held back until the last one, when the
+ * script runs.  So a script may change the body, its length and the
+ * headers, and its exception still turns into a 500.
+ */
+
+#include "ngx_http_mruby_module.h"
+
+#include <mruby/class.h>
+#include <mruby/string.h>
+
+
+typedef struct {
+    ngx_chain_t   *body;          /* copies of the response's buffers */
+    ngx_chain_t  **last;
+    size_t         len;
+
+    ngx_str_t      replaced;      /* Filter#body= */
+    unsigned       is_replaced:1;
+
+    unsigned       buffering:1;   /* the header waits for the body */
+    unsigned       pass:1;        /* our own error response */
+} ngx_http_mruby_filter_ctx_t;
+
+
+static ngx_int_t ngx_http_mruby_filter_init(ngx_conf_t *cf);
+
+
+static ngx_http_module_t  ngx_http_mruby_filter_module_ctx = {
+    NULL,                                  /* preconfiguration */
+    ngx_http_mruby_filter_init,            /* postconfiguration */
+
+    NULL,                                  /* create main configuration */
+    NULL,                                  /* init main configuration */
+
+    NULL,                                  /* create server configuration */
+    NULL,                                  /* merge server configuration */
+
+    NULL,                                  /* create location configuration */
+    NULL                                   /* merge location configuration */
+};
+
+
+ngx_module_t  ngx_http_mruby_filter_module = {
+    NGX_MODULE_V1,
+    &ngx_http_mruby_filter_module_ctx,     /* module context */
+    NULL,                                  /* module directives */
+    NGX_HTTP_MODULE,                       /* module type */
+    NULL,                                  /* init master */
+    NULL,                                  /* init module */
+    NULL,                                  /* init process */
+    NULL,                                  /* init thread */
+    NULL,                                  /* exit thread */
+    NULL,                                  /* exit process */
+    NULL,                                  /* exit master */
+    NGX_MODULE_V1_PADDING
+};
+
+
+static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
+static ngx_http_output_body_filter_pt    ngx_http_next_body_filter;
+
+
+/* Answers 500 instead of the response a filter script failed on. */
+static ngx_int_t
+ngx_http_mruby_filter_fail(ngx_http_request_t *r,
+    ngx_http_mruby_filter_ctx_t *ctx)
+{
+    ctx->pass = 1;
+    ctx->buffering = 0;
+
+    return ngx_http_filter_finalize_request(r, &ngx_http_mruby_filter_module,
+                                            NGX_HTTP_INTERNAL_SERVER_ERROR);
+}
+
+
+static ngx_int_t
+ngx_http_mruby_header_filter(ngx_http_request_t *r)
+{
+    mrb_run                       run;
+    ngx_mruby_script_t           *hs, *bs;
+    ngx_http_mruby_loc_conf_t    *mlcf;
+    ngx_http_mruby_run_data_t     data;
+    ngx_http_mruby_filter_ctx_t  *ctx;
+
+    if (r != r->main) {
+        return ngx_http_next_header_filter(r);
+    }
+
+    mlcf = ngx_http_get_module_loc_conf(r, ngx_http_mruby_module);
+
+    hs = mlcf->handlers[NGX_HTTP_MRUBY_HEADER_FILTER];
+    bs = mlcf->handlers[NGX_HTTP_MRUBY_BODY_FILTER];
+
+    if (hs == NULL && bs == NULL) {
+        return ngx_http_next_header_filter(r);
+    }
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_mruby_filter_module);
+
+    if (ctx != NULL && ctx->pass) {
+        return ngx_http_next_header_filter(r);
+    }
+
+    if (ctx == NULL) {
+        ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_mruby_filter_ctx_t));
+        if (ctx == NULL) {
+            return NGX_ERROR;
+        }
+
+        ctx->last = &ctx->body;
+        ngx_http_set_ctx(r, ctx, ngx_http_mruby_filter_module);
+    }
+
+    if (hs != NULL) {
+        ngx_memzero(&data, sizeof(data));
+        data.phase = NGX_HTTP_MRUBY_HEADER_FILTER;
+
+        if (ngx_http_mruby_run(r, hs, &data, &run, NGX_DECLINED) != NGX_OK) {
+            return ngx_http_mruby_filter_fail(r, ctx);
+        }
+
+        if (run.returned && run.result >= 100 && run.result < 1000) {
+            r->headers_out.status = (ngx_uint_t) run.result;
+        }
+    }
+
+    if (bs == NULL || r->header_only) {
+        return ngx_http_next_header_filter(r);
+    }
+
+    ctx->buffering = 1;
+
+    r->filter_need_in_memory = 1;
+    r->allow_ranges = 0;
+
+    ngx_http_clear_content_length(r);
+    ngx_http_clear_accept_ranges(r);
+    ngx_http_weak_etag(r);
+
+    return NGX_OK;
+}
+
+
+/* Copies the data of in and marks it sent; *last when the body is whole. */
+static ngx_int_t
+ngx_http_mruby_filter_collect(ngx_http_request_t *r,
+    ngx_http_mruby_filter_ctx_t *ctx, ngx_chain_t *in, ngx_uint_t *last)
+{
+    size_t        size;
+    ngx_buf_t    *b, *copy;
+    ngx_chain_t  *cl, *ln;
+
+    for (cl = in; cl; cl = cl->next) {
+        b = cl->buf;
+
+        if (b->last_buf || b->last_in_chain) {
+            *last = 1;
+        }
+
+        if (!ngx_buf_in_memory(b)) {
+            if (ngx_buf_size(b) != 0) {
+                ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
+                              "mruby body filter: a buffer not in memory");
+                return NGX_ERROR;
+            }
+
+            continue;
+        }
+
+        size = b->last - b->pos;
+
+        if (size) {
+            copy = ngx_create_temp_buf(r->pool, size);
+            ln = ngx_alloc_chain_link(r->pool);
+
+            if (copy == NULL || ln == NULL) {
+                return NGX_ERROR;
+            }
+
+            copy->last = ngx_cpymem(copy->pos, b->pos, size);
+
+            ln->buf = copy;
+            ln->next = NULL;
+            *ctx->last = ln;
+            ctx->last = &ln->next;
+            ctx->len += size;
+        }
+
+        b->pos = b->last;
+
+        if (b->in_file) {
+            b->file_pos = b->file_last;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_mruby_filter_send(ngx_http_request_t *r,
+    ngx_http_mruby_filter_ctx_t *ctx)
+{
+    ngx_int_t     rc;
+    ngx_buf_t    *b;
+    ngx_chain_t  *out, *cl;
+
+    if (ctx->is_replaced || ctx->body == NULL) {
+        b = ngx_calloc_buf(r->pool);
+        out = ngx_alloc_chain_link(r->pool);
+
+        if (b == NULL || out == NULL) {
+            return NGX_ERROR;
+        }
+
+        if (ctx->is_replaced && ctx->replaced.len) {
+            b->pos = ctx->replaced.data;
+            b->last = ctx->replaced.data + ctx->replaced.len;
+            b->memory = 1;
+        }
+
+        out->buf = b;
+        out->next = NULL;
+
+        r->headers_out.content_length_n = ctx->is_replaced
+                                          ? (off_t) ctx->replaced.len : 0;
+
+    } else {
+        out = ctx->body;
+        r->headers_out.content_length_n = (off_t) ctx->len;
+    }
+
+    for (cl = out; cl->next; cl = cl->next) { /* void */ }
+
+    cl->buf->last_buf = 1;
+    cl->buf->last_in_chain = 1;
+
+    rc = ngx_http_next_header_filter(r);
+
+    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
+        return rc;
+    }
+
+    return ngx_http_next_body_filter(r, out);
+}
+
+
+static ngx_int_t
+ngx_http_mruby_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
+{
+    mrb_run                       run;
+    ngx_uint_t                    last;
+    ngx_http_mruby_loc_conf_t    *mlcf;
+    ngx_http_mruby_run_data_t     data;
+    ngx_http_mruby_filter_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_mruby_filter_module);
+
+    if (ctx == NULL || !ctx->buffering) {
+        return ngx_http_next_body_filter(r, in);
+    }
+
+    last = 0;
+
+    if (ngx_http_mruby_filter_collect(r, ctx, in, &last) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (!last) {
+        return NGX_OK;
+    }
+
+    ctx->buffering = 0;
+
+    mlcf = ngx_http_get_module_loc_conf(r, ngx_http_mruby_module);
+
+    ngx_memzero(&data, sizeof(data));
+    data.phase = NGX_HTTP_MRUBY_BODY_FILTER;
+    data.filter = ctx;
+
+    if (ngx_http_mruby_run(r, mlcf->handlers[NGX_HTTP_MRUBY_BODY_FILTER],
+                           &data, &run, NGX_DECLINED)
+        != NGX_OK)
+    {
+        return ngx_http_mruby_filter_fail(r, ctx);
+    }
+
+    if (run.returned && run.result >= 100 && run.result < 1000) {
+        r->headers_out.status = (ngx_uint_t) run.result;
+    }
+
+    return ngx_http_mruby_filter_send(r, ctx);
+}
+
+
+static ngx_int_t
+ngx_http_mruby_filter_init(ngx_conf_t *cf)
+{
+    ngx_http_mruby_main_conf_t  *mmcf;
+
+    mmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_mruby_module);
+
+    if (mmcf->handlers & (1 << NGX_HTTP_MRUBY_HEADER_FILTER
+                          | 1 << NGX_HTTP_MRUBY_BODY_FILTER))
+    {
+        ngx_http_next_header_filter = ngx_http_top_header_filter;
+        ngx_http_top_header_filter = ngx_http_mruby_header_filter;
+
+        ngx_http_next_body_filter = ngx_http_top_body_filter;
+        ngx_http_top_body_filter = ngx_http_mruby_body_filter;
+    }
+
+    return NGX_OK;
+}
+
+
+/* Nginx::Filter */
+
+
+static ngx_http_mruby_filter_ctx_t *
+ngx_http_mruby_filter_ctx(mrb_state *mrb)
+{
+    ngx_http_mruby_run_data_t  *data;
+
+    data = ngx_http_mruby_run_data(mrb, NGX_HTTP_MRUBY_BODY_FILTER,
+               "Nginx::Filter: only in mruby_output_body_filter");
+
+    return data->filter;
+}
+
+
+static mrb_value
+ngx_http_mruby_filter_body(mrb_state *mrb, mrb_value self)
+{
+    char                         *p;
+    mrb_value                     body;
+    ngx_chain_t                  *cl;
+    ngx_http_mruby_filter_ctx_t  *ctx;
+
+    ctx = ngx_http_mruby_filter_ctx(mrb);
+
+    if (ctx->is_replaced) {
+        return ngx_http_mruby_str(mrb, &ctx->replaced);
+    }
+
+    body = mrb_str_new(mrb, NULL, (mrb_int) ctx->len);
+    p = RSTRING_PTR(body);
+
+    for (cl = ctx->body; cl; cl = cl->next) {
+        p = (char *) ngx_cpymem(p, cl->buf->pos,
+                                cl->buf->last - cl->buf->pos);
+    }
+
+    return body;
+}
+
+
+static mrb_value
+ngx_http_mruby_filter_set_body(mrb_state *mrb, mrb_value self)
+{
+    mrb_value                     body;
+    ngx_http_request_t           *r;
+    ngx_http_mruby_filter_ctx_t  *ctx;
+
+    mrb_get_args(mrb, "S", &body);
+
+    ctx = ngx_http_mruby_filter_ctx(mrb);
+    r = ngx_http_mruby_request(mrb);
+
+    if (ngx_http_mruby_pstr(r->pool, body, &ctx->replaced) != NGX_OK) {
+        mrb_raise(mrb, E_RUNTIME_ERROR, "Nginx::Filter#body=: out of memory");
+    }
+
+    ctx->is_replaced = 1;
+
+    return body;
+}
+
+
+void
+ngx_http_mruby_filter_define(mrb_state *mrb, struct RClass *nginx)
+{
+    struct RClass  *c;
+
+    c = mrb_define_class_under(mrb, nginx, "Filter", mrb->object_class);
+
+    mrb_define_method(mrb, c, "body", ngx_http_mruby_filter_body,
+                      MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "body=", ngx_http_mruby_filter_set_body,
+                      MRB_ARGS_REQ(1));
+    mrb_define_method(mrb, c, "output", ngx_http_mruby_filter_body,
+                      MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "output=", ngx_http_mruby_filter_set_body,
+                      MRB_ARGS_REQ(1));
+}

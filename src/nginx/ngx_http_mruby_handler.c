@@ -1,0 +1,510 @@
+/*
+ * The request-phase handlers: post_read, server_rewrite, rewrite, access,
+ * content (and mruby_add_handler), log.  What a script asked for (output,
+ * a return code, a redirect) becomes what the phase returns to nginx.
+ */
+
+#include "ngx_http_mruby_module.h"
+
+
+static ngx_int_t ngx_http_mruby_post_read_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_mruby_server_rewrite_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_mruby_rewrite_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_mruby_access_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_mruby_content_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_mruby_log_handler(ngx_http_request_t *r);
+
+
+static const struct {
+    ngx_http_phases       phase;
+    ngx_http_handler_pt   handler;
+} ngx_http_mruby_phases[] = {
+    { NGX_HTTP_POST_READ_PHASE, ngx_http_mruby_post_read_handler },
+    { NGX_HTTP_SERVER_REWRITE_PHASE, ngx_http_mruby_server_rewrite_handler },
+    { NGX_HTTP_REWRITE_PHASE, ngx_http_mruby_rewrite_handler },
+    { NGX_HTTP_ACCESS_PHASE, ngx_http_mruby_access_handler },
+    { NGX_HTTP_CONTENT_PHASE, ngx_http_mruby_content_handler },
+    { NGX_HTTP_LOG_PHASE, ngx_http_mruby_log_handler }
+};
+
+
+/* Registers a handler in each phase that some block has a script for. */
+ngx_int_t
+ngx_http_mruby_handler_init(ngx_conf_t *cf, ngx_http_mruby_main_conf_t *mmcf)
+{
+    ngx_uint_t                  i;
+    ngx_http_handler_pt        *h;
+    ngx_http_core_main_conf_t  *cmcf;
+
+    cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
+
+    /* ngx_http_mruby_phases[] is in ngx_http_mruby_phase_e order */
+
+    for (i = 0; i < sizeof(ngx_http_mruby_phases)
+                    / sizeof(ngx_http_mruby_phases[0]); i++)
+    {
+        if (!(mmcf->handlers & (1 << i))) {
+            continue;
+        }
+
+        h = ngx_array_push(&cmcf->phases[ngx_http_mruby_phases[i].phase]
+                                .handlers);
+        if (h == NULL) {
+            return NGX_ERROR;
+        }
+
+        *h = ngx_http_mruby_phases[i].handler;
+    }
+
+    return NGX_OK;
+}
+
+
+/* The status a response with a body goes out with. */
+static ngx_uint_t
+ngx_http_mruby_status(ngx_http_request_t *r, mrb_int result)
+{
+    if (result >= 200 && result < 1000) {
+        return (ngx_uint_t) result;
+    }
+
+    if (r->headers_out.status != 0) {
+        return r->headers_out.status;
+    }
+
+    return NGX_HTTP_OK;
+}
+
+
+/* Sends the header (unless Nginx.send_header did) and what rputs wrote. */
+static ngx_int_t
+ngx_http_mruby_send(ngx_http_request_t *r, ngx_http_mruby_ctx_t *ctx,
+    mrb_int result)
+{
+    ngx_int_t     rc;
+    ngx_chain_t  *cl;
+
+    if (!r->header_sent) {
+        r->headers_out.status = ngx_http_mruby_status(r, result);
+        r->headers_out.content_length_n = ctx->out_len;
+
+        if (r->headers_out.content_type.len == 0
+            && ngx_http_set_content_type(r) != NGX_OK)
+        {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        rc = ngx_http_send_header(r);
+
+        if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
+            return rc;
+        }
+    }
+
+    if (ctx->out == NULL) {
+        return ngx_http_send_special(r, NGX_HTTP_LAST);
+    }
+
+    for (cl = ctx->out; cl->next; cl = cl->next) { /* void */ }
+
+    cl->buf->last_buf = (r == r->main) ? 1 : 0;
+    cl->buf->last_in_chain = 1;
+
+    cl = ctx->out;
+    ctx->out = NULL;
+    ctx->last_out = &ctx->out;
+    ctx->out_len = 0;
+
+    return ngx_http_output_filter(r, cl);
+}
+
+
+/*
+ * Nginx.redirect "/path": an internal redirect, done once the script has
+ * returned (nginx runs the phases of the new URI from within the call).
+ */
+static ngx_int_t
+ngx_http_mruby_internal_redirect(ngx_http_request_t *r,
+    ngx_http_mruby_ctx_t *ctx)
+{
+    u_char     *q;
+    ngx_str_t   uri, args;
+
+    uri = ctx->redirect;
+    ngx_str_null(&args);
+
+    q = ngx_strlchr(uri.data, uri.data + uri.len, '?');
+    if (q != NULL) {
+        args.data = q + 1;
+        args.len = uri.data + uri.len - args.data;
+        uri.len = q - uri.data;
+    }
+
+    /* ctx is zeroed by the redirect */
+
+    return ngx_http_internal_redirect(r, &uri, &args);
+}
+
+
+/*
+ * What a script in a phase before content leaves to nginx: a response it
+ * wrote, a redirect, a status code to answer with, or "go on".
+ */
+static ngx_int_t
+ngx_http_mruby_phase_done(ngx_http_request_t *r, ngx_http_mruby_ctx_t *ctx,
+    ngx_http_mruby_phase_e phase, mrb_int result)
+{
+    ngx_int_t  rc;
+
+    if (ctx->redirect.len) {
+        rc = ngx_http_mruby_internal_redirect(r, ctx);
+        ngx_http_finalize_request(r, rc);
+        return NGX_DONE;
+    }
+
+    if (ctx->out != NULL || r->header_sent) {
+        rc = ngx_http_mruby_send(r, ctx, result);
+        ngx_http_finalize_request(r, rc);
+        return NGX_DONE;
+    }
+
+    switch (result) {
+
+    case NGX_OK:
+    case NGX_HTTP_OK:
+        /* in the access phase: granted; elsewhere: go on */
+        return (phase == NGX_HTTP_MRUBY_ACCESS) ? NGX_OK : NGX_DECLINED;
+
+    case NGX_DECLINED:
+    case NGX_AGAIN:
+    case NGX_DONE:
+        return NGX_DECLINED;
+
+    case NGX_ERROR:
+        return NGX_ERROR;
+
+    default:
+        if (result >= 100 && result < 1000) {
+            return (ngx_int_t) result;
+        }
+
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "mruby: invalid return code %i", (ngx_int_t) result);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+}
+
+
+static void
+ngx_http_mruby_body_read(ngx_http_request_t *r)
+{
+    ngx_http_mruby_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_mruby_module);
+
+    ctx->body_read = 1;
+
+    /* ngx_http_read_client_request_body() counted us as a user */
+    r->main->count--;
+
+    if (ctx->body_waiting) {
+        ctx->body_waiting = 0;
+        ngx_http_core_run_phases(r);
+    }
+}
+
+
+/*
+ * mruby_enable_read_request_body before a script of a phase before
+ * content: NGX_OK once the body is there, NGX_DONE while it is coming (the
+ * phase is run again then), or an error status.
+ */
+static ngx_int_t
+ngx_http_mruby_read_body(ngx_http_request_t *r, ngx_http_mruby_ctx_t *ctx)
+{
+    ngx_int_t  rc;
+
+    if (ctx->body_read) {
+        return NGX_OK;
+    }
+
+    if (ctx->body_waiting) {
+        return NGX_DONE;
+    }
+
+    r->request_body_in_single_buf = 1;
+
+    rc = ngx_http_read_client_request_body(r, ngx_http_mruby_body_read);
+
+    if (rc == NGX_ERROR || rc >= NGX_HTTP_SPECIAL_RESPONSE) {
+        return rc;
+    }
+
+    if (rc == NGX_AGAIN) {
+        ctx->body_waiting = 1;
+        return NGX_DONE;
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_mruby_phase(ngx_http_request_t *r, ngx_http_mruby_phase_e phase)
+{
+    mrb_run                     run;
+    ngx_int_t                   rc;
+    ngx_mruby_script_t         *s;
+    ngx_http_mruby_ctx_t       *ctx;
+    ngx_http_mruby_loc_conf_t  *mlcf;
+    ngx_http_mruby_run_data_t   data;
+
+    mlcf = ngx_http_get_module_loc_conf(r, ngx_http_mruby_module);
+
+    s = mlcf->handlers[phase];
+    if (s == NULL) {
+        return NGX_DECLINED;
+    }
+
+    ctx = ngx_http_mruby_get_ctx(r);
+    if (ctx == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (mlcf->read_body && phase != NGX_HTTP_MRUBY_POST_READ) {
+        rc = ngx_http_mruby_read_body(r, ctx);
+        if (rc != NGX_OK) {
+            return rc;
+        }
+    }
+
+    ngx_memzero(&data, sizeof(data));
+    data.phase = phase;
+    data.ctx = ctx;
+
+    if (ngx_http_mruby_run(r, s, &data, &run, NGX_DECLINED) != NGX_OK) {
+        return r->header_sent ? NGX_ERROR : NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ngx_http_mruby_phase_done(r, ctx, phase, run.result);
+}
+
+
+static ngx_int_t
+ngx_http_mruby_post_read_handler(ngx_http_request_t *r)
+{
+    return ngx_http_mruby_phase(r, NGX_HTTP_MRUBY_POST_READ);
+}
+
+
+static ngx_int_t
+ngx_http_mruby_server_rewrite_handler(ngx_http_request_t *r)
+{
+    return ngx_http_mruby_phase(r, NGX_HTTP_MRUBY_SERVER_REWRITE);
+}
+
+
+static ngx_int_t
+ngx_http_mruby_rewrite_handler(ngx_http_request_t *r)
+{
+    return ngx_http_mruby_phase(r, NGX_HTTP_MRUBY_REWRITE);
+}
+
+
+static ngx_int_t
+ngx_http_mruby_access_handler(ngx_http_request_t *r)
+{
+    return ngx_http_mruby_phase(r, NGX_HTTP_MRUBY_ACCESS);
+}
+
+
+/*
+ * mruby_add_handler: the script is the .rb file the URI maps to, cached
+ * for the life of the worker with the block's policy.  NULL: not ours.
+ */
+static ngx_mruby_script_t *
+ngx_http_mruby_uri_script(ngx_http_request_t *r,
+    ngx_http_mruby_loc_conf_t *mlcf, ngx_int_t *status)
+{
+    char                 err[1024];
+    size_t               root;
+    ngx_str_t            path;
+    ngx_file_info_t      fi;
+    ngx_mruby_script_t  *s;
+
+    if (r->uri.len < 4
+        || ngx_strncmp(r->uri.data + r->uri.len - 3, ".rb", 3) != 0)
+    {
+        return NULL;
+    }
+
+    if (ngx_http_map_uri_to_path(r, &path, &root, 0) == NULL) {
+        *status = NGX_HTTP_INTERNAL_SERVER_ERROR;
+        return NULL;
+    }
+
+    if (ngx_file_info(path.data, &fi) == NGX_FILE_ERROR
+        || !ngx_is_file(&fi))
+    {
+        *status = NGX_HTTP_NOT_FOUND;
+        return NULL;
+    }
+
+    s = ngx_pcalloc(r->pool, sizeof(ngx_mruby_script_t));
+    if (s == NULL) {
+        *status = NGX_HTTP_INTERNAL_SERVER_ERROR;
+        return NULL;
+    }
+
+    s->script = mrb_script_for_file((char *) path.data,
+                                    mlcf->cache == NGX_MRUBY_CACHE_UNSET
+                                    ? MRB_CACHE_STAT
+                                    : (mrb_cache_policy) mlcf->cache,
+                                    err, sizeof(err));
+    if (s->script == NULL) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0, "mruby: %s", err);
+        *status = NGX_HTTP_INTERNAL_SERVER_ERROR;
+        return NULL;
+    }
+
+    return s;
+}
+
+
+static ngx_int_t
+ngx_http_mruby_content_run(ngx_http_request_t *r)
+{
+    mrb_run                     run;
+    ngx_int_t                   status;
+    ngx_mruby_script_t         *s;
+    ngx_http_mruby_ctx_t       *ctx;
+    ngx_http_mruby_loc_conf_t  *mlcf;
+    ngx_http_mruby_run_data_t   data;
+
+    mlcf = ngx_http_get_module_loc_conf(r, ngx_http_mruby_module);
+
+    s = mlcf->handlers[NGX_HTTP_MRUBY_CONTENT];
+
+    if (s == NULL) {
+        status = NGX_DECLINED;
+        s = ngx_http_mruby_uri_script(r, mlcf, &status);
+        if (s == NULL) {
+            return status;
+        }
+    }
+
+    ctx = ngx_http_mruby_get_ctx(r);
+    if (ctx == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ngx_memzero(&data, sizeof(data));
+    data.phase = NGX_HTTP_MRUBY_CONTENT;
+    data.ctx = ctx;
+
+    if (ngx_http_mruby_run(r, s, &data, &run, NGX_OK) != NGX_OK) {
+        return r->header_sent ? NGX_ERROR : NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (ctx->redirect.len) {
+        return ngx_http_mruby_internal_redirect(r, ctx);
+    }
+
+    if (ctx->out != NULL || r->header_sent) {
+        return ngx_http_mruby_send(r, ctx, run.result);
+    }
+
+    switch (run.result) {
+
+    case NGX_OK:
+    case NGX_DONE:
+        /* a script that wrote nothing: an empty response */
+        return ngx_http_mruby_send(r, ctx, run.result);
+
+    case NGX_DECLINED:
+        /* the next content handler (static files, index, ...) */
+        return NGX_DECLINED;
+
+    case NGX_ERROR:
+        return NGX_ERROR;
+
+    default:
+        if (run.result >= 200 && run.result < 300
+            && run.result != NGX_HTTP_CREATED
+            && run.result != NGX_HTTP_NO_CONTENT)
+        {
+            return ngx_http_mruby_send(r, ctx, run.result);
+        }
+
+        if (run.result >= 100 && run.result < 1000) {
+            /* nginx answers: its error page, a redirect with Location */
+            return (ngx_int_t) run.result;
+        }
+
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "mruby: invalid return code %i",
+                      (ngx_int_t) run.result);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+}
+
+
+static void
+ngx_http_mruby_content_body_read(ngx_http_request_t *r)
+{
+    ngx_http_finalize_request(r, ngx_http_mruby_content_run(r));
+}
+
+
+static ngx_int_t
+ngx_http_mruby_content_handler(ngx_http_request_t *r)
+{
+    ngx_int_t                   rc;
+    ngx_http_mruby_loc_conf_t  *mlcf;
+
+    mlcf = ngx_http_get_module_loc_conf(r, ngx_http_mruby_module);
+
+    if (mlcf->handlers[NGX_HTTP_MRUBY_CONTENT] == NULL && !mlcf->add_handler) {
+        return NGX_DECLINED;
+    }
+
+    if (!mlcf->read_body) {
+        return ngx_http_mruby_content_run(r);
+    }
+
+    rc = ngx_http_read_client_request_body(r,
+                                           ngx_http_mruby_content_body_read);
+
+    if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
+        return rc;
+    }
+
+    return NGX_DONE;
+}
+
+
+static ngx_int_t
+ngx_http_mruby_log_handler(ngx_http_request_t *r)
+{
+    mrb_run                     run;
+    ngx_mruby_script_t         *s;
+    ngx_http_mruby_loc_conf_t  *mlcf;
+    ngx_http_mruby_run_data_t   data;
+
+    mlcf = ngx_http_get_module_loc_conf(r, ngx_http_mruby_module);
+
+    s = mlcf->handlers[NGX_HTTP_MRUBY_LOG];
+    if (s == NULL) {
+        return NGX_DECLINED;
+    }
+
+    ngx_memzero(&data, sizeof(data));
+    data.phase = NGX_HTTP_MRUBY_LOG;
+    data.ctx = ngx_http_get_module_ctx(r, ngx_http_mruby_module);
+
+    /* the response is gone: an error is only logged */
+
+    (void) ngx_http_mruby_run(r, s, &data, &run, NGX_OK);
+
+    return NGX_OK;
+}

@@ -1,0 +1,714 @@
+/*
+ * Nginx::Headers_in and Nginx::Headers_out: [], []=, delete, all.
+ *
+ * nginx keeps some headers twice, in the list and as a pointer in
+ * r->headers_in / r->headers_out (or, for the response's type and length,
+ * only as fields): both are kept in step here so that what a script sets
+ * is what nginx sends or forwards.
+ */
+
+#include "ngx_http_mruby_module.h"
+
+#include <mruby/class.h>
+#include <mruby/hash.h>
+#include <mruby/string.h>
+
+
+typedef struct {
+    ngx_str_t    name;        /* lower case */
+    ngx_uint_t   offset;
+} ngx_http_mruby_header_field_t;
+
+
+#define ngx_http_mruby_in(name, field)                                        \
+    { ngx_string(name), offsetof(ngx_http_headers_in_t, field) }
+#define ngx_http_mruby_out(name, field)                                       \
+    { ngx_string(name), offsetof(ngx_http_headers_out_t, field) }
+
+
+/* The ngx_table_elt_t pointers of r->headers_in. */
+static ngx_http_mruby_header_field_t  ngx_http_mruby_headers_in_fields[] = {
+    ngx_http_mruby_in("host", host),
+    ngx_http_mruby_in("connection", connection),
+    ngx_http_mruby_in("if-modified-since", if_modified_since),
+    ngx_http_mruby_in("if-unmodified-since", if_unmodified_since),
+    ngx_http_mruby_in("if-match", if_match),
+    ngx_http_mruby_in("if-none-match", if_none_match),
+    ngx_http_mruby_in("user-agent", user_agent),
+    ngx_http_mruby_in("referer", referer),
+    ngx_http_mruby_in("content-length", content_length),
+    ngx_http_mruby_in("content-range", content_range),
+    ngx_http_mruby_in("content-type", content_type),
+    ngx_http_mruby_in("range", range),
+    ngx_http_mruby_in("if-range", if_range),
+    ngx_http_mruby_in("transfer-encoding", transfer_encoding),
+    ngx_http_mruby_in("te", te),
+    ngx_http_mruby_in("expect", expect),
+    ngx_http_mruby_in("upgrade", upgrade),
+#if (NGX_HTTP_GZIP || NGX_HTTP_HEADERS)
+    ngx_http_mruby_in("accept-encoding", accept_encoding),
+    ngx_http_mruby_in("via", via),
+#endif
+    ngx_http_mruby_in("authorization", authorization),
+    ngx_http_mruby_in("keep-alive", keep_alive),
+#if (NGX_HTTP_REALIP)
+    ngx_http_mruby_in("x-real-ip", x_real_ip),
+#endif
+#if (NGX_HTTP_HEADERS)
+    ngx_http_mruby_in("accept", accept),
+    ngx_http_mruby_in("accept-language", accept_language),
+#endif
+#if (NGX_HTTP_DAV)
+    ngx_http_mruby_in("depth", depth),
+    ngx_http_mruby_in("destination", destination),
+    ngx_http_mruby_in("overwrite", overwrite),
+    ngx_http_mruby_in("date", date),
+#endif
+};
+
+/* The arrays of ngx_table_elt_t pointers of r->headers_in. */
+static ngx_http_mruby_header_field_t  ngx_http_mruby_headers_in_arrays[] = {
+#if (NGX_HTTP_X_FORWARDED_FOR)
+    ngx_http_mruby_in("x-forwarded-for", x_forwarded_for),
+#endif
+    ngx_http_mruby_in("cookie", cookies),
+};
+
+/* The ngx_table_elt_t pointers of r->headers_out. */
+static ngx_http_mruby_header_field_t  ngx_http_mruby_headers_out_fields[] = {
+    ngx_http_mruby_out("server", server),
+    ngx_http_mruby_out("date", date),
+    ngx_http_mruby_out("content-length", content_length),
+    ngx_http_mruby_out("content-encoding", content_encoding),
+    ngx_http_mruby_out("location", location),
+    ngx_http_mruby_out("refresh", refresh),
+    ngx_http_mruby_out("last-modified", last_modified),
+    ngx_http_mruby_out("content-range", content_range),
+    ngx_http_mruby_out("accept-ranges", accept_ranges),
+    ngx_http_mruby_out("www-authenticate", www_authenticate),
+    ngx_http_mruby_out("expires", expires),
+    ngx_http_mruby_out("etag", etag),
+};
+
+
+#define ngx_http_mruby_nelts(a)  (sizeof(a) / sizeof(a[0]))
+
+#define ngx_http_mruby_key_is(key, lit)                                       \
+    ((key)->len == sizeof(lit) - 1                                            \
+     && ngx_strncasecmp((key)->data, (u_char *) lit, sizeof(lit) - 1) == 0)
+
+
+static ngx_http_mruby_header_field_t *
+ngx_http_mruby_header_field(ngx_http_mruby_header_field_t *fields,
+    ngx_uint_t n, ngx_str_t *key)
+{
+    ngx_uint_t  i;
+
+    for (i = 0; i < n; i++) {
+        if (fields[i].name.len == key->len
+            && ngx_strncasecmp(fields[i].name.data, key->data, key->len) == 0)
+        {
+            return &fields[i];
+        }
+    }
+
+    return NULL;
+}
+
+
+/* The first live header named key (any case) in list, or NULL. */
+static ngx_table_elt_t *
+ngx_http_mruby_header_find(ngx_list_t *list, ngx_str_t *key)
+{
+    ngx_uint_t        i;
+    ngx_list_part_t  *part;
+    ngx_table_elt_t  *h;
+
+    part = &list->part;
+    h = part->elts;
+
+    for (i = 0; /* void */; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                return NULL;
+            }
+
+            part = part->next;
+            h = part->elts;
+            i = 0;
+            continue;
+        }
+
+        if (h[i].hash != 0
+            && h[i].key.len == key->len
+            && ngx_strncasecmp(h[i].key.data, key->data, key->len) == 0)
+        {
+            return &h[i];
+        }
+    }
+}
+
+
+static ngx_table_elt_t *
+ngx_http_mruby_header_push(ngx_http_request_t *r, ngx_list_t *list,
+    ngx_str_t *key, ngx_str_t *value)
+{
+    ngx_table_elt_t  *h;
+
+    h = ngx_list_push(list);
+    if (h == NULL) {
+        return NULL;
+    }
+
+    h->key.data = ngx_pnalloc(r->pool, key->len);
+    h->lowcase_key = ngx_pnalloc(r->pool, key->len);
+
+    if (h->key.data == NULL || h->lowcase_key == NULL) {
+        return NULL;
+    }
+
+    h->key.len = key->len;
+    ngx_memcpy(h->key.data, key->data, key->len);
+
+    h->hash = ngx_hash_strlow(h->lowcase_key, key->data, key->len);
+    h->value = *value;
+
+    return h;
+}
+
+
+/* Reads String arguments into pool copies. */
+static void
+ngx_http_mruby_header_args(mrb_state *mrb, ngx_http_request_t *r,
+    ngx_str_t *key, ngx_str_t *value, mrb_bool *has_value)
+{
+    mrb_value  k, v = mrb_nil_value();
+
+    if (value != NULL) {
+        mrb_get_args(mrb, "So", &k, &v);
+    } else {
+        mrb_get_args(mrb, "S", &k);
+    }
+
+    if (RSTRING_LEN(k) == 0) {
+        mrb_raise(mrb, E_ARGUMENT_ERROR, "empty header name");
+    }
+
+    if (ngx_http_mruby_pstr(r->pool, k, key) != NGX_OK) {
+        mrb_raise(mrb, E_RUNTIME_ERROR, "out of memory");
+    }
+
+    if (value == NULL) {
+        return;
+    }
+
+    *has_value = !mrb_nil_p(v);
+
+    if (*has_value) {
+        v = mrb_obj_as_string(mrb, v);
+
+        if (ngx_http_mruby_pstr(r->pool, v, value) != NGX_OK) {
+            mrb_raise(mrb, E_RUNTIME_ERROR, "out of memory");
+        }
+    }
+}
+
+
+static mrb_value
+ngx_http_mruby_headers_hash(mrb_state *mrb, ngx_list_t *list)
+{
+    mrb_value         hash, key;
+    ngx_uint_t        i;
+    ngx_list_part_t  *part;
+    ngx_table_elt_t  *h;
+
+    hash = mrb_hash_new(mrb);
+
+    part = &list->part;
+    h = part->elts;
+
+    for (i = 0; /* void */; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                break;
+            }
+
+            part = part->next;
+            h = part->elts;
+            i = 0;
+            continue;
+        }
+
+        if (h[i].hash == 0) {
+            continue;
+        }
+
+        key = ngx_http_mruby_str(mrb, &h[i].key);
+
+        /* the first of repeated headers, as [] gives */
+        if (mrb_nil_p(mrb_hash_fetch(mrb, hash, key, mrb_nil_value()))) {
+            mrb_hash_set(mrb, hash, key, ngx_http_mruby_str(mrb, &h[i].value));
+        }
+    }
+
+    return hash;
+}
+
+
+/* Request headers */
+
+
+/*
+ * Takes element i out of a part of the request's header list, and moves
+ * the pointers nginx keeps into that part along.  (A header only marked
+ * with hash 0 would still be forwarded by proxy_pass.)
+ */
+static void
+ngx_http_mruby_header_in_remove(ngx_http_request_t *r, ngx_list_part_t *part,
+    ngx_uint_t i)
+{
+    ngx_uint_t         k, j, n;
+    ngx_array_t       *a;
+    ngx_table_elt_t   *h, *gone, *end, **p, **e;
+
+    h = part->elts;
+    gone = &h[i];
+    end = &h[part->nelts];
+
+    ngx_memmove(gone, gone + 1, (end - gone - 1) * sizeof(ngx_table_elt_t));
+    part->nelts--;
+
+    for (k = 0; k < ngx_http_mruby_nelts(ngx_http_mruby_headers_in_fields);
+         k++)
+    {
+        p = (ngx_table_elt_t **) ((char *) &r->headers_in
+                          + ngx_http_mruby_headers_in_fields[k].offset);
+
+        if (*p == gone) {
+            *p = NULL;
+
+        } else if (*p > gone && *p < end) {
+            (*p)--;
+        }
+    }
+
+    for (k = 0; k < ngx_http_mruby_nelts(ngx_http_mruby_headers_in_arrays);
+         k++)
+    {
+        a = (ngx_array_t *) ((char *) &r->headers_in
+                     + ngx_http_mruby_headers_in_arrays[k].offset);
+
+        e = a->elts;
+        n = 0;
+
+        for (j = 0; j < a->nelts; j++) {
+            if (e[j] == gone) {
+                continue;
+            }
+
+            e[n++] = (e[j] > gone && e[j] < end) ? e[j] - 1 : e[j];
+        }
+
+        a->nelts = n;
+    }
+}
+
+
+/* Removes every request header named key; returns how many went. */
+static ngx_uint_t
+ngx_http_mruby_header_in_delete(ngx_http_request_t *r, ngx_str_t *key)
+{
+    ngx_uint_t        i, n;
+    ngx_list_part_t  *part;
+    ngx_table_elt_t  *h;
+
+    n = 0;
+    part = &r->headers_in.headers.part;
+    h = part->elts;
+
+    for (i = 0; /* void */; /* void */) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                return n;
+            }
+
+            part = part->next;
+            h = part->elts;
+            i = 0;
+            continue;
+        }
+
+        if (h[i].key.len == key->len
+            && ngx_strncasecmp(h[i].key.data, key->data, key->len) == 0)
+        {
+            ngx_http_mruby_header_in_remove(r, part, i);
+            n++;
+            continue;  /* the next one moved into i */
+        }
+
+        i++;
+    }
+}
+
+
+static ngx_int_t
+ngx_http_mruby_header_in_set(ngx_http_request_t *r, ngx_str_t *key,
+    ngx_str_t *value)
+{
+    ngx_array_t                    *a;
+    ngx_table_elt_t                *h, **p;
+    ngx_http_mruby_header_field_t  *f;
+
+    /* one header of that name, with the new value */
+
+    h = ngx_http_mruby_header_find(&r->headers_in.headers, key);
+
+    if (h != NULL) {
+        h->value = *value;
+        return NGX_OK;
+    }
+
+    h = ngx_http_mruby_header_push(r, &r->headers_in.headers, key, value);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    f = ngx_http_mruby_header_field(ngx_http_mruby_headers_in_fields,
+                          ngx_http_mruby_nelts(ngx_http_mruby_headers_in_fields),
+                          key);
+    if (f != NULL) {
+        p = (ngx_table_elt_t **) ((char *) &r->headers_in + f->offset);
+        *p = h;
+        return NGX_OK;
+    }
+
+    f = ngx_http_mruby_header_field(ngx_http_mruby_headers_in_arrays,
+                          ngx_http_mruby_nelts(ngx_http_mruby_headers_in_arrays),
+                          key);
+    if (f != NULL) {
+        a = (ngx_array_t *) ((char *) &r->headers_in + f->offset);
+
+        if (a->elts == NULL
+            && ngx_array_init(a, r->pool, 1, sizeof(ngx_table_elt_t *))
+               != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        p = ngx_array_push(a);
+        if (p == NULL) {
+            return NGX_ERROR;
+        }
+
+        *p = h;
+    }
+
+    return NGX_OK;
+}
+
+
+static mrb_value
+ngx_http_mruby_headers_in_get(mrb_state *mrb, mrb_value self)
+{
+    ngx_str_t            key;
+    ngx_table_elt_t     *h;
+    ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
+
+    ngx_http_mruby_header_args(mrb, r, &key, NULL, NULL);
+
+    h = ngx_http_mruby_header_find(&r->headers_in.headers, &key);
+
+    return h ? ngx_http_mruby_str(mrb, &h->value) : mrb_nil_value();
+}
+
+
+static mrb_value
+ngx_http_mruby_headers_in_set(mrb_state *mrb, mrb_value self)
+{
+    mrb_bool             has_value;
+    ngx_str_t            key, value;
+    ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
+
+    ngx_http_mruby_header_args(mrb, r, &key, &value, &has_value);
+
+    if (!has_value) {
+        (void) ngx_http_mruby_header_in_delete(r, &key);
+        return mrb_nil_value();
+    }
+
+    if (ngx_http_mruby_header_in_set(r, &key, &value) != NGX_OK) {
+        mrb_raise(mrb, E_RUNTIME_ERROR, "out of memory");
+    }
+
+    return ngx_http_mruby_str(mrb, &value);
+}
+
+
+static mrb_value
+ngx_http_mruby_headers_in_delete(mrb_state *mrb, mrb_value self)
+{
+    ngx_str_t            key;
+    ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
+
+    ngx_http_mruby_header_args(mrb, r, &key, NULL, NULL);
+
+    return mrb_bool_value(ngx_http_mruby_header_in_delete(r, &key) > 0);
+}
+
+
+static mrb_value
+ngx_http_mruby_headers_in_all(mrb_state *mrb, mrb_value self)
+{
+    ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
+
+    return ngx_http_mruby_headers_hash(mrb, &r->headers_in.headers);
+}
+
+
+/* Response headers */
+
+
+static void
+ngx_http_mruby_header_out_delete(ngx_http_request_t *r, ngx_str_t *key)
+{
+    ngx_uint_t                      i;
+    ngx_list_part_t                *part;
+    ngx_table_elt_t                *h, **p;
+    ngx_http_mruby_header_field_t  *f;
+
+    if (ngx_http_mruby_key_is(key, "content-type")) {
+        ngx_str_null(&r->headers_out.content_type);
+        r->headers_out.content_type_len = 0;
+        r->headers_out.content_type_lowcase = NULL;
+        ngx_str_null(&r->headers_out.charset);
+        return;
+    }
+
+    if (ngx_http_mruby_key_is(key, "content-length")) {
+        r->headers_out.content_length_n = -1;
+    }
+
+    f = ngx_http_mruby_header_field(ngx_http_mruby_headers_out_fields,
+                         ngx_http_mruby_nelts(ngx_http_mruby_headers_out_fields),
+                         key);
+    if (f != NULL) {
+        p = (ngx_table_elt_t **) ((char *) &r->headers_out + f->offset);
+        *p = NULL;
+    }
+
+    /* a response header with hash 0 is one nginx does not send */
+
+    part = &r->headers_out.headers.part;
+    h = part->elts;
+
+    for (i = 0; /* void */; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                return;
+            }
+
+            part = part->next;
+            h = part->elts;
+            i = 0;
+            continue;
+        }
+
+        if (h[i].key.len == key->len
+            && ngx_strncasecmp(h[i].key.data, key->data, key->len) == 0)
+        {
+            h[i].hash = 0;
+        }
+    }
+}
+
+
+/* Sets a response header, replacing one of that name (Set-Cookie adds). */
+ngx_int_t
+ngx_http_mruby_headers_out_set(ngx_http_request_t *r, ngx_str_t *key,
+    ngx_str_t *value)
+{
+    u_char                         *semi;
+    off_t                           n;
+    ngx_table_elt_t                *h, **p;
+    ngx_http_mruby_header_field_t  *f;
+
+    if (ngx_http_mruby_key_is(key, "content-type")) {
+        r->headers_out.content_type = *value;
+        r->headers_out.content_type_lowcase = NULL;
+        r->headers_out.content_type_hash = 0;
+        ngx_str_null(&r->headers_out.charset);
+
+        semi = ngx_strlchr(value->data, value->data + value->len, ';');
+        r->headers_out.content_type_len = semi ? (size_t) (semi - value->data)
+                                               : value->len;
+        return NGX_OK;
+    }
+
+    if (ngx_http_mruby_key_is(key, "content-length")) {
+        n = ngx_atoof(value->data, value->len);
+        if (n == NGX_ERROR) {
+            return NGX_DECLINED;
+        }
+
+        ngx_http_mruby_header_out_delete(r, key);
+        r->headers_out.content_length_n = n;
+        return NGX_OK;
+    }
+
+    if (!ngx_http_mruby_key_is(key, "set-cookie")) {
+        ngx_http_mruby_header_out_delete(r, key);
+    }
+
+    h = ngx_http_mruby_header_push(r, &r->headers_out.headers, key, value);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    h->hash = 1;
+
+    f = ngx_http_mruby_header_field(ngx_http_mruby_headers_out_fields,
+                         ngx_http_mruby_nelts(ngx_http_mruby_headers_out_fields),
+                         key);
+    if (f != NULL) {
+        p = (ngx_table_elt_t **) ((char *) &r->headers_out + f->offset);
+        *p = h;
+    }
+
+    return NGX_OK;
+}
+
+
+static mrb_value
+ngx_http_mruby_headers_out_get(mrb_state *mrb, mrb_value self)
+{
+    ngx_str_t            key;
+    ngx_table_elt_t     *h;
+    ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
+
+    ngx_http_mruby_header_args(mrb, r, &key, NULL, NULL);
+
+    if (ngx_http_mruby_key_is(&key, "content-type")) {
+        if (r->headers_out.content_type.len == 0) {
+            return mrb_nil_value();
+        }
+
+        return ngx_http_mruby_str(mrb, &r->headers_out.content_type);
+    }
+
+    if (ngx_http_mruby_key_is(&key, "content-length")
+        && r->headers_out.content_length == NULL)
+    {
+        if (r->headers_out.content_length_n < 0) {
+            return mrb_nil_value();
+        }
+
+        return mrb_obj_as_string(mrb, mrb_fixnum_value(
+                   (mrb_int) r->headers_out.content_length_n));
+    }
+
+    h = ngx_http_mruby_header_find(&r->headers_out.headers, &key);
+
+    return h ? ngx_http_mruby_str(mrb, &h->value) : mrb_nil_value();
+}
+
+
+static mrb_value
+ngx_http_mruby_headers_out_set_m(mrb_state *mrb, mrb_value self)
+{
+    mrb_bool             has_value;
+    ngx_int_t            rc;
+    ngx_str_t            key, value;
+    ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
+
+    ngx_http_mruby_header_args(mrb, r, &key, &value, &has_value);
+
+    if (!has_value) {
+        ngx_http_mruby_header_out_delete(r, &key);
+        return mrb_nil_value();
+    }
+
+    rc = ngx_http_mruby_headers_out_set(r, &key, &value);
+
+    if (rc == NGX_DECLINED) {
+        mrb_raisef(mrb, E_ARGUMENT_ERROR, "invalid Content-Length: %v",
+                   ngx_http_mruby_str(mrb, &value));
+    }
+
+    if (rc != NGX_OK) {
+        mrb_raise(mrb, E_RUNTIME_ERROR, "out of memory");
+    }
+
+    return ngx_http_mruby_str(mrb, &value);
+}
+
+
+static mrb_value
+ngx_http_mruby_headers_out_delete(mrb_state *mrb, mrb_value self)
+{
+    ngx_str_t            key;
+    ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
+
+    ngx_http_mruby_header_args(mrb, r, &key, NULL, NULL);
+    ngx_http_mruby_header_out_delete(r, &key);
+
+    return mrb_nil_value();
+}
+
+
+static mrb_value
+ngx_http_mruby_headers_out_all(mrb_state *mrb, mrb_value self)
+{
+    mrb_value            hash;
+    ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
+
+    hash = ngx_http_mruby_headers_hash(mrb, &r->headers_out.headers);
+
+    if (r->headers_out.content_type.len) {
+        mrb_hash_set(mrb, hash, mrb_str_new_lit(mrb, "Content-Type"),
+                     ngx_http_mruby_str(mrb, &r->headers_out.content_type));
+    }
+
+    if (r->headers_out.content_length == NULL
+        && r->headers_out.content_length_n >= 0)
+    {
+        mrb_hash_set(mrb, hash, mrb_str_new_lit(mrb, "Content-Length"),
+                     mrb_obj_as_string(mrb, mrb_fixnum_value(
+                         (mrb_int) r->headers_out.content_length_n)));
+    }
+
+    return hash;
+}
+
+
+void
+ngx_http_mruby_headers_define(mrb_state *mrb, struct RClass *nginx)
+{
+    struct RClass  *in, *out;
+
+    in = mrb_define_class_under(mrb, nginx, "Headers_in", mrb->object_class);
+
+    mrb_define_method(mrb, in, "[]", ngx_http_mruby_headers_in_get,
+                      MRB_ARGS_REQ(1));
+    mrb_define_method(mrb, in, "[]=", ngx_http_mruby_headers_in_set,
+                      MRB_ARGS_REQ(2));
+    mrb_define_method(mrb, in, "delete", ngx_http_mruby_headers_in_delete,
+                      MRB_ARGS_REQ(1));
+    mrb_define_method(mrb, in, "all", ngx_http_mruby_headers_in_all,
+                      MRB_ARGS_NONE());
+
+    out = mrb_define_class_under(mrb, nginx, "Headers_out",
+                                 mrb->object_class);
+
+    mrb_define_method(mrb, out, "[]", ngx_http_mruby_headers_out_get,
+                      MRB_ARGS_REQ(1));
+    mrb_define_method(mrb, out, "[]=", ngx_http_mruby_headers_out_set_m,
+                      MRB_ARGS_REQ(2));
+    mrb_define_method(mrb, out, "delete", ngx_http_mruby_headers_out_delete,
+                      MRB_ARGS_REQ(1));
+    mrb_define_method(mrb, out, "all", ngx_http_mruby_headers_out_all,
+                      MRB_ARGS_NONE());
+}

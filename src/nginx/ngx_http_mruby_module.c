@@ -1,0 +1,326 @@
+/*
+ * The http module: configuration structures, the interpreter of each worker
+ * process, mruby_init in the master, and one script run for a request.
+ */
+
+#include "ngx_http_mruby_module.h"
+#include "mrb_shdict.h"
+
+
+static ngx_int_t ngx_http_mruby_preconfiguration(ngx_conf_t *cf);
+static ngx_int_t ngx_http_mruby_postconfiguration(ngx_conf_t *cf);
+static void *ngx_http_mruby_create_main_conf(ngx_conf_t *cf);
+static void *ngx_http_mruby_create_srv_conf(ngx_conf_t *cf);
+static void *ngx_http_mruby_create_loc_conf(ngx_conf_t *cf);
+static char *ngx_http_mruby_merge_loc_conf(ngx_conf_t *cf, void *parent,
+    void *child);
+static ngx_int_t ngx_http_mruby_init_module(ngx_cycle_t *cycle);
+static ngx_int_t ngx_http_mruby_init_process(ngx_cycle_t *cycle);
+static void ngx_http_mruby_exit_process(ngx_cycle_t *cycle);
+
+
+static ngx_http_module_t  ngx_http_mruby_module_ctx = {
+    ngx_http_mruby_preconfiguration,       /* preconfiguration */
+    ngx_http_mruby_postconfiguration,      /* postconfiguration */
+
+    ngx_http_mruby_create_main_conf,       /* create main configuration */
+    NULL,                                  /* init main configuration */
+
+    ngx_http_mruby_create_srv_conf,        /* create server configuration */
+    NULL,                                  /* merge server configuration */
+
+    ngx_http_mruby_create_loc_conf,        /* create location configuration */
+    ngx_http_mruby_merge_loc_conf          /* merge location configuration */
+};
+
+
+ngx_module_t  ngx_http_mruby_module = {
+    NGX_MODULE_V1,
+    &ngx_http_mruby_module_ctx,            /* module context */
+    ngx_http_mruby_commands,               /* module directives */
+    NGX_HTTP_MODULE,                       /* module type */
+    NULL,                                  /* init master */
+    ngx_http_mruby_init_module,            /* init module */
+    ngx_http_mruby_init_process,           /* init process */
+    NULL,                                  /* init thread */
+    NULL,                                  /* exit thread */
+    ngx_http_mruby_exit_process,           /* exit process */
+    NULL,                                  /* exit master */
+    NGX_MODULE_V1_PADDING
+};
+
+
+/* The worker process's interpreter: one for every script and request. */
+static mrb_interp  *ngx_http_mruby_worker_interp;
+
+
+static ngx_int_t
+ngx_http_mruby_preconfiguration(ngx_conf_t *cf)
+{
+    /* zones that this configuration does not declare again go at its end */
+    mrb_shdict_config_begin();
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_mruby_postconfiguration(ngx_conf_t *cf)
+{
+    ngx_http_mruby_main_conf_t  *mmcf;
+
+    /* mapped now, in the master, so that every worker inherits them */
+    mrb_shdict_config_end();
+
+    mmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_mruby_module);
+
+    if (ngx_http_mruby_ssl_init(cf) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_mruby_handler_init(cf, mmcf);
+}
+
+
+static void *
+ngx_http_mruby_create_main_conf(ngx_conf_t *cf)
+{
+    ngx_http_mruby_main_conf_t  *mmcf;
+
+    mmcf = ngx_pcalloc(cf->pool, sizeof(ngx_http_mruby_main_conf_t));
+    if (mmcf == NULL) {
+        return NULL;
+    }
+
+    if (ngx_array_init(&mmcf->init, cf->pool, 1, sizeof(void *)) != NGX_OK
+        || ngx_array_init(&mmcf->init_worker, cf->pool, 1, sizeof(void *))
+           != NGX_OK
+        || ngx_array_init(&mmcf->exit_worker, cf->pool, 1, sizeof(void *))
+           != NGX_OK)
+    {
+        return NULL;
+    }
+
+    return mmcf;
+}
+
+
+static void *
+ngx_http_mruby_create_srv_conf(ngx_conf_t *cf)
+{
+    /*
+     * set by ngx_pcalloc():
+     *
+     *     mscf->ssl_handshake = NULL;
+     */
+
+    return ngx_pcalloc(cf->pool, sizeof(ngx_http_mruby_srv_conf_t));
+}
+
+
+static void *
+ngx_http_mruby_create_loc_conf(ngx_conf_t *cf)
+{
+    ngx_http_mruby_loc_conf_t  *mlcf;
+
+    mlcf = ngx_pcalloc(cf->pool, sizeof(ngx_http_mruby_loc_conf_t));
+    if (mlcf == NULL) {
+        return NULL;
+    }
+
+    /*
+     * set by ngx_pcalloc():
+     *
+     *     mlcf->handlers[] = NULL;
+     *     mlcf->sets = NULL;
+     */
+
+    mlcf->cache = NGX_MRUBY_CACHE_UNSET;
+    mlcf->read_body = NGX_CONF_UNSET;
+    mlcf->add_handler = NGX_CONF_UNSET;
+
+    return mlcf;
+}
+
+
+static char *
+ngx_http_mruby_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
+{
+    ngx_http_mruby_loc_conf_t *prev = parent;
+    ngx_http_mruby_loc_conf_t *conf = child;
+
+    char  *rv;
+
+    if (conf->cache == NGX_MRUBY_CACHE_UNSET) {
+        conf->cache = prev->cache;
+    }
+
+    ngx_conf_merge_value(conf->read_body, prev->read_body, 0);
+    ngx_conf_merge_value(conf->add_handler, prev->add_handler, 0);
+
+    rv = ngx_http_mruby_merge_handlers(cf, prev, conf);
+    if (rv != NGX_CONF_OK) {
+        return rv;
+    }
+
+    return ngx_http_mruby_merge_sets(cf, prev, conf);
+}
+
+
+/* mruby_init: once in the master, in an interpreter of its own. */
+static ngx_int_t
+ngx_http_mruby_init_module(ngx_cycle_t *cycle)
+{
+    char                         err[1024];
+    mrb_interp                  *interp;
+    ngx_http_mruby_main_conf_t  *mmcf;
+
+    mmcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_mruby_module);
+
+    if (mmcf == NULL || mmcf->init.nelts == 0 || ngx_test_config) {
+        return NGX_OK;
+    }
+
+    interp = mrb_interp_open(&ngx_http_mruby_server, cycle->log, err,
+                             sizeof(err));
+    if (interp == NULL) {
+        ngx_log_error(NGX_LOG_EMERG, cycle->log, 0, "mruby_init: %s", err);
+        return NGX_ERROR;
+    }
+
+    ngx_mruby_run_startup(interp, &mmcf->init, "mruby_init", cycle->log);
+
+    mrb_interp_close(interp);
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_mruby_init_worker_scripts(mrb_interp *interp, void *arg)
+{
+    ngx_http_mruby_main_conf_t  *mmcf = arg;
+
+    ngx_mruby_run_startup(interp, &mmcf->init_worker, "mruby_init_worker",
+                          ngx_cycle->log);
+}
+
+
+static ngx_int_t
+ngx_http_mruby_init_process(ngx_cycle_t *cycle)
+{
+    char                         err[1024];
+    ngx_http_mruby_main_conf_t  *mmcf;
+
+    if (ngx_process != NGX_PROCESS_WORKER
+        && ngx_process != NGX_PROCESS_SINGLE)
+    {
+        return NGX_OK;  /* cache manager and loader run no scripts */
+    }
+
+    mmcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_mruby_module);
+
+    if (mmcf == NULL || !mmcf->enabled) {
+        return NGX_OK;
+    }
+
+    ngx_http_mruby_worker_interp =
+        mrb_interp_for_thread(&ngx_http_mruby_server, cycle->log,
+                              ngx_http_mruby_init_worker_scripts, mmcf,
+                              err, sizeof(err));
+
+    if (ngx_http_mruby_worker_interp == NULL) {
+        /* the worker serves on: each script run answers 500 and says why */
+        ngx_log_error(NGX_LOG_ALERT, cycle->log, 0,
+                      "mruby: no interpreter in this worker: %s", err);
+    }
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_mruby_exit_process(ngx_cycle_t *cycle)
+{
+    ngx_http_mruby_main_conf_t  *mmcf;
+
+    if (ngx_http_mruby_worker_interp == NULL) {
+        return;
+    }
+
+    mmcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_mruby_module);
+
+    if (mmcf != NULL) {
+        ngx_mruby_run_startup(ngx_http_mruby_worker_interp,
+                              &mmcf->exit_worker, "mruby_exit_worker",
+                              cycle->log);
+    }
+
+    /* the process exits next: close it so that its finalizers run */
+    mrb_interp_close(ngx_http_mruby_worker_interp);
+    ngx_http_mruby_worker_interp = NULL;
+}
+
+
+mrb_interp *
+ngx_http_mruby_interp(ngx_log_t *log)
+{
+    if (ngx_http_mruby_worker_interp == NULL) {
+        ngx_log_error(NGX_LOG_ERR, log, 0,
+                      "mruby: this process has no interpreter (see the "
+                      "alert at its start)");
+    }
+
+    return ngx_http_mruby_worker_interp;
+}
+
+
+ngx_http_mruby_ctx_t *
+ngx_http_mruby_get_ctx(ngx_http_request_t *r)
+{
+    ngx_http_mruby_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_mruby_module);
+    if (ctx != NULL) {
+        return ctx;
+    }
+
+    ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_mruby_ctx_t));
+    if (ctx == NULL) {
+        return NULL;
+    }
+
+    ctx->last_out = &ctx->out;
+
+    ngx_http_set_ctx(r, ctx, ngx_http_mruby_module);
+
+    return ctx;
+}
+
+
+/*
+ * Runs s for r.  NGX_OK, or NGX_ERROR after one error-log line with the
+ * exception's class, message and backtrace.
+ */
+ngx_int_t
+ngx_http_mruby_run(ngx_http_request_t *r, ngx_mruby_script_t *s,
+    ngx_http_mruby_run_data_t *data, mrb_run *run, mrb_int dflt)
+{
+    mrb_interp  *interp;
+
+    interp = ngx_http_mruby_interp(r->connection->log);
+    if (interp == NULL) {
+        return NGX_ERROR;
+    }
+
+    mrb_run_init(run, r, dflt);
+    run->data = data;
+
+    if (mrb_script_run(interp, s->script, run) != 0) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0, "mruby: %s",
+                      run->error);
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}

@@ -1,0 +1,150 @@
+/*
+ * ngx_mruby: Ruby (mruby) scripts in every request phase of nginx, on the
+ * server-neutral core in src/core.
+ */
+
+#ifndef _NGX_HTTP_MRUBY_MODULE_H_INCLUDED_
+#define _NGX_HTTP_MRUBY_MODULE_H_INCLUDED_
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include <mruby.h>
+
+#include "mrb_interp.h"
+#include "mrb_script.h"
+#include "ngx_mruby_conf.h"
+
+
+#define NGX_HTTP_MRUBY_VERSION  "1.0.0"
+
+
+/*
+ * Where a script runs.  The first NGX_HTTP_MRUBY_NHANDLERS are the
+ * per-location handlers; the others are runs of another kind.
+ */
+typedef enum {
+    NGX_HTTP_MRUBY_POST_READ = 0,
+    NGX_HTTP_MRUBY_SERVER_REWRITE,
+    NGX_HTTP_MRUBY_REWRITE,
+    NGX_HTTP_MRUBY_ACCESS,
+    NGX_HTTP_MRUBY_CONTENT,
+    NGX_HTTP_MRUBY_LOG,
+    NGX_HTTP_MRUBY_HEADER_FILTER,
+    NGX_HTTP_MRUBY_BODY_FILTER,
+    NGX_HTTP_MRUBY_NHANDLERS,
+
+    NGX_HTTP_MRUBY_SET = NGX_HTTP_MRUBY_NHANDLERS,   /* mruby_set */
+    NGX_HTTP_MRUBY_SSL_HANDSHAKE
+} ngx_http_mruby_phase_e;
+
+
+typedef struct {
+    ngx_array_t           init;           /* of ngx_mruby_script_t * */
+    ngx_array_t           init_worker;
+    ngx_array_t           exit_worker;
+    ngx_uint_t            handlers;       /* bit per phase used anywhere */
+    ngx_flag_t            enabled;        /* workers need an interpreter */
+} ngx_http_mruby_main_conf_t;
+
+
+typedef struct {
+    ngx_mruby_script_t   *ssl_handshake;
+} ngx_http_mruby_srv_conf_t;
+
+
+typedef struct {
+    ngx_uint_t            index;          /* of the variable */
+    ngx_mruby_script_t   *script;
+} ngx_http_mruby_set_t;
+
+
+typedef struct {
+    ngx_mruby_script_t   *handlers[NGX_HTTP_MRUBY_NHANDLERS];
+    ngx_array_t          *sets;           /* of ngx_http_mruby_set_t */
+    ngx_uint_t            cache;          /* mrb_cache_policy or UNSET */
+    ngx_flag_t            read_body;
+    ngx_flag_t            add_handler;
+} ngx_http_mruby_loc_conf_t;
+
+
+/* A request's state across phases (cleared by an internal redirect). */
+typedef struct {
+    ngx_chain_t          *out;            /* rputs / echo */
+    ngx_chain_t         **last_out;
+    off_t                 out_len;
+
+    ngx_str_t             redirect;       /* Nginx.redirect "/path" */
+
+    unsigned              body_read:1;
+    unsigned              body_waiting:1;
+} ngx_http_mruby_ctx_t;
+
+
+/*
+ * What a run of the http module carries in mrb_run.data: the phase tells
+ * the Ruby API what is allowed and what the rest points to.
+ */
+typedef struct {
+    ngx_http_mruby_phase_e   phase;
+    ngx_http_mruby_ctx_t    *ctx;         /* request phases */
+    void                    *filter;      /* body filter: the body */
+    ngx_connection_t        *connection;  /* TLS handshake */
+} ngx_http_mruby_run_data_t;
+
+
+extern ngx_module_t  ngx_http_mruby_module;
+extern ngx_module_t  ngx_http_mruby_filter_module;
+
+
+/* ngx_http_mruby_module.c */
+mrb_interp *ngx_http_mruby_interp(ngx_log_t *log);
+ngx_http_mruby_ctx_t *ngx_http_mruby_get_ctx(ngx_http_request_t *r);
+ngx_int_t ngx_http_mruby_run(ngx_http_request_t *r, ngx_mruby_script_t *s,
+    ngx_http_mruby_run_data_t *data, mrb_run *run, mrb_int dflt);
+
+/* ngx_http_mruby_directive.c */
+extern ngx_command_t  ngx_http_mruby_commands[];
+char *ngx_http_mruby_merge_handlers(ngx_conf_t *cf,
+    ngx_http_mruby_loc_conf_t *prev, ngx_http_mruby_loc_conf_t *conf);
+
+/* ngx_http_mruby_handler.c */
+ngx_int_t ngx_http_mruby_handler_init(ngx_conf_t *cf,
+    ngx_http_mruby_main_conf_t *mmcf);
+
+/* ngx_http_mruby_filter_module.c */
+void ngx_http_mruby_filter_define(mrb_state *mrb, struct RClass *nginx);
+
+/* ngx_http_mruby_variable.c */
+char *ngx_http_mruby_set(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+char *ngx_http_mruby_merge_sets(ngx_conf_t *cf,
+    ngx_http_mruby_loc_conf_t *prev, ngx_http_mruby_loc_conf_t *conf);
+void ngx_http_mruby_var_define(mrb_state *mrb, struct RClass *nginx);
+
+/* ngx_http_mruby_ssl.c */
+ngx_int_t ngx_http_mruby_ssl_init(ngx_conf_t *cf);
+void ngx_http_mruby_ssl_define(mrb_state *mrb, struct RClass *nginx);
+
+/* ngx_http_mruby_core.c: the Nginx class and mrb_server */
+extern const mrb_server  ngx_http_mruby_server;
+ngx_http_request_t *ngx_http_mruby_request(mrb_state *mrb);
+ngx_http_mruby_run_data_t *ngx_http_mruby_run_data(mrb_state *mrb,
+    ngx_http_mruby_phase_e phase, const char *what);
+mrb_value ngx_http_mruby_str(mrb_state *mrb, ngx_str_t *s);
+ngx_int_t ngx_http_mruby_pstr(ngx_pool_t *pool, mrb_value v, ngx_str_t *s);
+
+/* ngx_http_mruby_request.c */
+void ngx_http_mruby_request_define(mrb_state *mrb, struct RClass *nginx);
+
+/* ngx_http_mruby_headers.c */
+void ngx_http_mruby_headers_define(mrb_state *mrb, struct RClass *nginx);
+ngx_int_t ngx_http_mruby_headers_out_set(ngx_http_request_t *r,
+    ngx_str_t *key, ngx_str_t *value);
+
+/* ngx_http_mruby_connection.c */
+void ngx_http_mruby_connection_define(mrb_state *mrb, struct RClass *nginx);
+
+
+#endif /* _NGX_HTTP_MRUBY_MODULE_H_INCLUDED_ */

@@ -1,0 +1,523 @@
+/*
+ * Nginx::Request: a handle to the request of the current run.
+ */
+
+#include "ngx_http_mruby_module.h"
+
+#include <mruby/array.h>
+#include <mruby/class.h>
+#include <mruby/hash.h>
+#include <mruby/string.h>
+
+
+#define ngx_http_mruby_str_getter(name, field)                                \
+    static mrb_value                                                          \
+    ngx_http_mruby_request_##name(mrb_state *mrb, mrb_value self)             \
+    {                                                                         \
+        ngx_http_request_t  *r = ngx_http_mruby_request(mrb);                 \
+                                                                              \
+        return ngx_http_mruby_str(mrb, &r->field);                            \
+    }
+
+ngx_http_mruby_str_getter(uri, uri)
+ngx_http_mruby_str_getter(method, method_name)
+ngx_http_mruby_str_getter(protocol, http_protocol)
+ngx_http_mruby_str_getter(request_line, request_line)
+ngx_http_mruby_str_getter(unparsed_uri, unparsed_uri)
+ngx_http_mruby_str_getter(hostname, headers_in.server)
+
+
+static mrb_value
+ngx_http_mruby_request_args(mrb_state *mrb, mrb_value self)
+{
+    ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
+
+    if (r->args.len == 0) {
+        return mrb_nil_value();
+    }
+
+    return ngx_http_mruby_str(mrb, &r->args);
+}
+
+
+static void
+ngx_http_mruby_request_set_str(mrb_state *mrb, ngx_http_request_t *r,
+    ngx_str_t *field, const char *what)
+{
+    mrb_value  v;
+
+    mrb_get_args(mrb, "S", &v);
+
+    if (ngx_http_mruby_pstr(r->pool, v, field) != NGX_OK) {
+        mrb_raisef(mrb, E_RUNTIME_ERROR, "%s: out of memory", what);
+    }
+}
+
+
+/*
+ * r.uri = "/new": in a rewrite phase the location is looked up again for
+ * the new URI, as after nginx's "rewrite ... last".
+ */
+static mrb_value
+ngx_http_mruby_request_set_uri(mrb_state *mrb, mrb_value self)
+{
+    mrb_run                    *run;
+    ngx_http_request_t         *r = ngx_http_mruby_request(mrb);
+    ngx_http_mruby_run_data_t  *data;
+
+    ngx_http_mruby_request_set_str(mrb, r, &r->uri, "uri=");
+
+    run = mrb_interp_run(mrb);
+    data = run->data;
+
+    if (data != NULL && data->phase == NGX_HTTP_MRUBY_REWRITE) {
+        r->uri_changed = 1;
+    }
+
+    r->valid_unparsed_uri = 0;
+
+    return self;
+}
+
+
+static mrb_value
+ngx_http_mruby_request_set_args(mrb_state *mrb, mrb_value self)
+{
+    ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
+
+    ngx_http_mruby_request_set_str(mrb, r, &r->args, "args=");
+    r->valid_unparsed_uri = 0;
+
+    return self;
+}
+
+
+static mrb_value
+ngx_http_mruby_request_content_type(mrb_state *mrb, mrb_value self)
+{
+    ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
+
+    return ngx_http_mruby_str(mrb, &r->headers_out.content_type);
+}
+
+
+static mrb_value
+ngx_http_mruby_request_set_content_type(mrb_state *mrb, mrb_value self)
+{
+    ngx_str_t            key, value;
+    mrb_value            v;
+    ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
+
+    mrb_get_args(mrb, "S", &v);
+
+    ngx_str_set(&key, "Content-Type");
+
+    if (ngx_http_mruby_pstr(r->pool, v, &value) != NGX_OK
+        || ngx_http_mruby_headers_out_set(r, &key, &value) != NGX_OK)
+    {
+        mrb_raise(mrb, E_RUNTIME_ERROR, "content_type=: out of memory");
+    }
+
+    return self;
+}
+
+
+/* The Host header as sent (with its port), else the server's name. */
+static mrb_value
+ngx_http_mruby_request_authority(mrb_state *mrb, mrb_value self)
+{
+    ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
+
+    if (r->headers_in.host != NULL) {
+        return ngx_http_mruby_str(mrb, &r->headers_in.host->value);
+    }
+
+    return ngx_http_mruby_str(mrb, &r->headers_in.server);
+}
+
+
+static mrb_value
+ngx_http_mruby_request_filename(mrb_state *mrb, mrb_value self)
+{
+    size_t               root;
+    u_char              *last;
+    ngx_str_t            path;
+    ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
+
+    last = ngx_http_map_uri_to_path(r, &path, &root, 0);
+    if (last == NULL) {
+        mrb_raise(mrb, E_RUNTIME_ERROR, "filename: cannot map the URI");
+    }
+
+    return mrb_str_new(mrb, (const char *) path.data, last - path.data);
+}
+
+
+static mrb_value
+ngx_http_mruby_request_user(mrb_state *mrb, mrb_value self)
+{
+    ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
+
+    if (r->headers_in.user.len == 0
+        && ngx_http_auth_basic_user(r) != NGX_OK)
+    {
+        return mrb_nil_value();
+    }
+
+    return ngx_http_mruby_str(mrb, &r->headers_in.user);
+}
+
+
+static mrb_value
+ngx_http_mruby_request_scheme(mrb_state *mrb, mrb_value self)
+{
+    ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
+
+#if (NGX_HTTP_SSL)
+    if (r->connection->ssl) {
+        return mrb_str_new_lit(mrb, "https");
+    }
+#endif
+
+    return mrb_str_new_lit(mrb, "http");
+}
+
+
+static mrb_value
+ngx_http_mruby_request_variable(mrb_state *mrb, ngx_http_request_t *r,
+    const char *name, size_t len)
+{
+    ngx_str_t                   key;
+    ngx_uint_t                  hash;
+    ngx_http_variable_value_t  *vv;
+
+    key.data = (u_char *) name;
+    key.len = len;
+    hash = ngx_hash_key(key.data, key.len);
+
+    vv = ngx_http_get_variable(r, &key, hash);
+
+    if (vv == NULL || vv->not_found) {
+        return mrb_nil_value();
+    }
+
+    return mrb_str_new(mrb, (const char *) vv->data, (mrb_int) vv->len);
+}
+
+
+static mrb_value
+ngx_http_mruby_request_document_root(mrb_state *mrb, mrb_value self)
+{
+    ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
+
+    return ngx_http_mruby_request_variable(mrb, r, "document_root",
+                                           sizeof("document_root") - 1);
+}
+
+
+/*
+ * The body that mruby_enable_read_request_body read, from memory or from
+ * its temporary file.
+ */
+static mrb_value
+ngx_http_mruby_request_body(mrb_state *mrb, mrb_value self)
+{
+    off_t                len;
+    char                *p;
+    ssize_t              n;
+    mrb_value            body;
+    ngx_buf_t           *b;
+    ngx_chain_t         *cl;
+    ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
+
+    if (r->request_body == NULL) {
+        mrb_raise(mrb, E_RUNTIME_ERROR,
+                  "the request body was not read: "
+                  "use \"mruby_enable_read_request_body on\"");
+    }
+
+    len = 0;
+
+    for (cl = r->request_body->bufs; cl; cl = cl->next) {
+        len += ngx_buf_size(cl->buf);
+    }
+
+    body = mrb_str_new(mrb, NULL, (mrb_int) len);
+    p = RSTRING_PTR(body);
+
+    for (cl = r->request_body->bufs; cl; cl = cl->next) {
+        b = cl->buf;
+
+        if (ngx_buf_in_memory(b)) {
+            p = (char *) ngx_cpymem(p, b->pos, b->last - b->pos);
+            continue;
+        }
+
+        if (b->in_file) {
+            n = ngx_read_file(b->file, (u_char *) p,
+                              (size_t) (b->file_last - b->file_pos),
+                              b->file_pos);
+
+            if (n != b->file_last - b->file_pos) {
+                mrb_raise(mrb, E_RUNTIME_ERROR,
+                          "cannot read the request body's temporary file");
+            }
+
+            p += n;
+        }
+    }
+
+    return body;
+}
+
+
+/* "a=1&b=x%20y" into {"a" => "1", "b" => "x y"} ("+" is a space). */
+static mrb_value
+ngx_http_mruby_parse_args(mrb_state *mrb, u_char *p, size_t len)
+{
+    u_char     *end, *amp, *eq, *dst, *src;
+    mrb_value   hash, key, value, s;
+    size_t      i;
+
+    hash = mrb_hash_new(mrb);
+    end = p + len;
+
+    while (p < end) {
+        amp = ngx_strlchr(p, end, '&');
+        if (amp == NULL) {
+            amp = end;
+        }
+
+        if (amp == p) {
+            p++;
+            continue;
+        }
+
+        eq = ngx_strlchr(p, amp, '=');
+
+        key = mrb_nil_value();
+        value = mrb_nil_value();
+
+        for (i = 0; i < 2; i++) {
+            u_char  *from = (i == 0) ? p : (eq ? eq + 1 : amp);
+            u_char  *to = (i == 0) ? (eq ? eq : amp) : amp;
+            u_char  *c;
+
+            s = mrb_str_new(mrb, (const char *) from, to - from);
+            src = (u_char *) RSTRING_PTR(s);
+
+            for (c = src; c < src + RSTRING_LEN(s); c++) {
+                if (*c == '+') {
+                    *c = ' ';
+                }
+            }
+
+            dst = src;
+            ngx_unescape_uri(&dst, &src, RSTRING_LEN(s),
+                             0);
+            s = mrb_str_resize(mrb, s, dst - (u_char *) RSTRING_PTR(s));
+
+            if (i == 0) {
+                key = s;
+            } else {
+                value = s;
+            }
+        }
+
+        mrb_hash_set(mrb, hash, key, value);
+        p = amp + 1;
+    }
+
+    return hash;
+}
+
+
+static mrb_value
+ngx_http_mruby_request_uri_args(mrb_state *mrb, mrb_value self)
+{
+    ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
+
+    return ngx_http_mruby_parse_args(mrb, r->args.data, r->args.len);
+}
+
+
+static mrb_value
+ngx_http_mruby_request_post_args(mrb_state *mrb, mrb_value self)
+{
+    mrb_value  body;
+
+    body = ngx_http_mruby_request_body(mrb, self);
+
+    return ngx_http_mruby_parse_args(mrb, (u_char *) RSTRING_PTR(body),
+                                     (size_t) RSTRING_LEN(body));
+}
+
+
+/* r.uri_args = {"a" => "1"}: the query string from a Hash, escaped. */
+static mrb_value
+ngx_http_mruby_request_set_uri_args(mrb_state *mrb, mrb_value self)
+{
+    size_t               len;
+    u_char              *p;
+    mrb_int              i, n;
+    mrb_value            hash, keys, k, v, parts[2];
+    ngx_uint_t           j;
+    ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
+
+    mrb_get_args(mrb, "H", &hash);
+
+    keys = mrb_hash_keys(mrb, hash);
+    n = RARRAY_LEN(keys);
+    len = 0;
+
+    for (i = 0; i < n; i++) {
+        k = mrb_obj_as_string(mrb, mrb_ary_ref(mrb, keys, i));
+        v = mrb_obj_as_string(mrb, mrb_hash_get(mrb, hash,
+                                                mrb_ary_ref(mrb, keys, i)));
+        len += 2 + 3 * (RSTRING_LEN(k) + RSTRING_LEN(v));
+    }
+
+    p = ngx_pnalloc(r->pool, len + 1);
+    if (p == NULL) {
+        mrb_raise(mrb, E_RUNTIME_ERROR, "uri_args=: out of memory");
+    }
+
+    r->args.data = p;
+
+    for (i = 0; i < n; i++) {
+        parts[0] = mrb_obj_as_string(mrb, mrb_ary_ref(mrb, keys, i));
+        parts[1] = mrb_obj_as_string(mrb,
+                       mrb_hash_get(mrb, hash, mrb_ary_ref(mrb, keys, i)));
+
+        if (i > 0) {
+            *p++ = '&';
+        }
+
+        for (j = 0; j < 2; j++) {
+            if (j == 1) {
+                *p++ = '=';
+            }
+
+            p = (u_char *) ngx_escape_uri(p, (u_char *) RSTRING_PTR(parts[j]),
+                                          RSTRING_LEN(parts[j]),
+                                          NGX_ESCAPE_URI_COMPONENT);
+        }
+    }
+
+    r->args.len = p - r->args.data;
+    r->valid_unparsed_uri = 0;
+
+    return self;
+}
+
+
+static mrb_value
+ngx_http_mruby_request_var(mrb_state *mrb, mrb_value self)
+{
+    struct RClass  *nginx, *var;
+
+    nginx = mrb_class_get(mrb, "Nginx");
+    var = mrb_class_get_under(mrb, nginx, "Var");
+
+    return mrb_obj_new(mrb, var, 0, NULL);
+}
+
+
+static mrb_value
+ngx_http_mruby_request_headers(mrb_state *mrb, const char *name)
+{
+    struct RClass  *nginx, *c;
+
+    nginx = mrb_class_get(mrb, "Nginx");
+    c = mrb_class_get_under(mrb, nginx, name);
+
+    return mrb_obj_new(mrb, c, 0, NULL);
+}
+
+
+static mrb_value
+ngx_http_mruby_request_headers_in(mrb_state *mrb, mrb_value self)
+{
+    (void) ngx_http_mruby_request(mrb);
+
+    return ngx_http_mruby_request_headers(mrb, "Headers_in");
+}
+
+
+static mrb_value
+ngx_http_mruby_request_headers_out(mrb_state *mrb, mrb_value self)
+{
+    (void) ngx_http_mruby_request(mrb);
+
+    return ngx_http_mruby_request_headers(mrb, "Headers_out");
+}
+
+
+static mrb_value
+ngx_http_mruby_request_sub_request(mrb_state *mrb, mrb_value self)
+{
+    ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
+
+    return mrb_bool_value(r != r->main);
+}
+
+
+void
+ngx_http_mruby_request_define(mrb_state *mrb, struct RClass *nginx)
+{
+    struct RClass  *c;
+
+    c = mrb_define_class_under(mrb, nginx, "Request", mrb->object_class);
+
+    mrb_define_method(mrb, c, "uri", ngx_http_mruby_request_uri,
+                      MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "uri=", ngx_http_mruby_request_set_uri,
+                      MRB_ARGS_REQ(1));
+    mrb_define_method(mrb, c, "args", ngx_http_mruby_request_args,
+                      MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "args=", ngx_http_mruby_request_set_args,
+                      MRB_ARGS_REQ(1));
+    mrb_define_method(mrb, c, "method", ngx_http_mruby_request_method,
+                      MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "protocol", ngx_http_mruby_request_protocol,
+                      MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "content_type",
+                      ngx_http_mruby_request_content_type, MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "content_type=",
+                      ngx_http_mruby_request_set_content_type,
+                      MRB_ARGS_REQ(1));
+    mrb_define_method(mrb, c, "request_line",
+                      ngx_http_mruby_request_request_line, MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "unparsed_uri",
+                      ngx_http_mruby_request_unparsed_uri, MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "hostname", ngx_http_mruby_request_hostname,
+                      MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "authority", ngx_http_mruby_request_authority,
+                      MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "filename", ngx_http_mruby_request_filename,
+                      MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "user", ngx_http_mruby_request_user,
+                      MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "scheme", ngx_http_mruby_request_scheme,
+                      MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "document_root",
+                      ngx_http_mruby_request_document_root, MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "body", ngx_http_mruby_request_body,
+                      MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "get_body", ngx_http_mruby_request_body,
+                      MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "uri_args", ngx_http_mruby_request_uri_args,
+                      MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "uri_args=",
+                      ngx_http_mruby_request_set_uri_args, MRB_ARGS_REQ(1));
+    mrb_define_method(mrb, c, "post_args", ngx_http_mruby_request_post_args,
+                      MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "var", ngx_http_mruby_request_var,
+                      MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "headers_in",
+                      ngx_http_mruby_request_headers_in, MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "headers_out",
+                      ngx_http_mruby_request_headers_out, MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "sub_request?",
+                      ngx_http_mruby_request_sub_request, MRB_ARGS_NONE());
+}

@@ -1,0 +1,353 @@
+/*
+ * mruby_ssl_handshake_handler: a script run during the TLS handshake,
+ * after the client said which name it wants (SNI), that may give the
+ * certificate and key to answer with; and Nginx::SSL.
+ *
+ * It runs from OpenSSL's certificate callback, which comes after nginx's
+ * own SNI callback has switched to the named server's SSL_CTX: the script
+ * of that server runs.
+ */
+
+#include "ngx_http_mruby_module.h"
+
+#include <mruby/class.h>
+#include <mruby/string.h>
+
+
+#if (NGX_HTTP_SSL)
+
+static int ngx_http_mruby_ssl_cert_cb(ngx_ssl_conn_t *ssl_conn, void *arg);
+
+
+/* Installs the callback in each server with a handshake script. */
+ngx_int_t
+ngx_http_mruby_ssl_init(ngx_conf_t *cf)
+{
+    ngx_uint_t                   s;
+    ngx_http_ssl_srv_conf_t     *sscf;
+    ngx_http_mruby_srv_conf_t   *mscf;
+    ngx_http_mruby_loc_conf_t   *mlcf;
+    ngx_http_core_srv_conf_t   **cscfp;
+    ngx_http_core_main_conf_t   *cmcf;
+
+    cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
+    cscfp = cmcf->servers.elts;
+
+    for (s = 0; s < cmcf->servers.nelts; s++) {
+
+        mscf = cscfp[s]->ctx->srv_conf[ngx_http_mruby_module.ctx_index];
+
+        if (mscf->ssl_handshake == NULL) {
+            continue;
+        }
+
+        /* the server's own mruby_cache (merged by now) decides the policy */
+
+        mlcf = cscfp[s]->ctx->loc_conf[ngx_http_mruby_module.ctx_index];
+
+        if (ngx_mruby_script_resolve(cf, mscf->ssl_handshake, mlcf->cache)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        sscf = cscfp[s]->ctx->srv_conf[ngx_http_ssl_module.ctx_index];
+
+        if (sscf->ssl.ctx == NULL) {
+            ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                          "mruby_ssl_handshake_handler in %V:%ui needs TLS "
+                          "in its server (\"listen ... ssl\" and a default "
+                          "\"ssl_certificate\")",
+                          &mscf->ssl_handshake->conf_file,
+                          mscf->ssl_handshake->line);
+            return NGX_ERROR;
+        }
+
+        if (sscf->certificate_values != NULL) {
+            ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                          "mruby_ssl_handshake_handler in %V:%ui cannot be "
+                          "combined with an \"ssl_certificate\" that has "
+                          "variables",
+                          &mscf->ssl_handshake->conf_file,
+                          mscf->ssl_handshake->line);
+            return NGX_ERROR;
+        }
+
+        SSL_CTX_set_cert_cb(sscf->ssl.ctx, ngx_http_mruby_ssl_cert_cb, mscf);
+    }
+
+    return NGX_OK;
+}
+
+
+static int
+ngx_http_mruby_ssl_cert_cb(ngx_ssl_conn_t *ssl_conn, void *arg)
+{
+    ngx_http_mruby_srv_conf_t *mscf = arg;
+
+    mrb_run                     run;
+    mrb_interp                 *interp;
+    ngx_connection_t           *c;
+    ngx_http_mruby_run_data_t   data;
+
+    c = ngx_ssl_get_connection(ssl_conn);
+
+    interp = ngx_http_mruby_interp(c->log);
+    if (interp == NULL) {
+        return 0;
+    }
+
+    ngx_memzero(&data, sizeof(data));
+    data.phase = NGX_HTTP_MRUBY_SSL_HANDSHAKE;
+    data.connection = c;
+
+    mrb_run_init(&run, NULL, NGX_OK);
+    run.data = &data;
+
+    if (mrb_script_run(interp, mscf->ssl_handshake->script, &run) != 0) {
+        ngx_log_error(NGX_LOG_ERR, c->log, 0,
+                      "mruby_ssl_handshake_handler: %s", run.error);
+        return 0;  /* the handshake fails */
+    }
+
+    return 1;
+}
+
+
+/* Nginx::SSL */
+
+
+static ngx_connection_t *
+ngx_http_mruby_ssl_connection(mrb_state *mrb)
+{
+    ngx_http_mruby_run_data_t  *data;
+
+    data = ngx_http_mruby_run_data(mrb, NGX_HTTP_MRUBY_SSL_HANDSHAKE,
+               "Nginx::SSL: only in mruby_ssl_handshake_handler");
+
+    return data->connection;
+}
+
+
+/* Raises with OpenSSL's reason, leaving its error queue empty. */
+static void
+ngx_http_mruby_ssl_raise(mrb_state *mrb, const char *what, mrb_value arg)
+{
+    char           buf[256];
+    unsigned long  e;
+
+    e = ERR_peek_last_error();
+    ERR_error_string_n(e, buf, sizeof(buf));
+    ERR_clear_error();
+
+    mrb_raisef(mrb, E_RUNTIME_ERROR, "Nginx::SSL#%s %v: %s", what, arg, buf);
+}
+
+
+static mrb_value
+ngx_http_mruby_ssl_servername(mrb_state *mrb, mrb_value self)
+{
+    const char        *name;
+    ngx_connection_t  *c;
+
+    c = ngx_http_mruby_ssl_connection(mrb);
+
+    name = SSL_get_servername(c->ssl->connection, TLSEXT_NAMETYPE_host_name);
+    if (name == NULL) {
+        return mrb_nil_value();
+    }
+
+    return mrb_str_new_cstr(mrb, name);
+}
+
+
+/* A file path (relative to nginx's prefix), NUL-terminated in c->pool. */
+static char *
+ngx_http_mruby_ssl_path(mrb_state *mrb, ngx_connection_t *c, mrb_value v)
+{
+    ngx_str_t  name;
+
+    name.len = (size_t) RSTRING_LEN(v);
+    name.data = ngx_pnalloc(c->pool, name.len + 1);
+    if (name.data == NULL) {
+        mrb_raise(mrb, E_RUNTIME_ERROR, "out of memory");
+    }
+
+    ngx_cpystrn(name.data, (u_char *) RSTRING_PTR(v), name.len + 1);
+
+    if (ngx_get_full_name(c->pool, (ngx_str_t *) &ngx_cycle->prefix, &name)
+        != NGX_OK)
+    {
+        mrb_raise(mrb, E_RUNTIME_ERROR, "out of memory");
+    }
+
+    return (char *) name.data;
+}
+
+
+static mrb_value
+ngx_http_mruby_ssl_set_certificate(mrb_state *mrb, mrb_value self)
+{
+    char              *path;
+    mrb_value          v;
+    ngx_connection_t  *c;
+
+    mrb_get_args(mrb, "S", &v);
+
+    c = ngx_http_mruby_ssl_connection(mrb);
+    path = ngx_http_mruby_ssl_path(mrb, c, v);
+
+    if (SSL_use_certificate_chain_file(c->ssl->connection, path) != 1) {
+        ngx_http_mruby_ssl_raise(mrb, "certificate=", v);
+    }
+
+    return v;
+}
+
+
+static mrb_value
+ngx_http_mruby_ssl_set_certificate_key(mrb_state *mrb, mrb_value self)
+{
+    char              *path;
+    mrb_value          v;
+    ngx_connection_t  *c;
+
+    mrb_get_args(mrb, "S", &v);
+
+    c = ngx_http_mruby_ssl_connection(mrb);
+    path = ngx_http_mruby_ssl_path(mrb, c, v);
+
+    if (SSL_use_PrivateKey_file(c->ssl->connection, path, SSL_FILETYPE_PEM)
+        != 1)
+    {
+        ngx_http_mruby_ssl_raise(mrb, "certificate_key=", v);
+    }
+
+    return v;
+}
+
+
+/* A PEM certificate and the chain after it. */
+static mrb_value
+ngx_http_mruby_ssl_set_certificate_data(mrb_state *mrb, mrb_value self)
+{
+    int                ok;
+    BIO               *bio;
+    X509              *x509;
+    mrb_value          v;
+    ngx_connection_t  *c;
+
+    mrb_get_args(mrb, "S", &v);
+
+    c = ngx_http_mruby_ssl_connection(mrb);
+
+    bio = BIO_new_mem_buf(RSTRING_PTR(v), (int) RSTRING_LEN(v));
+    if (bio == NULL) {
+        ngx_http_mruby_ssl_raise(mrb, "certificate_data=", mrb_nil_value());
+    }
+
+    x509 = PEM_read_bio_X509_AUX(bio, NULL, NULL, NULL);
+    ok = (x509 != NULL && SSL_use_certificate(c->ssl->connection, x509) == 1);
+    X509_free(x509);
+
+    if (ok) {
+        SSL_clear_chain_certs(c->ssl->connection);
+
+        while ((x509 = PEM_read_bio_X509(bio, NULL, NULL, NULL)) != NULL) {
+            if (SSL_add0_chain_cert(c->ssl->connection, x509) != 1) {
+                X509_free(x509);
+                ok = 0;
+                break;
+            }
+        }
+
+        if (ok) {
+            /* the end of the data, not an error */
+            ERR_clear_error();
+        }
+    }
+
+    BIO_free(bio);
+
+    if (!ok) {
+        ngx_http_mruby_ssl_raise(mrb, "certificate_data=", mrb_nil_value());
+    }
+
+    return v;
+}
+
+
+static mrb_value
+ngx_http_mruby_ssl_set_certificate_key_data(mrb_state *mrb, mrb_value self)
+{
+    int                ok;
+    BIO               *bio;
+    EVP_PKEY          *pkey;
+    mrb_value          v;
+    ngx_connection_t  *c;
+
+    mrb_get_args(mrb, "S", &v);
+
+    c = ngx_http_mruby_ssl_connection(mrb);
+
+    bio = BIO_new_mem_buf(RSTRING_PTR(v), (int) RSTRING_LEN(v));
+    if (bio == NULL) {
+        ngx_http_mruby_ssl_raise(mrb, "certificate_key_data=",
+                                 mrb_nil_value());
+    }
+
+    pkey = PEM_read_bio_PrivateKey(bio, NULL, NULL, NULL);
+    ok = (pkey != NULL && SSL_use_PrivateKey(c->ssl->connection, pkey) == 1);
+
+    EVP_PKEY_free(pkey);
+    BIO_free(bio);
+
+    if (!ok) {
+        ngx_http_mruby_ssl_raise(mrb, "certificate_key_data=",
+                                 mrb_nil_value());
+    }
+
+    return v;
+}
+
+
+void
+ngx_http_mruby_ssl_define(mrb_state *mrb, struct RClass *nginx)
+{
+    struct RClass  *c;
+
+    c = mrb_define_class_under(mrb, nginx, "SSL", mrb->object_class);
+
+    mrb_define_method(mrb, c, "servername", ngx_http_mruby_ssl_servername,
+                      MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "certificate=",
+                      ngx_http_mruby_ssl_set_certificate, MRB_ARGS_REQ(1));
+    mrb_define_method(mrb, c, "certificate_key=",
+                      ngx_http_mruby_ssl_set_certificate_key,
+                      MRB_ARGS_REQ(1));
+    mrb_define_method(mrb, c, "certificate_data=",
+                      ngx_http_mruby_ssl_set_certificate_data,
+                      MRB_ARGS_REQ(1));
+    mrb_define_method(mrb, c, "certificate_key_data=",
+                      ngx_http_mruby_ssl_set_certificate_key_data,
+                      MRB_ARGS_REQ(1));
+}
+
+
+#else /* !NGX_HTTP_SSL */
+
+
+ngx_int_t
+ngx_http_mruby_ssl_init(ngx_conf_t *cf)
+{
+    return NGX_OK;
+}
+
+
+void
+ngx_http_mruby_ssl_define(mrb_state *mrb, struct RClass *nginx)
+{
+}
+
+
+#endif

@@ -1,0 +1,423 @@
+/*
+ * mruby_set / mruby_set_code: a variable whose value is the last value of
+ * a script, computed when the variable is first used in a request; and
+ * Nginx::Var, the request's variables seen from Ruby.
+ */
+
+#include "ngx_http_mruby_module.h"
+
+#include <mruby/class.h>
+#include <mruby/string.h>
+
+
+static ngx_int_t ngx_http_mruby_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data);
+
+
+char *
+ngx_http_mruby_set(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_mruby_loc_conf_t *mlcf = conf;
+
+    char                        *rv;
+    ngx_str_t                   *value, name;
+    ngx_int_t                    index;
+    ngx_http_variable_t         *v;
+    ngx_http_mruby_set_t        *set;
+    ngx_http_mruby_main_conf_t  *mmcf;
+
+    value = cf->args->elts;
+    name = value[1];
+
+    if (name.len < 2 || name.data[0] != '$') {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid variable name \"%V\"", &name);
+        return NGX_CONF_ERROR;
+    }
+
+    name.len--;
+    name.data++;
+
+    v = ngx_http_add_variable(cf, &name, NGX_HTTP_VAR_CHANGEABLE);
+    if (v == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    index = ngx_http_get_variable_index(cf, &name);
+    if (index == NGX_ERROR) {
+        return NGX_CONF_ERROR;
+    }
+
+    /* "set" gives a variable a handler that warns: ours computes it */
+
+    v->get_handler = ngx_http_mruby_variable;
+    v->data = (uintptr_t) index;
+
+    if (mlcf->sets == NULL) {
+        mlcf->sets = ngx_array_create(cf->pool, 1,
+                                      sizeof(ngx_http_mruby_set_t));
+        if (mlcf->sets == NULL) {
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    set = ngx_array_push(mlcf->sets);
+    if (set == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    set->index = (ngx_uint_t) index;
+
+    rv = ngx_mruby_conf_script(cf, &value[2], cf->args->nelts - 2,
+                               (uintptr_t) cmd->post & 1, &set->script);
+    if (rv != NGX_CONF_OK) {
+        return rv;
+    }
+
+    mmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_mruby_module);
+    mmcf->enabled = 1;
+
+    return NGX_CONF_OK;
+}
+
+
+static ngx_http_mruby_set_t *
+ngx_http_mruby_set_find(ngx_array_t *sets, ngx_uint_t index)
+{
+    ngx_uint_t             i;
+    ngx_http_mruby_set_t  *set;
+
+    if (sets == NULL) {
+        return NULL;
+    }
+
+    set = sets->elts;
+
+    for (i = 0; i < sets->nelts; i++) {
+        if (set[i].index == index) {
+            return &set[i];
+        }
+    }
+
+    return NULL;
+}
+
+
+/*
+ * A block's variables are its own and those of the blocks around it that
+ * it does not set again.
+ */
+char *
+ngx_http_mruby_merge_sets(ngx_conf_t *cf, ngx_http_mruby_loc_conf_t *prev,
+    ngx_http_mruby_loc_conf_t *conf)
+{
+    ngx_uint_t             i;
+    ngx_http_mruby_set_t  *set, *own;
+
+    if (prev->sets != NULL) {
+        set = prev->sets->elts;
+
+        for (i = 0; i < prev->sets->nelts; i++) {
+            if (ngx_mruby_script_resolve(cf, set[i].script, prev->cache)
+                != NGX_OK)
+            {
+                return NGX_CONF_ERROR;
+            }
+        }
+    }
+
+    if (conf->sets == NULL) {
+        conf->sets = prev->sets;
+        return NGX_CONF_OK;
+    }
+
+    set = conf->sets->elts;
+
+    for (i = 0; i < conf->sets->nelts; i++) {
+        if (ngx_mruby_script_resolve(cf, set[i].script, conf->cache)
+            != NGX_OK)
+        {
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    if (prev->sets == NULL || prev->sets == conf->sets) {
+        return NGX_CONF_OK;
+    }
+
+    set = prev->sets->elts;
+
+    for (i = 0; i < prev->sets->nelts; i++) {
+        if (ngx_http_mruby_set_find(conf->sets, set[i].index) != NULL) {
+            continue;
+        }
+
+        own = ngx_array_push(conf->sets);
+        if (own == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        *own = set[i];
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+static ngx_int_t
+ngx_http_mruby_variable(ngx_http_request_t *r, ngx_http_variable_value_t *v,
+    uintptr_t data)
+{
+    int                         ai;
+    mrb_run                     run;
+    mrb_value                   value;
+    mrb_state                  *mrb;
+    ngx_str_t                   s;
+    mrb_interp                 *interp;
+    ngx_http_mruby_set_t       *set;
+    ngx_http_mruby_loc_conf_t  *mlcf;
+    ngx_http_mruby_run_data_t   rd;
+
+    mlcf = ngx_http_get_module_loc_conf(r, ngx_http_mruby_module);
+
+    set = ngx_http_mruby_set_find(mlcf->sets, (ngx_uint_t) data);
+    if (set == NULL) {
+        v->not_found = 1;  /* no mruby_set for it here */
+        return NGX_OK;
+    }
+
+    interp = ngx_http_mruby_interp(r->connection->log);
+    if (interp == NULL) {
+        return NGX_ERROR;
+    }
+
+    mrb = mrb_interp_state(interp);
+    ai = mrb_gc_arena_save(mrb);
+
+    ngx_memzero(&rd, sizeof(rd));
+    rd.phase = NGX_HTTP_MRUBY_SET;
+    rd.ctx = ngx_http_mruby_get_ctx(r);
+
+    mrb_run_init(&run, r, NGX_DECLINED);
+    run.data = &rd;
+    run.want_value = 1;
+
+    if (mrb_script_run(interp, set->script->script, &run) != 0) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0, "mruby: %s",
+                      run.error);
+        mrb_gc_arena_restore(mrb, ai);
+        return NGX_ERROR;
+    }
+
+    value = mrb_nil_p(run.value) ? mrb_str_new_lit(mrb, "")
+                                 : mrb_obj_as_string(mrb, run.value);
+
+    if (ngx_http_mruby_pstr(r->pool, value, &s) != NGX_OK) {
+        mrb_gc_arena_restore(mrb, ai);
+        return NGX_ERROR;
+    }
+
+    mrb_gc_arena_restore(mrb, ai);
+
+    v->data = s.data;
+    v->len = s.len;
+    v->valid = 1;
+    v->no_cacheable = 0;
+    v->not_found = 0;
+
+    return NGX_OK;
+}
+
+
+/* Nginx::Var */
+
+
+static ngx_str_t
+ngx_http_mruby_var_name(mrb_state *mrb, ngx_http_request_t *r,
+    const char *name, size_t len)
+{
+    ngx_str_t  s;
+
+    s.data = ngx_pnalloc(r->pool, len);
+    if (s.data == NULL) {
+        mrb_raise(mrb, E_RUNTIME_ERROR, "out of memory");
+    }
+
+    s.len = len;
+    ngx_strlow(s.data, (u_char *) name, len);
+
+    return s;
+}
+
+
+static mrb_value
+ngx_http_mruby_var_get(mrb_state *mrb, ngx_http_request_t *r,
+    const char *name, size_t len)
+{
+    ngx_str_t                   key;
+    ngx_http_variable_value_t  *vv;
+
+    key = ngx_http_mruby_var_name(mrb, r, name, len);
+
+    vv = ngx_http_get_variable(r, &key, ngx_hash_key(key.data, key.len));
+
+    if (vv == NULL || vv->not_found) {
+        return mrb_nil_value();
+    }
+
+    return mrb_str_new(mrb, (const char *) vv->data, (mrb_int) vv->len);
+}
+
+
+/* Sets $name, which the configuration declared (set, mruby_set, map...). */
+static void
+ngx_http_mruby_var_put(mrb_state *mrb, ngx_http_request_t *r,
+    const char *name, size_t len, mrb_value value)
+{
+    ngx_str_t                   key, s;
+    ngx_http_variable_t        *v;
+    ngx_http_variable_value_t  *vv;
+    ngx_http_core_main_conf_t  *cmcf;
+
+    key = ngx_http_mruby_var_name(mrb, r, name, len);
+    value = mrb_obj_as_string(mrb, value);
+
+    cmcf = ngx_http_get_module_main_conf(r, ngx_http_core_module);
+
+    v = ngx_hash_find(&cmcf->variables_hash, ngx_hash_key(key.data, key.len),
+                      key.data, key.len);
+
+    if (v == NULL) {
+        mrb_raisef(mrb, E_ARGUMENT_ERROR,
+                   "variable $%s is not declared in the configuration "
+                   "(e.g. with \"set $%s '';\")",
+                   mrb_str_to_cstr(mrb, ngx_http_mruby_str(mrb, &key)),
+                   mrb_str_to_cstr(mrb, ngx_http_mruby_str(mrb, &key)));
+    }
+
+    if (!(v->flags & NGX_HTTP_VAR_CHANGEABLE)) {
+        mrb_raisef(mrb, E_ARGUMENT_ERROR, "variable $%s cannot be changed",
+                   mrb_str_to_cstr(mrb, ngx_http_mruby_str(mrb, &key)));
+    }
+
+    if (ngx_http_mruby_pstr(r->pool, value, &s) != NGX_OK) {
+        mrb_raise(mrb, E_RUNTIME_ERROR, "out of memory");
+    }
+
+    if (v->set_handler != NULL) {
+        vv = ngx_pcalloc(r->pool, sizeof(ngx_http_variable_value_t));
+        if (vv == NULL) {
+            mrb_raise(mrb, E_RUNTIME_ERROR, "out of memory");
+        }
+
+        vv->valid = 1;
+        vv->data = s.data;
+        vv->len = s.len;
+
+        v->set_handler(r, vv, v->data);
+        return;
+    }
+
+    if (!(v->flags & NGX_HTTP_VAR_INDEXED)) {
+        mrb_raisef(mrb, E_ARGUMENT_ERROR,
+                   "variable $%s cannot be set from mruby",
+                   mrb_str_to_cstr(mrb, ngx_http_mruby_str(mrb, &key)));
+    }
+
+    vv = &r->variables[v->index];
+
+    vv->valid = 1;
+    vv->not_found = 0;
+    vv->no_cacheable = 0;
+    vv->data = s.data;
+    vv->len = s.len;
+}
+
+
+/* var.name reads $name, var.name = value sets it. */
+static mrb_value
+ngx_http_mruby_var_method_missing(mrb_state *mrb, mrb_value self)
+{
+    mrb_sym              sym;
+    mrb_int              argc, len;
+    mrb_value           *argv;
+    const char          *name;
+    ngx_http_request_t  *r;
+
+    mrb_get_args(mrb, "n*", &sym, &argv, &argc);
+
+    r = ngx_http_mruby_request(mrb);
+    name = mrb_sym_name_len(mrb, sym, &len);
+
+    if (len > 1 && name[len - 1] == '=') {
+        if (argc != 1) {
+            mrb_raise(mrb, E_ARGUMENT_ERROR, "wrong number of arguments");
+        }
+
+        ngx_http_mruby_var_put(mrb, r, name, (size_t) len - 1, argv[0]);
+        return argv[0];
+    }
+
+    if (argc != 0) {
+        mrb_raisef(mrb, E_NOMETHOD_ERROR, "undefined method '%n' for %v",
+                   sym, self);
+    }
+
+    return ngx_http_mruby_var_get(mrb, r, name, (size_t) len);
+}
+
+
+static mrb_value
+ngx_http_mruby_var_set(mrb_state *mrb, mrb_value self)
+{
+    mrb_value            name, value;
+    ngx_http_request_t  *r;
+
+    mrb_get_args(mrb, "So", &name, &value);
+
+    r = ngx_http_mruby_request(mrb);
+    ngx_http_mruby_var_put(mrb, r, RSTRING_PTR(name),
+                           (size_t) RSTRING_LEN(name), value);
+
+    return value;
+}
+
+
+static mrb_value
+ngx_http_mruby_var_exist(mrb_state *mrb, mrb_value self)
+{
+    mrb_value            name;
+    ngx_http_request_t  *r;
+
+    mrb_get_args(mrb, "S", &name);
+
+    r = ngx_http_mruby_request(mrb);
+
+    return mrb_bool_value(!mrb_nil_p(
+               ngx_http_mruby_var_get(mrb, r, RSTRING_PTR(name),
+                                      (size_t) RSTRING_LEN(name))));
+}
+
+
+static mrb_value
+ngx_http_mruby_var_respond_to_missing(mrb_state *mrb, mrb_value self)
+{
+    return mrb_true_value();
+}
+
+
+void
+ngx_http_mruby_var_define(mrb_state *mrb, struct RClass *nginx)
+{
+    struct RClass  *c;
+
+    c = mrb_define_class_under(mrb, nginx, "Var", mrb->object_class);
+
+    mrb_define_method(mrb, c, "method_missing",
+                      ngx_http_mruby_var_method_missing, MRB_ARGS_ANY());
+    mrb_define_method(mrb, c, "respond_to_missing?",
+                      ngx_http_mruby_var_respond_to_missing, MRB_ARGS_ANY());
+    mrb_define_method(mrb, c, "set", ngx_http_mruby_var_set, MRB_ARGS_REQ(2));
+    mrb_define_method(mrb, c, "exist?", ngx_http_mruby_var_exist,
+                      MRB_ARGS_REQ(1));
+}

@@ -1,0 +1,41 @@
+/*
+ * ngx_stream_mruby: Ruby scripts in the access phase of stream (TCP/UDP)
+ * servers, on the same core as the http module.
+ */
+
+#ifndef _NGX_STREAM_MRUBY_MODULE_H_INCLUDED_
+#define _NGX_STREAM_MRUBY_MODULE_H_INCLUDED_
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_stream.h>
+
+#include <mruby.h>
+
+#include "mrb_interp.h"
+#include "mrb_script.h"
+#include "ngx_mruby_conf.h"
+
+
+#define NGX_STREAM_MRUBY_VERSION  "1.0.0"
+
+
+typedef struct {
+    ngx_array_t           init;           /* of ngx_mruby_script_t * */
+    ngx_array_t           init_worker;
+    ngx_array_t           exit_worker;
+    ngx_flag_t            enabled;        /* workers need an interpreter */
+} ngx_stream_mruby_main_conf_t;
+
+
+typedef struct {
+    ngx_mruby_script_t   *handler;        /* mruby_stream(_code) */
+} ngx_stream_mruby_srv_conf_t;
+
+
+extern ngx_module_t       ngx_stream_mruby_module;
+extern const mrb_server   ngx_stream_mruby_server;
+
+
+#endif /* _NGX_STREAM_MRUBY_MODULE_H_INCLUDED_ */
