@@ -140,8 +140,9 @@ def render(results, doc_path, img_dir):
         if p.get("quick"):
             w("- **This was a quick smoke run (BENCH_QUICK=1): the numbers "
               "are indicative only.**")
-    w("- Apache: event MPM, 2 children x 64 threads, KeepAlive On, no "
-      "access log, LogLevel warn; each configuration loads only the modules "
+    w("- Apache: event MPM, 2 children x 128 threads (each can hold every "
+      "connection), KeepAlive On, no access log, LogLevel warn; each "
+      "configuration loads only the modules "
       "it needs (the references run without mod_mruby). nginx: 2 workers, "
       "no access log.")
     w("- Every configuration answers `hello world\\n` (12 bytes); its first "
@@ -218,8 +219,10 @@ def render(results, doc_path, img_dir):
     if f8:
         w("## Seed 000 Fig. 8: worker RSS while serving requests\n")
         w("The script of seed 000 Fig. 6/7 (`mrubyTranslateNameMiddle` "
-          "setting `r.filename`), Apache event MPM, RSS of each child "
-          "sampled every 0.1 s while wrk loads it.\n")
+          "setting `r.filename`) for every URI, Apache prefork MPM with 4 "
+          "children (one interpreter each) and 4 wrk connections; the RSS of "
+          "each child sampled every 0.1 s. Growth is counted from the first "
+          "sample after 5% of the requests to the end.\n")
         series = {v.get("label", k): v.get("samples")
                   for k, v in f8.items()}
         if plot_rss(series, "seed 000 Fig. 8: RSS per Apache child",
