@@ -23,7 +23,6 @@ ap_mrb_finfo(mrb_state *mrb)
 
 AP_MRB_FINFO_INT(filetype, f->filetype)
 AP_MRB_FINFO_INT(size, f->size)
-AP_MRB_FINFO_INT(mode, f->protection)
 AP_MRB_FINFO_INT(user, f->user)
 AP_MRB_FINFO_INT(group, f->group)
 AP_MRB_FINFO_INT(inode, f->inode)
@@ -32,6 +31,29 @@ AP_MRB_FINFO_INT(nlink, f->nlink)
 AP_MRB_FINFO_INT(atime, apr_time_sec(f->atime))
 AP_MRB_FINFO_INT(mtime, apr_time_sec(f->mtime))
 AP_MRB_FINFO_INT(ctime, apr_time_sec(f->ctime))
+
+
+/* Permission bits as chmod(1) writes them: APR's own encoding differs. */
+static mrb_value
+ap_mrb_finfo_mode(mrb_state *mrb, mrb_value self)
+{
+    apr_fileperms_t  p = ap_mrb_finfo(mrb)->protection;
+    mrb_int          mode;
+
+    mode = ((p & 0x0700) >> 2) | ((p & 0x0070) >> 1) | (p & 0x0007);
+
+    if (p & APR_USETID) {
+        mode |= 04000;
+    }
+    if (p & APR_GSETID) {
+        mode |= 02000;
+    }
+    if (p & APR_WSTICKY) {
+        mode |= 01000;
+    }
+
+    return mrb_int_value(mrb, mode);
+}
 
 
 static mrb_value
