@@ -291,18 +291,27 @@ def render(results, doc_path, img_dir):
                 w(f"| {names[k]} | {v['rss']:,} kB | {v['private']:,} kB |")
             else:
                 w(f"| {names[k]} | {v.get('error', '-')} | - |")
-        if all("rss" in mem.get(k, {}) for k in ("plain", "interp")):
-            d = mem["interp"]["rss"] - mem["plain"]["rss"]
-            dm = (mem["interp"]["rss"] - mem["module"]["rss"]
-                  if "rss" in mem.get("module", {}) else None)
-            w(f"\nmod_mruby with its interpreter adds **{d} kB** of RSS to a "
-              f"child (the paper: ~600 kB)" +
-              (f"; the interpreter alone, {dm} kB." if dm is not None
-               else "."))
-            targets.append(("memory one interpreter adds (module + "
-                            "interpreter vs no module)",
-                            f"<= {INTERP_LIMIT_KB} kB", f"{d} kB",
-                            d <= INTERP_LIMIT_KB))
+        if all("rss" in mem.get(k, {}) for k in ("plain", "module",
+                                                  "interp")):
+            d = {k: mem["interp"][k] - mem["plain"][k]
+                 for k in ("rss", "private")}
+            di = {k: mem["interp"][k] - mem["module"][k]
+                  for k in ("rss", "private")}
+            w(f"\nmod_mruby with its interpreter adds **{d['rss']} kB** of "
+              f"VmRSS to a child (the paper's measure: ~600 kB), of which "
+              f"{d['private']} kB private; creating and using the "
+              f"interpreter adds {di['rss']} kB VmRSS, {di['private']} kB "
+              "private. VmRSS also counts the pages of mod_mruby's code "
+              "(mruby is linked in statically) that the child touches: they "
+              "are shared by every process, so the private figure is what "
+              "each further interpreter costs.")
+            targets.append(("memory one interpreter adds: VmRSS, module + "
+                            "interpreter vs no module (the paper's measure)",
+                            f"<= {INTERP_LIMIT_KB} kB", f"{d['rss']} kB",
+                            d["rss"] <= INTERP_LIMIT_KB))
+            targets.append(("memory one interpreter adds: private memory",
+                            f"<= {INTERP_LIMIT_KB} kB", f"{d['private']} kB",
+                            d["private"] <= INTERP_LIMIT_KB))
         w("")
 
     # -- limiter ---------------------------------------------------------------
