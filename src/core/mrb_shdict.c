@@ -12,7 +12,9 @@
  * restart, as it does under nginx.
  */
 
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <ctype.h>
 #include <dlfcn.h>
 #include <errno.h>
