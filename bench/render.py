@@ -39,15 +39,18 @@ def rows_by_key(rows):
 
 def throughput_table(rows, ref_label):
     out = ["| configuration | req/s (median) | runs | ratio to "
-           f"{ref_label} | p99 latency |", "|---|---:|---|---:|---:|"]
+           f"{ref_label} | p99 latency | idle check |",
+           "|---|---:|---|---:|---:|---:|"]
     for r in rows:
         if "rps" in r:
             runs = ", ".join(f"{x:,.0f}" for x in r.get("rps_runs", []))
             out.append(f"| {r['label']} | {fmt_rps(r['rps'])} | {runs} | "
                        f"{fmt_ratio(r.get('ratio'))} | "
-                       f"{r.get('p99_ms', 0):.1f} ms |")
+                       f"{r.get('p99_ms', 0):.1f} ms | "
+                       f"{r.get('background', 0):.0%} busy |")
         else:
-            out.append(f"| {r['label']} | - | {r.get('error', '')} | - | - |")
+            out.append(f"| {r['label']} | - | {r.get('error', '')} | - | - "
+                       "| - |")
     return "\n".join(out)
 
 
@@ -145,6 +148,11 @@ def render(results, doc_path, img_dir):
       "configuration loads only the modules "
       "it needs (the references run without mod_mruby). nginx: 2 workers, "
       "no access log.")
+    w("- Before each measurement the runner waits (up to 90 s) until the "
+      "machine is idle (under 15% CPU busy over 2 s), so that another "
+      "build or test run does not land inside one configuration's numbers; "
+      "the busiest such reading of a configuration's runs is in the "
+      "`idle check` column.")
     w("- Every configuration answers `hello world\\n` (12 bytes); its first "
       "response is checked before it is measured, and a run with more than "
       "0.1% non-2xx responses or socket errors counts as failed. A "

@@ -344,7 +344,34 @@ def stop(server):
     server.remove()
 
 
+def cpu_busy(seconds=0.5):
+    """Fraction of the machine's CPU time that was busy over `seconds`."""
+    def snap():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return sum(v), v[3] + v[4]  # total, idle + iowait
+    t0, i0 = snap()
+    time.sleep(seconds)
+    t1, i1 = snap()
+    return 1 - (i1 - i0) / max(t1 - t0, 1)
+
+
+QUIET = 0.15   # busier than this before a measurement: someone else runs
+
+
+def wait_quiet(limit=90):
+    """Waits (up to limit s) until nothing else keeps the CPU busy, so a
+    build or test run on the same machine does not land in one config's
+    measurement; returns the load seen last."""
+    deadline = time.monotonic() + limit
+    busy = cpu_busy()
+    while busy > QUIET and time.monotonic() < deadline:
+        busy = cpu_busy(2)
+    return busy
+
+
 def measure(cfg):
+    background = wait_quiet()
     server, why = start_checked(cfg)
     if server is None:
         return {"error": why}
@@ -353,6 +380,7 @@ def measure(cfg):
         wrk(url, WARMUP)
         res = wrk(url, SECONDS)
         res["rss_kb"] = [harness.rss_kb(p) for p in server.worker_pids()]
+        res["background"] = round(background, 3)
         if res["non2xx"] or res["errors"]:
             bad = res["non2xx"] + res["errors"]
             if bad > 0.001 * max(res["requests"], 1):
@@ -395,6 +423,7 @@ def throughput(configs, ref_key):
             row["rps_runs"] = [r["rps"] for r in rs]
             row["rps"] = statistics.median(row["rps_runs"])
             row["p99_ms"] = statistics.median(r.get("p99_ms", 0) for r in rs)
+            row["background"] = max(r.get("background", 0) for r in rs)
             if ref_rps:
                 row["ratio"] = row["rps"] / ref_rps
                 row["ratio_runs"] = [r / ref_rps for r in row["rps_runs"]]
