@@ -51,6 +51,9 @@ def throughput_table(rows, ref_label):
         else:
             out.append(f"| {r['label']} | - | {r.get('error', '')} | - | - "
                        "| - |")
+    notes = [f"- {r['label']}: {r['note']}" for r in rows if r.get("note")]
+    if notes:
+        out += [""] + notes
     return "\n".join(out)
 
 

@@ -197,8 +197,14 @@ def apache_configs():
     return [
         Config("c", "C module (mod_hello)", "apache",
                lambda: apache_server(C_HELLO_CONF, modules=hello_mod)),
-        Config("static", "static file", "apache",
+        Config("static", "static file (Apache's defaults)", "apache",
                lambda: apache_server("", docs={"hello.txt": BODY}),
+               path="/hello.txt",
+               note="EnableMMAP On: an mmap/munmap per request, costly "
+                    "with many threads"),
+        Config("static_nommap", "static file, EnableMMAP Off", "apache",
+               lambda: apache_server("EnableMMAP Off\n",
+                                     docs={"hello.txt": BODY}),
                path="/hello.txt"),
         Config("forever", "mod_mruby `cache` (forever)", "apache",
                mruby_file("", " cache")),
