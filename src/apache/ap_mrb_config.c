@@ -424,10 +424,10 @@ ap_mrb_cmd_shared_dict(cmd_parms *cmd, void *mconfig, const char *name,
 #define AP_MRB_HOOK(name, phase, order)                                       \
     AP_INIT_TAKE12("mruby" name, ap_mrb_cmd_hook,                             \
         &ap_mrb_hook_cmds[phase][order], AP_MRB_WHERE,                        \
-        "a Ruby script file (and optionally \"cache\") to run in " #phase),   \
+        "a Ruby script file and optionally \"cache\""),                      \
     AP_INIT_TAKE1("mruby" name "Code", ap_mrb_cmd_hook_code,                  \
         &ap_mrb_hook_cmds[phase][order], AP_MRB_WHERE,                        \
-        "Ruby code to run in " #phase)
+        "Ruby code, in quotes")
 
 #define AP_MRB_PHASE(name, phase)                                             \
     AP_MRB_HOOK(name "First", phase, AP_MRB_FIRST),                           \
@@ -437,10 +437,10 @@ ap_mrb_cmd_shared_dict(cmd_parms *cmd, void *mconfig, const char *name,
 #define AP_MRB_PROC_HOOK(name, phase, order)                                  \
     AP_INIT_TAKE12("mruby" name, ap_mrb_cmd_proc_hook,                        \
         &ap_mrb_proc_cmds[phase][order], AP_MRB_WHERE,                        \
-        "a Ruby script file (and optionally \"cache\") to run in " #phase),   \
+        "a Ruby script file and optionally \"cache\""),                      \
     AP_INIT_TAKE1("mruby" name "Code", ap_mrb_cmd_proc_hook_code,             \
         &ap_mrb_proc_cmds[phase][order], AP_MRB_WHERE,                        \
-        "Ruby code to run in " #phase)
+        "Ruby code, in quotes")
 
 #define AP_MRB_PROC_PHASE(name, phase)                                        \
     AP_MRB_PROC_HOOK(name "First", phase, AP_MRB_FIRST),                      \
