@@ -137,7 +137,18 @@ ngx_http_mruby_ssl_raise(mrb_state *mrb, const char *what, mrb_value arg)
     unsigned long  e;
 
     e = ERR_peek_last_error();
-    ERR_error_string_n(e, buf, sizeof(buf));
+
+#ifdef ERR_SYSTEM_ERROR
+    if (ERR_SYSTEM_ERROR(e)) {
+        /* e.g. a key file the worker's user may not read */
+        ngx_cpystrn((u_char *) buf, (u_char *) strerror(ERR_GET_REASON(e)),
+                    sizeof(buf));
+    } else
+#endif
+    {
+        ERR_error_string_n(e, buf, sizeof(buf));
+    }
+
     ERR_clear_error();
 
     mrb_raisef(mrb, E_RUNTIME_ERROR, "Nginx::SSL#%s %v: %s", what, arg, buf);

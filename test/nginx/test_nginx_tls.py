@@ -1,0 +1,104 @@
+"""ngx_mruby: mruby_ssl_handshake_handler chooses the certificate by SNI."""
+
+import os
+import socket
+import ssl
+import subprocess
+
+import pytest
+
+
+def make_cert(server, name):
+    """A self-signed certificate for name, made now with openssl."""
+    key, crt = f"{server.dir}/{name}.key", f"{server.dir}/{name}.crt"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048",
+                    "-nodes", "-days", "2", "-subj", f"/CN={name}",
+                    "-keyout", key, "-out", crt],
+                   check=True, capture_output=True)
+    os.chmod(key, 0o644)  # the workers (www-data) read it at handshake time
+    with open(crt) as f:
+        return ssl.PEM_cert_to_DER_cert(f.read())
+
+
+def handshake(port, name, path="/"):
+    """The certificate the server shows for SNI name, and a response."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        with ctx.wrap_socket(raw, server_hostname=name) as s:
+            der = s.getpeercert(binary_form=True)
+            s.sendall(f"GET {path} HTTP/1.0\r\nHost: {name}\r\n\r\n".encode())
+            data = b""
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+    return der, data.split(b"\r\n\r\n", 1)[1].decode()
+
+
+HANDSHAKE = r"""
+ssl = Nginx::SSL.new
+case ssl.servername
+when "a.test"
+  ssl.certificate = "{dir}/a.test.crt"
+  ssl.certificate_key = "{dir}/a.test.key"
+when "b.test"
+  ssl.certificate_data = File.read("{dir}/b.test.crt")
+  ssl.certificate_key_data = File.read("{dir}/b.test.key")
+when "broken.test"
+  ssl.certificate = "{dir}/nonexistent.crt"
+end
+"""
+
+
+@pytest.fixture
+def tls_nginx(nginx):
+    n = nginx("""
+server {
+    listen 127.0.0.1:{port} ssl;
+    ssl_certificate {dir}/default.test.crt;
+    ssl_certificate_key {dir}/default.test.key;
+    mruby_ssl_handshake_handler {dir}/handshake.rb;
+    location / { mruby_content_handler_code 'r = Nginx::Request.new; Nginx.rputs "#{r.scheme} #{r.hostname}"'; }
+}""", start=False)
+    n.certs = {name: make_cert(n, name)
+               for name in ("default.test", "a.test", "b.test")}
+    n.write("handshake.rb", n.subst(HANDSHAKE))
+    n.start()
+    return n
+
+
+def test_certificate_chosen_by_sni(tls_nginx):
+    n = tls_nginx
+    der, body = handshake(n.port, "a.test")
+    assert der == n.certs["a.test"]
+    assert body == "https a.test"
+
+    der, body = handshake(n.port, "b.test")
+    assert der == n.certs["b.test"]   # from *_data=
+
+    der, _ = handshake(n.port, "other.test")
+    assert der == n.certs["default.test"]
+
+
+def test_handshake_script_error_fails_the_handshake(tls_nginx):
+    n = tls_nginx
+    with pytest.raises((ssl.SSLError, ConnectionError)):
+        handshake(n.port, "broken.test")
+    n.wait_log("mruby_ssl_handshake_handler: RuntimeError: "
+               "Nginx::SSL#certificate=")
+    # and the next client is served
+    der, _ = handshake(n.port, "a.test")
+    assert der == n.certs["a.test"]
+
+
+def test_handshake_handler_needs_tls(nginx):
+    n = nginx("""
+server {
+    listen 127.0.0.1:{port};
+    mruby_ssl_handshake_handler_code '1';
+}""", start=False)
+    rc, out = n.configtest()
+    assert rc != 0 and "needs TLS" in out
