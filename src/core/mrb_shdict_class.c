@@ -528,7 +528,8 @@ shd_flush_all(mrb_state *mrb, mrb_value self)
 }
 
 
-/* hold(key, n = 1) and release(key, n = 1) */
+/* hold(key, n = 1) => the new total; release(key, n = 1) => the new total,
+ * or nil if this process held none of key */
 static mrb_value
 shd_held(mrb_state *mrb, mrb_value self, int hold)
 {
@@ -548,6 +549,11 @@ shd_held(mrb_state *mrb, mrb_value self, int hold)
     rc = hold ? mrb_shdict_zone_hold(shd_zone(mrb, self), key, klen, n, &total)
               : mrb_shdict_zone_release(shd_zone(mrb, self), key, klen, n,
                                         &total);
+
+    if (rc == MRB_SHDICT_NOT_FOUND) {
+        /* release: this process held none of it */
+        return mrb_nil_value();
+    }
 
     if (rc != MRB_SHDICT_OK) {
         shd_raise(mrb, self, rc);

@@ -1286,6 +1286,10 @@ mrb_shdict_zone_release(mrb_shdict_zone *z, const char *key, size_t klen,
         shd_int_store(p, *total);
     }
 
+    if (rc == MRB_SHDICT_OK && l == NULL) {
+        rc = MRB_SHDICT_NOT_FOUND;
+    }
+
     mrb_shdict_zone_unlock(z);
     return rc;
 }

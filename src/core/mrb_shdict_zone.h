@@ -111,7 +111,8 @@ mrb_shdict_rc mrb_shdict_zone_flush(mrb_shdict_zone *z);
  * Held counts: adds n (> 0) to the Integer at key (created as 0) on behalf
  * of the calling process, which records what it holds in a ledger entry.
  * release gives back up to n of what this process holds (never more, so a
- * release without a hold, or after flush_all, changes nothing).  When a
+ * release without a hold, or after flush_all, changes nothing and returns
+ * NOT_FOUND).  When a
  * process dies, what it held is withdrawn from the key by the next call on
  * the zone after the sweep interval.  A held key is kept out of the LRU list
  * (never evicted) and does not expire.  *total is the key's value after.

@@ -588,7 +588,8 @@ TEST(hold_and_release)
     /* never more than this process holds */
     CHECK_EQ(mrb_shdict_zone_release(z, "f", 1, 5, &total), MRB_SHDICT_OK);
     CHECK_EQ(total, 0);
-    CHECK_EQ(mrb_shdict_zone_release(z, "f", 1, 1, &total), MRB_SHDICT_OK);
+    CHECK_EQ(mrb_shdict_zone_release(z, "f", 1, 1, &total),
+             MRB_SHDICT_NOT_FOUND);
     CHECK_EQ(total, 0);
     mrb_shdict_zone_stats(z, &st);
     CHECK_EQ(st.ledgers, 0);
@@ -605,14 +606,16 @@ TEST(hold_and_release)
     CHECK_EQ(mrb_shdict_zone_delete(z, "g", 1), MRB_SHDICT_OK);
     mrb_shdict_zone_stats(z, &st);
     CHECK_EQ(st.ledgers, 0);
-    CHECK_EQ(mrb_shdict_zone_release(z, "g", 1, 1, &total), MRB_SHDICT_OK);
+    CHECK_EQ(mrb_shdict_zone_release(z, "g", 1, 1, &total),
+             MRB_SHDICT_NOT_FOUND);
     CHECK_EQ(total, 0);
     CHECK(!has(z, "g"));
 
     /* so does flush_all */
     CHECK_EQ(mrb_shdict_zone_hold(z, "h", 1, 1, &total), MRB_SHDICT_OK);
     CHECK_EQ(mrb_shdict_zone_flush(z), MRB_SHDICT_OK);
-    CHECK_EQ(mrb_shdict_zone_release(z, "h", 1, 1, &total), MRB_SHDICT_OK);
+    CHECK_EQ(mrb_shdict_zone_release(z, "h", 1, 1, &total),
+             MRB_SHDICT_NOT_FOUND);
     CHECK(!has(z, "h"));
 
     zone_free(z);
@@ -1201,6 +1204,8 @@ TEST(ruby_api)
     CHECK_RUBY(mrb, "$d.hold('/x.php', 2)", "3");
     CHECK_RUBY(mrb, "$d.release('/x.php')", "2");
     CHECK_RUBY(mrb, "$d.release('/x.php', 10)", "0");
+    CHECK_RUBY(mrb, "$d.release('/x.php')", "nil");
+    CHECK_RUBY(mrb, "$d['/x.php']", "0");
     CHECK_RAISES(mrb, "$d.hold('/x.php', 0)", "the count must be positive");
 
     /* values and keys it refuses */

@@ -1,0 +1,261 @@
+"""examples/access_limiter on real servers: seed 002's configuration as
+written (Apache) and the same scripts under nginx, a worker killed in the
+middle of requests, and fleet mode (two Apaches sharing a limit through
+Redis, Redis down)."""
+
+import concurrent.futures
+import os
+import re
+import signal
+import time
+
+import pytest
+import requests
+
+import harness
+
+EXAMPLE = os.path.join(harness.REPO, "examples", "access_limiter")
+SCRIPTS = ("access_limiter_init.rb", "access_limiter_worker_init.rb",
+           "access_limiter.rb", "access_limiter_end.rb")
+
+# Reads a count: /count?<filename>
+COUNT = r'''
+Server = get_server_class
+d = Server::SharedDict.new("access_limiter")
+Server.rputs d[Server::Request.new.args].inspect
+'''
+
+
+def read(name):
+    with open(os.path.join(EXAMPLE, name)) as f:
+        return f.read()
+
+
+def install(server, threshold=2, redis=None, fail_open=True):
+    """Copies the example's scripts under server.dir/access_limiter, with
+    the settings block of access_limiter.rb changed as asked; returns that
+    directory."""
+    for name in SCRIPTS:
+        text = read(name)
+        if name == "access_limiter.rb":
+            text = text.replace("threshold = 2", f"threshold = {threshold}")
+            if redis:
+                text = text.replace("redis = nil", f'redis = "{redis}"')
+            if not fail_open:
+                text = text.replace("fail_open = true", "fail_open = false")
+            assert "threshold = %d" % threshold in text
+        server.write(f"access_limiter/{name}", text)
+    return os.path.join(server.dir, "access_limiter")
+
+
+def start_apache(apache, mpm="event", sleep=2, docroot=None, **settings):
+    """Apache with the example's apache.conf as written (paths to our copy
+    of the scripts), a slow sleep.php, and /count."""
+    a = apache(start=False, mpm=mpm)
+    d = install(a, **settings)
+    a.write("sleep.rb", f'Apache.sleep {sleep}\nApache.rputs "loaded"\n')
+    a.write("count.rb", COUNT)
+    conf = read("apache.conf").replace("@DIR@", d)
+    # the demo handler, with our sleep time
+    conf = conf.replace(f"{d}/sleep.rb", "{dir}/sleep.rb")
+    if docroot:
+        # fleet members share one document tree, as real ones would
+        conf += (f"\nDocumentRoot {docroot}\n<Directory {docroot}>\n"
+                 "  Require all granted\n</Directory>\n")
+    a.conf = conf + "\n<Location /count>\n  mrubyHandlerMiddle {dir}/count.rb\n</Location>\n"
+    a.write_doc("access_limiter/sleep.php", "<?php sleep(3); ?>")
+    a.write_doc("access_limiter/fast.php", "fast")
+    a.start()
+    return a
+
+
+def start_nginx(nginx, workers=2, **settings):
+    """nginx with the example's nginx-http.conf and nginx.conf (sleep.php:
+    3 KB at 1 KB/s), and /count."""
+    n = nginx(start=False, workers=workers)
+    d = install(n, **settings)
+    n.write("count.rb", COUNT)
+    http = read("nginx-http.conf").replace("@DIR@", d)
+    server = read("nginx.conf").replace("@DIR@", d)
+    n.conf = f"""{http}
+server {{
+    listen 127.0.0.1:{{port}};
+    root {{docroot}};
+    location = /count {{ mruby_content_handler {{dir}}/count.rb; }}
+{server}
+}}"""
+    with open(os.path.join(EXAMPLE, "htdocs", "sleep.php"), "rb") as f:
+        n.write_doc("access_limiter/sleep.php", f.read())
+    n.write_doc("access_limiter/fast.php", "fast")
+    n.start()
+    return n
+
+
+def concurrent_gets(urls):
+    """GETs every url at once (one connection each); returns the responses
+    in order."""
+    def one(url):
+        return requests.get(url, timeout=30, headers={"Connection": "close"})
+    with concurrent.futures.ThreadPoolExecutor(len(urls)) as ex:
+        return list(ex.map(one, urls))
+
+
+def count(server, filename):
+    """The count of filename in the dictionary, as the server reads it."""
+    return requests.get(server.url("/count?" + filename), timeout=10,
+                        headers={"Connection": "close"}).text
+
+
+def sleep_php(server):
+    return os.path.join(server.docroot, "access_limiter", "sleep.php")
+
+
+def statuses(responses):
+    return sorted(r.status_code for r in responses)
+
+
+@pytest.mark.parametrize("mpm", ["event", "prefork"])
+def test_seed_config_apache_ten_at_once(apache, mpm):
+    """Threshold 2, ten concurrent requests to a slow page: two load, eight
+    get 503, with the seed's log lines; afterwards the count is back to 0."""
+    a = start_apache(apache, mpm=mpm)
+    a.wait_log("access_limiter: counting in shared dictionary access_limiter")
+    rs = concurrent_gets([a.url("/access_limiter/sleep.php")] * 10)
+    assert statuses(rs) == [200] * 2 + [503] * 8
+    assert [r.text for r in rs if r.status_code == 200] == ["loaded"] * 2
+
+    f = sleep_php(a)
+    log = a.wait_log(f"access_limiter: file:{f} reached threshold: 2: "
+                     "return 503")
+    assert f"[mruby:notice]" in log
+    for n in range(1, 4):
+        assert f"access_limiter: file:{f} counter:{n}" in log
+    assert log.count("reached threshold: 2: return 503") == 8
+    assert count(a, f) == "0"
+
+    # not limited: another file, and the same file once the two are done
+    assert a.get("/access_limiter/fast.php").status_code == 200
+    assert a.get("/access_limiter/sleep.php").status_code == 200
+
+
+def test_same_scripts_nginx_ten_at_once(nginx):
+    n = start_nginx(nginx, workers=2)
+    rs = concurrent_gets([n.url("/access_limiter/sleep.php")] * 10)
+    assert statuses(rs) == [200] * 2 + [503] * 8
+    assert all(len(r.content) == 3072 for r in rs if r.status_code == 200)
+
+    f = sleep_php(n)
+    log = n.wait_log(f"access_limiter: file:{f} reached threshold: 2: "
+                     "return 503")
+    assert f"access_limiter: file:{f} counter:2" in log
+    assert log.count("reached threshold: 2: return 503") == 8
+    assert count(n, f) == "0"
+    assert n.get("/access_limiter/fast.php").status_code == 200
+
+
+def counter_pids(log, filename):
+    """{count: pid} from the "[pid N] ... file:F counter:C" lines."""
+    out = {}
+    for m in re.finditer(r"\[pid (\d+)[^\]]*\].*access_limiter: file:"
+                         + re.escape(filename) + r" counter:(\d+)", log):
+        out[int(m.group(2))] = int(m.group(1))
+    return out
+
+
+def test_killed_worker_counts_recover_running_ones_stay(apache):
+    """Prefork: requests A and B run in two children; one child is killed.
+    Within 5 s the count is 1 (B's), never 0 while B runs: a third request
+    is let in, a fourth is refused."""
+    a = start_apache(apache, mpm="prefork", sleep=6)
+    f = sleep_php(a)
+    url = a.url("/access_limiter/sleep.php")
+
+    with concurrent.futures.ThreadPoolExecutor(4) as ex:
+        ra = ex.submit(requests.get, url, timeout=30)
+        rb = ex.submit(requests.get, url, timeout=30)
+        a.wait_log(f"file:{f} counter:2")
+        pids = counter_pids(a.error_log(), f)
+        assert pids[1] != pids[2], "A and B in one child: not prefork?"
+        os.kill(pids[1], signal.SIGKILL)
+        killed = time.monotonic()
+
+        seen = []
+        while True:
+            seen.append(count(a, f))
+            if seen[-1] == "1" or time.monotonic() - killed > 5:
+                break
+            time.sleep(0.1)
+        assert seen[-1] == "1", seen
+        assert time.monotonic() - killed < 5
+        assert "0" not in seen
+
+        rc = ex.submit(requests.get, url, timeout=30)
+        deadline = time.monotonic() + 5
+        while a.error_log().count(f"file:{f} counter:2") < 2:
+            assert time.monotonic() < deadline, "C was not counted in"
+            time.sleep(0.05)
+        rd = requests.get(url, timeout=30)
+        assert rd.status_code == 503          # B and C are both counted
+
+        # whichever of A and B was in the killed child failed; the other
+        # loaded, as did C
+        outcomes = []
+        for fut in (ra, rb):
+            try:
+                outcomes.append(fut.result().status_code)
+            except requests.exceptions.RequestException:
+                outcomes.append("killed")
+        assert sorted(outcomes, key=str) == [200, "killed"]
+        assert rc.result().status_code == 200
+
+    assert count(a, f) == "0"
+
+
+def test_fleet_two_apaches_share_a_limit(apache, redis_server):
+    """Two servers, one Redis, threshold 2: five requests to each at once
+    give two successes in all."""
+    addr = f"127.0.0.1:{redis_server.port}"
+    a1 = start_apache(apache, redis=addr)
+    a2 = start_apache(apache, redis=addr, docroot=a1.docroot)
+    urls = ([a1.url("/access_limiter/sleep.php")] * 5
+            + [a2.url("/access_limiter/sleep.php")] * 5)
+    rs = concurrent_gets(urls)
+    assert statuses(rs) == [200] * 2 + [503] * 8
+
+    f = sleep_php(a1)
+    for a in (a1, a2):
+        log = a.wait_log(f"file:{f} reached threshold: 2: return 503")
+        assert "unavailable" not in log
+    # every count went back out of Redis
+    assert redis_server.command("GET", "access_limiter:" + f) == "$-1"
+
+
+def test_fleet_redis_down_fails_open(apache):
+    port = harness.free_port()                 # nobody listens there
+    a = start_apache(apache, redis=f"127.0.0.1:{port}", sleep=0)
+    rs = concurrent_gets([a.url("/access_limiter/sleep.php")] * 4)
+    assert statuses(rs) == [200] * 4
+    log = a.wait_log(f"access_limiter: redis 127.0.0.1:{port} unavailable "
+                     f"(Redis::ConnectionError: connect to 127.0.0.1:{port}: "
+                     "Connection refused): failing open for ")
+    assert "[mruby:err" in log
+
+
+def test_fleet_redis_down_fail_closed(apache):
+    port = harness.free_port()
+    a = start_apache(apache, redis=f"127.0.0.1:{port}", sleep=0,
+                     fail_open=False)
+    assert a.get("/access_limiter/sleep.php").status_code == 503
+    a.wait_log(f"access_limiter: redis 127.0.0.1:{port} unavailable")
+    a.wait_log("failing closed for ")
+
+
+def test_fleet_redis_restarted_reconnects(apache, redis_server):
+    """A kept connection the server closed is reopened by the next call:
+    no error, the limit still holds."""
+    addr = f"127.0.0.1:{redis_server.port}"
+    a = start_apache(apache, redis=addr, sleep=0)
+    assert a.get("/access_limiter/sleep.php").status_code == 200
+    redis_server.command("CLIENT", "KILL", "TYPE", "normal")
+    assert a.get("/access_limiter/sleep.php").status_code == 200
+    assert "unavailable" not in a.error_log()
