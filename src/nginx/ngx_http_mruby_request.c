@@ -411,6 +411,34 @@ ngx_http_mruby_request_set_uri_args(mrb_state *mrb, mrb_value self)
 }
 
 
+/* r.status / r.status = 404: the response status, as on Apache */
+static mrb_value
+ngx_http_mruby_request_status(mrb_state *mrb, mrb_value self)
+{
+    ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
+
+    return mrb_fixnum_value((mrb_int) r->headers_out.status);
+}
+
+
+static mrb_value
+ngx_http_mruby_request_set_status(mrb_state *mrb, mrb_value self)
+{
+    mrb_int              status;
+    ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
+
+    mrb_get_args(mrb, "i", &status);
+
+    if (status < 100 || status > 999) {
+        mrb_raisef(mrb, E_ARGUMENT_ERROR, "invalid HTTP status %i", status);
+    }
+
+    r->headers_out.status = (ngx_uint_t) status;
+
+    return mrb_fixnum_value(status);
+}
+
+
 static mrb_value
 ngx_http_mruby_request_var(mrb_state *mrb, mrb_value self)
 {
@@ -512,6 +540,10 @@ ngx_http_mruby_request_define(mrb_state *mrb, struct RClass *nginx)
                       ngx_http_mruby_request_set_uri_args, MRB_ARGS_REQ(1));
     mrb_define_method(mrb, c, "post_args", ngx_http_mruby_request_post_args,
                       MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "status", ngx_http_mruby_request_status,
+                      MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "status=", ngx_http_mruby_request_set_status,
+                      MRB_ARGS_REQ(1));
     mrb_define_method(mrb, c, "var", ngx_http_mruby_request_var,
                       MRB_ARGS_NONE());
     mrb_define_method(mrb, c, "headers_in",
