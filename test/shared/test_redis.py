@@ -1,0 +1,196 @@
+"""::Redis on real servers against a real redis-server: commands and reply
+types, pipelining, errors as exception classes, one kept connection per
+interpreter, reconnection, timeouts.  The scripts are the same under Apache
+and nginx."""
+
+import pytest
+
+import harness
+
+# /api?<port>: every answer on its own line.
+API = r'''
+Server = get_server_class
+port = Server::Request.new.args.to_i
+r = Redis.new("127.0.0.1", port, timeout: 2)
+out = []
+r.call("FLUSHDB")
+out << r.ping
+out << r.set("s", "v\0\xff").inspect
+out << r.get("s").bytes.inspect
+out << r["missing"].inspect
+r["n"] = 5
+out << [r.incr("n"), r.incrby("n", 10), r.decr("n")].inspect
+out << r.exists("n", "s", "missing").inspect
+out << r.expire("n", 100).inspect
+out << (r.ttl("n") > 90).inspect
+out << r.del("n", "missing").inspect
+out << r.hset("h", "a", 1).inspect
+out << r.hset("h", "b", "two").inspect
+out << r.hgetall("h").inspect
+out << r.call("HGETALL", "h").inspect
+out << r.hget("h", "b").inspect
+out << r.rpush("l", 1, 2, 3).inspect
+out << r.lpush("l", 0).inspect
+out << r.lrange("l", 0, -1).inspect
+out << r.mget("s", "missing").map { |v| v.nil? }.inspect
+out << r.publish("chan", "msg").inspect
+out << r.call("SET", "k", 1.5).inspect
+out << r.get("k").inspect
+out << r.keys("*").sort.inspect
+out << r.pipelined { |p| p.incr("c"); p.expire("c", 30); p.get("c") }.inspect
+r.queue("INCR", "c")
+r.queue("LPUSH", "k", "x")
+replies = r.commit
+out << [replies[0], replies[1].class].inspect
+begin
+  r.incr("h")
+rescue Redis::ReplyError => e
+  out << e.message.split(" ")[0]
+end
+begin
+  r.pipelined { |p| p.set("z", 1); p.incr("h"); p.set("z", 2) }
+rescue Redis::ReplyError => e
+  out << "pipeline raised; z=#{r.get("z")}"
+end
+out << [Redis::ReplyError, Redis::ConnectionError, Redis::TimeoutError].map {
+  |c| c.ancestors.take_while { |a| a != StandardError }.map(&:to_s) }.inspect
+Server.rputs out.join("\n")
+'''
+
+API_EXPECTED = "\n".join([
+    "PONG",
+    '"OK"',
+    "[118, 0, 255]",
+    "nil",
+    "[6, 16, 15]",
+    "2",
+    "1",
+    "true",
+    "1",
+    "1",
+    "1",
+    '{"a"=>"1", "b"=>"two"}',
+    '{"a"=>"1", "b"=>"two"}',
+    '"two"',
+    "3",
+    "4",
+    '["0", "1", "2", "3"]',
+    "[false, true]",
+    "0",
+    '"OK"',
+    '"1.5"',
+    '["h", "k", "l", "s"]',
+    '[1, 1, "1"]',
+    "[2, Redis::ReplyError]",
+    "WRONGTYPE",
+    "pipeline raised; z=2",
+    '[["Redis::ReplyError", "Redis::BaseError"], '
+    '["Redis::ConnectionError", "Redis::BaseError"], '
+    '["Redis::TimeoutError", "Redis::ConnectionError", "Redis::BaseError"]]',
+])
+
+# /id?<port>: the server-side id of the connection this interpreter uses.
+CLIENT_ID = r'''
+port = get_server_class::Request.new.args.to_i
+get_server_class.rputs Redis.new("127.0.0.1", port).call("CLIENT", "ID").to_s
+'''
+
+# /down?<port>: what a script sees of a server that is not there.
+DOWN = r'''
+port = get_server_class::Request.new.args.to_i
+begin
+  Redis.new("127.0.0.1", port)
+  get_server_class.rputs "connected?!"
+rescue Redis::ConnectionError => e
+  get_server_class.rputs "#{e.class}: #{e.message}"
+end
+'''
+
+# /slow?<port>: a reply that takes longer than the timeout, then a command
+# on the same object (reconnected).
+SLOW = r'''
+port = get_server_class::Request.new.args.to_i
+r = Redis.new("127.0.0.1", port, timeout: 0.2)
+out = []
+begin
+  r.blpop("nothing", 2)
+rescue Redis::TimeoutError => e
+  out << "#{e.class}: #{e.message}"
+end
+out << r.ping
+get_server_class.rputs out.join("\n")
+'''
+
+
+def server(kind, apache, nginx, scripts, **kw):
+    """A server with one location per script: {"/name": code}."""
+    files = {f"{loc.strip('/')}.rb": code for loc, code in scripts.items()}
+    if kind == "apache":
+        conf = "\n".join(
+            f"<Location {loc}>\n    mrubyHandlerMiddle {{dir}}/"
+            f"{loc.strip('/')}.rb\n</Location>" for loc in scripts)
+        return apache(conf, files=files, **kw)
+    conf = "\n".join(
+        f"location = {loc} {{ mruby_content_handler {{dir}}/"
+        f"{loc.strip('/')}.rb; }}" for loc in scripts)
+    return nginx(conf, files=files, **kw)
+
+
+@pytest.mark.parametrize("kind", ["apache", "nginx"])
+def test_commands_and_replies(kind, apache, nginx, redis_server):
+    s = server(kind, apache, nginx, {"/api": API})
+    r = s.get(f"/api?{redis_server.port}")
+    assert r.status_code == 200, s.error_log()[-2000:]
+    assert r.text == API_EXPECTED
+
+
+@pytest.mark.parametrize("kind", ["apache", "nginx"])
+def test_connection_kept_per_interpreter(kind, apache, nginx, redis_server):
+    """Redis.new on every request, one connection: the same client id each
+    time (one worker, one interpreter)."""
+    if kind == "apache":
+        s = server(kind, apache, nginx, {"/id": CLIENT_ID}, mpm="prefork",
+                   mpm_conf="StartServers 1\nMinSpareServers 1\n"
+                            "MaxSpareServers 1\nServerLimit 1\n"
+                            "MaxRequestWorkers 1\n")
+    else:
+        s = server(kind, apache, nginx, {"/id": CLIENT_ID})
+    ids = {s.get(f"/id?{redis_server.port}").text for _ in range(10)}
+    assert len(ids) == 1 and ids.pop().isdigit()
+
+    # the server closed it: the next call opens a new one, once
+    redis_server.command("CLIENT", "KILL", "TYPE", "normal")
+    after = s.get(f"/id?{redis_server.port}")
+    assert after.status_code == 200, s.error_log()[-2000:]
+    assert after.text.isdigit()
+
+
+@pytest.mark.parametrize("kind", ["apache", "nginx"])
+def test_connection_refused_is_a_connection_error(kind, apache, nginx):
+    port = harness.free_port()
+    s = server(kind, apache, nginx, {"/down": DOWN})
+    r = s.get(f"/down?{port}")
+    assert r.text == ("Redis::ConnectionError: connect to 127.0.0.1:"
+                      f"{port}: Connection refused")
+
+
+@pytest.mark.parametrize("kind", ["apache", "nginx"])
+def test_timeout_is_a_timeout_error(kind, apache, nginx, redis_server):
+    s = server(kind, apache, nginx, {"/slow": SLOW})
+    r = s.get(f"/slow?{redis_server.port}")
+    assert r.text == (f"Redis::TimeoutError: 127.0.0.1:{redis_server.port}: "
+                      "timed out\nPONG")
+
+
+@pytest.mark.parametrize("kind", ["apache", "nginx"])
+def test_uncaught_reply_error_is_a_500_with_a_log_line(kind, apache, nginx,
+                                                       redis_server):
+    code = r'''
+port = get_server_class::Request.new.args.to_i
+Redis.new("127.0.0.1", port).call("NOSUCHCOMMAND")
+'''
+    s = server(kind, apache, nginx, {"/bad": code})
+    r = s.get(f"/bad?{redis_server.port}")
+    assert r.status_code == 500
+    assert "NOSUCHCOMMAND" not in r.text.upper()
+    s.wait_log("Redis::ReplyError")
