@@ -142,6 +142,9 @@ ap_mrb_post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
 
     mrb_shdict_config_end();
 
+    /* scripts are compiled: the configuration-time compiler's work is done */
+    mrb_script_compiler_close();
+
     if (ap_state_query(AP_SQ_MAIN_STATE) == AP_SQ_MS_CREATE_PRE_CONFIG
         || !ap_mrb_has_scripts(s, AP_MRB_POST_CONFIG))
     {

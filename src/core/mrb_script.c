@@ -263,6 +263,26 @@ script_compile_at_config(mrb_script *script, const char *src, size_t len,
 }
 
 
+/*
+ * Apache unloads and reloads its modules on every restart: a compiler kept
+ * across configurations would be lost with the module's statics.  The
+ * adapter closes it once a configuration is read; a later compile at
+ * configuration time opens a new one.
+ */
+void
+mrb_script_compiler_close(void)
+{
+    pthread_mutex_lock(&config_compiler_lock);
+
+    if (config_compiler != NULL) {
+        mrb_close(config_compiler);
+        config_compiler = NULL;
+    }
+
+    pthread_mutex_unlock(&config_compiler_lock);
+}
+
+
 static mrb_script *
 script_new(const char *name, mrb_cache_policy policy, int is_file, int line,
     char *err, size_t errlen)

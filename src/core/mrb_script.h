@@ -50,6 +50,10 @@ mrb_script *mrb_script_from_code(const char *code, size_t len,
 
 void mrb_script_free(mrb_script *script);
 
+/* Frees the compiler that configuration-time compiles share (see
+ * mrb_script_from_file); call it when a configuration has been read. */
+void mrb_script_compiler_close(void);
+
 /*
  * The script for a file named at request time (Apache's mruby-script
  * handler, nginx's mruby_add_handler): created on first use and kept for
