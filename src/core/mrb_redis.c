@@ -400,11 +400,26 @@ redis_flush(mrb_state *mrb, redis_obj *r, const unsigned char *as_hash)
 }
 
 
+/* Whether a command name (a String or a Symbol) is HGETALL, whose reply
+ * becomes a Hash. */
 static int
-redis_is_hgetall(mrb_value name)
+redis_is_hgetall(mrb_state *mrb, mrb_value name)
 {
-    return RSTRING_LEN(name) == 7
-           && strncasecmp(RSTRING_PTR(name), "hgetall", 7) == 0;
+    mrb_int      len;
+    const char  *p;
+
+    if (mrb_symbol_p(name)) {
+        p = mrb_sym_name_len(mrb, mrb_symbol(name), &len);
+
+    } else if (mrb_string_p(name)) {
+        p = RSTRING_PTR(name);
+        len = RSTRING_LEN(name);
+
+    } else {
+        return 0;
+    }
+
+    return len == 7 && strncasecmp(p, "hgetall", 7) == 0;
 }
 
 
@@ -430,8 +445,7 @@ redis_command(mrb_state *mrb, mrb_value self, mrb_value name,
         return mrb_nil_value();
     }
 
-    as_hash = mrb_nil_p(name) ? redis_is_hgetall(args[0])
-                              : redis_is_hgetall(name);
+    as_hash = redis_is_hgetall(mrb, mrb_nil_p(name) ? args[0] : name);
 
     ary = redis_flush(mrb, r, &as_hash);
     v = mrb_ary_ref(mrb, ary, 0);

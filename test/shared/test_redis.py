@@ -27,7 +27,7 @@ out << r.del("n", "missing").inspect
 out << r.hset("h", "a", 1).inspect
 out << r.hset("h", "b", "two").inspect
 out << r.hgetall("h").inspect
-out << r.call("HGETALL", "h").inspect
+out << r.call(:hgetall, "h").inspect
 out << r.hget("h", "b").inspect
 out << r.rpush("l", 1, 2, 3).inspect
 out << r.lpush("l", 0).inspect
