@@ -98,14 +98,15 @@ def test_errors_leave_no_state_behind(apache):
 def test_stat_edit_applies_without_restart(apache, mpm):
     a = apache("<Location /e>\nmrubyHandlerMiddle {dir}/e.rb\n</Location>",
                mpm=mpm, files={"e.rb": 'Apache.rputs "version 1"'})
-    master, workers = a.master_pid(), set(a.worker_pids())
     assert a.get("/e").text == "version 1"
+    master, workers = a.master_pid(), set(a.worker_pids())
     for v in range(2, 6):
         a.write("e.rb", f'Apache.rputs "version {v}"')
         # every worker and thread sees the new version at once
         assert {a.get("/e").text for _ in range(8)} == {f"version {v}"}
+    # no restart: the same processes served every version
     assert a.master_pid() == master
-    assert set(a.worker_pids()) == workers
+    assert workers and workers <= set(a.worker_pids())
 
 
 def test_same_size_same_second_edit_is_seen(apache):

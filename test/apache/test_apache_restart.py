@@ -1,0 +1,39 @@
+"""Graceful restarts: a new configuration takes effect, and the parent,
+which reads every configuration, does not grow with them."""
+
+import harness
+
+CONF = """
+mrubyPostConfigMiddleCode '$x = "p" * 1000'
+mrubyChildInitMiddle {dir}/init.rb cache
+<Location /r>
+    mrubyHandlerMiddle {dir}/r.rb cache
+    mrubyFixupsMiddleCode 'Apache::Request.new.headers_out["X-Gen"] = "GEN"'
+</Location>
+"""
+
+
+def test_graceful_applies_new_configuration(apache):
+    a = apache(CONF.replace("GEN", "1"), files={
+        "init.rb": "$init = 1", "r.rb": 'Apache.rputs "cached one"'})
+    r = a.get("/r")
+    assert (r.text, r.headers["X-Gen"]) == ("cached one", "1")
+    a.write("r.rb", 'Apache.rputs "cached two"')
+    assert a.get("/r").text == "cached one"     # cached until a restart
+    a.conf = CONF.replace("GEN", "2")
+    a.graceful()
+    r = a.get("/r")
+    assert (r.text, r.headers["X-Gen"]) == ("cached two", "2")
+
+
+def test_parent_does_not_grow_over_gracefuls(apache):
+    a = apache(CONF.replace("GEN", "1"), mpm="prefork", files={
+        "init.rb": "$init = 1", "r.rb": 'Apache.rputs "x"'})
+    sizes = []
+    for _ in range(6):
+        a.graceful()
+        assert a.get("/r").text == "x"
+        sizes.append(harness.rss_kb(a.master_pid()))
+    # the first restarts settle the heap; after that, nothing accumulates
+    # (each configuration's compiler, interpreter and scripts are freed)
+    assert sizes[-1] - sizes[1] < 150, sizes
