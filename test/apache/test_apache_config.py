@@ -3,8 +3,11 @@
 dictionaries."""
 
 import hashlib
+import os
 
 import pytest
+
+import harness
 
 # Each level sets its own X-Level; the handler shows what it inherited.
 LEVEL = ("mrubyFixupsMiddleCode 'Apache::Request.new.headers_out"
@@ -307,3 +310,14 @@ mrubySharedDict counters 1m
 """, mpm="prefork")
     counts = [int(a.get("/count").text) for _ in range(5)]
     assert counts == [1, 2, 3, 4, 5]
+
+
+def test_debian_snippets(apache):
+    """What `make install` puts in mods-available: mruby.conf passes the
+    config test as shipped, and mruby.load names Debian's module path."""
+    a = apache("Include @REPO@/src/apache/mruby.conf", start=False)
+    rc, out = a.configtest()
+    assert rc == 0, out
+    with open(os.path.join(harness.REPO, "src/apache/mruby.load")) as f:
+        assert f.read() == ("LoadModule mruby_module "
+                            "/usr/lib/apache2/modules/mod_mruby.so\n")
