@@ -69,9 +69,9 @@ def start_apache(apache, mpm="event", sleep=2, docroot=None, **settings):
     return a
 
 
-def start_nginx(nginx, workers=2, **settings):
+def start_nginx(nginx, workers=2, page_kb=3, listen="", **settings):
     """nginx with the example's nginx-http.conf and nginx.conf (sleep.php:
-    3 KB at 1 KB/s), and /count."""
+    page_kb KB at 1 KB/s), and /count."""
     n = nginx(start=False, workers=workers)
     d = install(n, **settings)
     n.write("count.rb", COUNT)
@@ -79,13 +79,14 @@ def start_nginx(nginx, workers=2, **settings):
     server = read("nginx.conf").replace("@DIR@", d)
     n.conf = f"""{http}
 server {{
-    listen 127.0.0.1:{{port}};
+    listen 127.0.0.1:{{port}} {listen};
     root {{docroot}};
     location = /count {{ mruby_content_handler {{dir}}/count.rb; }}
 {server}
 }}"""
     with open(os.path.join(EXAMPLE, "htdocs", "sleep.php"), "rb") as f:
-        n.write_doc("access_limiter/sleep.php", f.read())
+        page = f.read()
+    n.write_doc("access_limiter/sleep.php", page * (page_kb * 1024 // len(page)))
     n.write_doc("access_limiter/fast.php", "fast")
     n.start()
     return n
@@ -259,3 +260,54 @@ def test_fleet_redis_restarted_reconnects(apache, redis_server):
     redis_server.command("CLIENT", "KILL", "TYPE", "normal")
     assert a.get("/access_limiter/sleep.php").status_code == 200
     assert "unavailable" not in a.error_log()
+
+
+def test_killed_nginx_worker_counts_recover_running_ones_stay(nginx):
+    """Two workers (reuseport spreads the connections): slow requests until
+    both workers run some; one worker is killed; within 5 s the count is
+    what the other still runs, never less."""
+    n = start_nginx(nginx, workers=2, page_kb=12, listen="reuseport",
+                    threshold=20)
+    f = sleep_php(n)
+    url = n.url("/access_limiter/sleep.php")
+    line = re.compile(r"(\d+)#\d+: \*\d+ access_limiter: file:"
+                      + re.escape(f) + r" counter:\d+")
+
+    with concurrent.futures.ThreadPoolExecutor(8) as ex:
+        futures, per_pid = [], {}
+        while len(per_pid) < 2 and len(futures) < 8:
+            futures.append(ex.submit(requests.get, url, timeout=60))
+            deadline = time.monotonic() + 5
+            while len(line.findall(n.error_log())) < len(futures):
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            per_pid = {}
+            for pid in line.findall(n.error_log()):
+                per_pid[int(pid)] = per_pid.get(int(pid), 0) + 1
+        assert len(per_pid) == 2, "reuseport put every request on one worker"
+
+        victim, survivor = sorted(per_pid)
+        assert count(n, f) == str(len(futures))
+        os.kill(victim, signal.SIGKILL)
+        killed = time.monotonic()
+
+        seen = []
+        while True:
+            seen.append(count(n, f))
+            if (seen[-1] == str(per_pid[survivor])
+                    or time.monotonic() - killed > 5):
+                break
+            time.sleep(0.1)
+        assert seen[-1] == str(per_pid[survivor]), seen
+        assert time.monotonic() - killed < 5
+        assert all(int(c) >= per_pid[survivor] for c in seen), seen
+
+        ok = 0
+        for fut in futures:
+            try:
+                ok += fut.result().status_code == 200
+            except requests.exceptions.RequestException:
+                pass
+        assert ok == per_pid[survivor]
+
+    assert count(n, f) == "0"
