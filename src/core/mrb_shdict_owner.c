@@ -25,7 +25,7 @@ static pthread_once_t    shd_atfork_once = PTHREAD_ONCE_INIT;
 static int
 shd_proc_stat(uint32_t pid, char *state, uint64_t *start)
 {
-    int      fd, field;
+    int      fd, field, err;
     char     path[64], buf[1024], *p, *end;
     ssize_t  n;
 
@@ -37,10 +37,11 @@ shd_proc_stat(uint32_t pid, char *state, uint64_t *start)
     }
 
     n = read(fd, buf, sizeof(buf) - 1);
+    err = (n == 0) ? ENOENT : errno;   /* empty: the process went away */
     close(fd);
 
     if (n <= 0) {
-        errno = (n == 0) ? ENOENT : errno;
+        errno = err;
         return -1;
     }
 
