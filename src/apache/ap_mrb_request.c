@@ -240,11 +240,19 @@ ap_mrb_get_body(mrb_state *mrb, mrb_value self)
 {
     request_rec         *r = ap_mrb_request(mrb);
     ap_mrb_req_ctx      *ctx = ap_mrb_req_ctx_get(r);
+    ap_mrb_run_kind     *kind;
     apr_bucket_brigade  *bb;
     apr_status_t         rv;
     char                 buf[HUGE_STRING_LEN];
     long                 n;
     int                  rc;
+
+    /* the body is what the filter is making: it cannot read it */
+    kind = mrb_interp_run(mrb)->data;
+    if (kind != NULL && *kind == AP_MRB_RUN_INPUT_FILTER) {
+        mrb_raise(mrb, E_RUNTIME_ERROR, "r.body is the filter's input in an "
+                  "mrubyInputFilter script: use Apache::Filter#body");
+    }
 
     if (ctx->body_read) {
         return mrb_str_new(mrb, ctx->body, ctx->body_len);

@@ -228,6 +228,18 @@ def test_input_filter(apache):
     assert r.text == "4321!|5"
 
 
+def test_input_filter_script_cannot_read_r_body(apache):
+    a = apache("""
+<Location /in>
+    mrubyInputFilter {dir}/in.rb
+    SetInputFilter mruby
+    mrubyHandlerMiddleCode 'Apache.rputs Apache::Request.new.body'
+</Location>
+""", files={"in.rb": "Apache::Request.new.body"})
+    assert a.post("/in", data=b"abc").status_code == 500
+    a.wait_log("r.body is the filter's input in an mrubyInputFilter script")
+
+
 BASIC = """
 <Location /secret>
     AuthType Basic
