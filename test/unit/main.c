@@ -1,11 +1,13 @@
 /*
  * The unit test runner: build/test_core [--bench] [name ...]
  *
- * Runs every registered test (or those named), each in the runner's own
- * process under a time limit, and ends with "N passed, M failed"; the exit
- * status is non-zero when a test failed.
+ * Runs every registered test (or those named), each in a process of its own
+ * (a crash or a hang is that test's failure, and no test sees another's
+ * leftovers) under a time limit, and ends with "N passed, M failed"; the
+ * exit status is non-zero when a test failed.
  */
 
+#include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -13,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/wait.h>
 #include "unit.h"
 
 #define UNIT_TIME_LIMIT  120   /* seconds per test: a hang is a failure */
@@ -73,7 +76,7 @@ unit_now_ns(void)
 static void
 unit_timeout(int signo)
 {
-    static const char  msg[] = "  FAILED: time limit exceeded in ";
+    static const char  msg[] = "  time limit exceeded in ";
     const char        *name = unit_current->name;
 
     (void) signo;
@@ -108,11 +111,50 @@ unit_selected(unit_test *t, int bench, int argc, char **argv)
 }
 
 
+/* Runs t in a child process; returns 1 if it passed. */
+static int
+unit_run(unit_test *t)
+{
+    int       st;
+    pid_t     pid;
+    uint64_t  start;
+
+    start = unit_now_ns();
+    pid = fork();
+
+    if (pid == 0) {
+        unit_current = t;
+        signal(SIGALRM, unit_timeout);
+        alarm(UNIT_TIME_LIMIT);
+        t->fn();
+        _exit(unit_failures != 0);
+    }
+
+    if (pid < 0 || waitpid(pid, &st, 0) != pid) {
+        printf("  FAILED: cannot run it: %s\n", strerror(errno));
+        return 0;
+    }
+
+    if (WIFSIGNALED(st)) {
+        printf("  FAILED: killed by signal %d (%s)\n", WTERMSIG(st),
+               strsignal(WTERMSIG(st)));
+        return 0;
+    }
+
+    if (WEXITSTATUS(st) != 0) {
+        printf("  FAILED\n");
+        return 0;
+    }
+
+    printf("  ok (%.1f ms)\n", (unit_now_ns() - start) / 1e6);
+    return 1;
+}
+
+
 int
 main(int argc, char **argv)
 {
-    int         i, bench, passed, failed, before;
-    uint64_t    start;
+    int         i, bench, passed, failed;
     unit_test  *t;
 
     bench = 0;
@@ -124,7 +166,6 @@ main(int argc, char **argv)
     }
 
     setvbuf(stdout, NULL, _IOLBF, 0);
-    signal(SIGALRM, unit_timeout);
 
     passed = 0;
     failed = 0;
@@ -134,21 +175,11 @@ main(int argc, char **argv)
             continue;
         }
 
-        unit_current = t;
-        before = unit_failures;
         printf("%s %s\n", t->bench ? "bench" : "test ", t->name);
 
-        alarm(UNIT_TIME_LIMIT);
-        start = unit_now_ns();
-        t->fn();
-        alarm(0);
-
-        if (unit_failures == before) {
-            printf("  ok (%.1f ms)\n", (unit_now_ns() - start) / 1e6);
+        if (unit_run(t)) {
             passed++;
-
         } else {
-            printf("  FAILED\n");
             failed++;
         }
     }

@@ -5,10 +5,11 @@
  *   BENCH(name) { ... unit_report("incr", 0.31, "us/call"); }
  *
  * Tests register themselves (a constructor per test) and run in the order
- * they are written, each under a time limit.  Benchmarks run only with
- * --bench.  A failed CHECK records file:line and the expression and goes
- * on; a failed REQUIRE also returns from the test.  Checks belong in the
- * test's own process: a forked child reports through its exit status.
+ * they are written, each in a process of its own under a time limit.
+ * Benchmarks run only with --bench.  A failed CHECK records file:line and
+ * the expression and goes on; a failed REQUIRE also returns from the test.
+ * Checks belong in the test's process: a child it forks reports through its
+ * exit status.
  */
 
 #ifndef UNIT_H
