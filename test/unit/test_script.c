@@ -1,0 +1,392 @@
+/*
+ * Unit tests of the interpreter and scripts: the cache policies, errors as
+ * one line, isolation of top-level state, startup state kept, memory flat
+ * over many runs.  Benchmarks: a cached, a `stat` and a `never` run.
+ */
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/stat.h>
+#include <mruby.h>
+#include "mrb_interp.h"
+#include "mrb_script.h"
+#include "unit.h"
+
+
+static char   test_out[4096];
+static size_t test_out_len;
+static char   test_log[4096];
+
+
+static int
+test_write(mrb_run *run, const char *data, size_t len)
+{
+    if (test_out_len + len >= sizeof(test_out)) {
+        return -1;
+    }
+
+    memcpy(test_out + test_out_len, data, len);
+    test_out_len += len;
+    test_out[test_out_len] = '\0';
+    return 0;
+}
+
+
+static void
+test_logger(void *target, mrb_run *run, int level, const char *msg,
+    size_t len)
+{
+    snprintf(test_log, sizeof(test_log), "%d %.*s", level, (int) len, msg);
+}
+
+
+static const mrb_server  test_server = {
+    "Test", "Apache", "mod_mruby", "test", 0, NULL, test_write, test_logger
+};
+
+
+static mrb_interp *
+interp_new(void)
+{
+    char         err[256];
+    mrb_interp  *interp = mrb_interp_open(&test_server, NULL, err,
+                                          sizeof(err));
+
+    if (interp != NULL) {
+        mrb_interp_seal(interp);
+    }
+
+    test_out_len = 0;
+    test_out[0] = '\0';
+    return interp;
+}
+
+
+/* Runs code (inline) as a request; returns what mrb_script_run returned. */
+static int
+run_code(mrb_interp *interp, const char *code, mrb_run *run)
+{
+    char         err[512];
+    mrb_script  *s;
+    int          rc;
+
+    s = mrb_script_from_code(code, strlen(code), "test.conf", 1, err,
+                             sizeof(err));
+    if (s == NULL) {
+        snprintf(run->error, sizeof(run->error), "%s", err);
+        return -2;
+    }
+
+    mrb_run_init(run, (void *) 1, -1);
+    rc = mrb_script_run(interp, s, run);
+    mrb_script_free(s);
+    return rc;
+}
+
+
+static void
+write_file(const char *path, const char *text)
+{
+    FILE  *f = fopen(path, "w");
+
+    if (f != NULL) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+
+static long
+rss_kb(void)
+{
+    char   line[256];
+    long   kb = 0;
+    FILE  *f = fopen("/proc/self/status", "r");
+
+    while (f != NULL && fgets(line, sizeof(line), f)) {
+        if (strncmp(line, "VmRSS:", 6) == 0) {
+            kb = atol(line + 6);
+        }
+    }
+
+    if (f != NULL) {
+        fclose(f);
+    }
+
+    return kb;
+}
+
+
+TEST(script_inline_runs_and_returns)
+{
+    mrb_interp  *interp = interp_new();
+    mrb_run      run;
+
+    REQUIRE(interp != NULL);
+    CHECK_EQ(run_code(interp, "Apache.rputs \"#{server_name} #{Apache.module_name}\"; "
+                      "Apache.echo 'x'; Apache.return Apache::HTTP_FORBIDDEN",
+                      &run), 0);
+    CHECK(strcmp(test_out, "Test mod_mrubyx\n") == 0);
+    CHECK_EQ(run.result, 403);
+    CHECK(run.returned);
+    mrb_interp_close(interp);
+}
+
+
+TEST(script_syntax_error_names_file_and_line)
+{
+    char         err[512];
+    mrb_script  *s;
+
+    s = mrb_script_from_code("a = 1\nb = (", 11, "/etc/x.conf", 40, err,
+                             sizeof(err));
+    CHECK(s == NULL);
+    CHECK(strncmp(err, "/etc/x.conf:41: ", 16) == 0);
+
+    write_file("/tmp/unit_syntax.rb", "def f\n");
+    s = mrb_script_from_file("/tmp/unit_syntax.rb", MRB_CACHE_FOREVER, err,
+                             sizeof(err));
+    CHECK(s == NULL);
+    CHECK(strstr(err, "/tmp/unit_syntax.rb:") == err);
+    unlink("/tmp/unit_syntax.rb");
+
+    s = mrb_script_from_file("/tmp/unit_missing.rb", MRB_CACHE_FOREVER, err,
+                             sizeof(err));
+    CHECK(s == NULL);
+    CHECK(strstr(err, "No such file") != NULL);
+}
+
+
+TEST(script_exception_is_one_line_with_backtrace)
+{
+    mrb_interp  *interp = interp_new();
+    mrb_run      run;
+
+    REQUIRE(interp != NULL);
+    CHECK_EQ(run_code(interp, "def f\n  raise ArgumentError, \"bad\\nvalue\"\n"
+                      "end\nf\n", &run), -1);
+    CHECK(strncmp(run.error, "ArgumentError: bad\\nvalue (test.conf:2", 38)
+          == 0);
+    CHECK(strchr(run.error, '\n') == NULL);
+    CHECK(strstr(run.error, "test.conf:4") != NULL);
+
+    /* The interpreter is usable after the error. */
+    CHECK_EQ(run_code(interp, "Apache.return 7", &run), 0);
+    CHECK_EQ(run.result, 7);
+    mrb_interp_close(interp);
+}
+
+
+TEST(script_toplevel_state_is_removed_after_a_run)
+{
+    mrb_interp  *interp = interp_new();
+    mrb_run      run;
+
+    REQUIRE(interp != NULL);
+    CHECK_EQ(run_code(interp, "$g = 1; K = 2; @i = 3; class Made; end", &run),
+             0);
+    CHECK_EQ(run_code(interp, "Apache.rputs [$g.inspect, @i.inspect, "
+                      "Object.const_defined?(:K), Object.const_defined?(:Made)]"
+                      ".inspect", &run), 0);
+    CHECK(strcmp(test_out, "[\"nil\", \"nil\", false, false]") == 0);
+    mrb_interp_close(interp);
+}
+
+
+TEST(script_startup_state_stays)
+{
+    char         err[256];
+    mrb_interp  *interp = mrb_interp_open(&test_server, NULL, err,
+                                          sizeof(err));
+    mrb_script  *s;
+    mrb_run      run;
+    const char  *init = "$shared = 'kept'; Shared = 1";
+
+    REQUIRE(interp != NULL);
+    s = mrb_script_from_code(init, strlen(init), "init", 1, err, sizeof(err));
+    REQUIRE(s != NULL);
+    mrb_run_init(&run, NULL, 0);
+    run.startup = 1;
+    CHECK_EQ(mrb_script_run(interp, s, &run), 0);
+    mrb_script_free(s);
+    mrb_interp_seal(interp);
+
+    test_out_len = 0;
+    CHECK_EQ(run_code(interp, "$shared << '!'; $new = 1", &run), 0);
+    CHECK_EQ(run_code(interp, "Apache.rputs \"#{$shared} #{Shared} "
+                      "#{$new.inspect}\"", &run), 0);
+    CHECK(strcmp(test_out, "kept! 1 nil") == 0);
+    mrb_interp_close(interp);
+}
+
+
+TEST(script_stat_recompiles_on_change_and_recovers_from_errors)
+{
+    const char   *path = "/tmp/unit_stat.rb";
+    mrb_interp   *interp = interp_new();
+    mrb_script   *s;
+    mrb_run       run;
+    char          err[256];
+
+    REQUIRE(interp != NULL);
+    unlink(path);
+    s = mrb_script_from_file(path, MRB_CACHE_STAT, err, sizeof(err));
+    REQUIRE(s != NULL);
+
+    mrb_run_init(&run, (void *) 1, 0);
+    CHECK_EQ(mrb_script_run(interp, s, &run), -1);
+    CHECK(strstr(run.error, "No such file") != NULL);
+
+    write_file(path, "Apache.return 1\n");
+    mrb_run_init(&run, (void *) 1, 0);
+    CHECK_EQ(mrb_script_run(interp, s, &run), 0);
+    CHECK_EQ(run.result, 1);
+
+    write_file(path, "Apache.return (((\n");
+    mrb_run_init(&run, (void *) 1, 0);
+    CHECK_EQ(mrb_script_run(interp, s, &run), -1);
+    CHECK(strstr(run.error, "/tmp/unit_stat.rb:") == run.error);
+
+    /* Same broken version: the same error again, not a stale success. */
+    mrb_run_init(&run, (void *) 1, 0);
+    CHECK_EQ(mrb_script_run(interp, s, &run), -1);
+
+    write_file(path, "Apache.return 22 # a different size\n");
+    mrb_run_init(&run, (void *) 1, 0);
+    CHECK_EQ(mrb_script_run(interp, s, &run), 0);
+    CHECK_EQ(run.result, 22);
+
+    mrb_script_free(s);
+    mrb_interp_close(interp);
+    unlink(path);
+}
+
+
+TEST(script_forever_ignores_edits_never_sees_them)
+{
+    const char   *path = "/tmp/unit_policy.rb";
+    mrb_interp   *interp = interp_new();
+    mrb_script   *forever, *never;
+    mrb_run       run;
+    char          err[256];
+
+    REQUIRE(interp != NULL);
+    write_file(path, "Apache.return 1\n");
+    forever = mrb_script_from_file(path, MRB_CACHE_FOREVER, err, sizeof(err));
+    never = mrb_script_from_file(path, MRB_CACHE_NEVER, err, sizeof(err));
+    REQUIRE(forever != NULL && never != NULL);
+
+    write_file(path, "Apache.return 2 # edited\n");
+
+    mrb_run_init(&run, (void *) 1, 0);
+    CHECK_EQ(mrb_script_run(interp, forever, &run), 0);
+    CHECK_EQ(run.result, 1);
+
+    mrb_run_init(&run, (void *) 1, 0);
+    CHECK_EQ(mrb_script_run(interp, never, &run), 0);
+    CHECK_EQ(run.result, 2);
+
+    mrb_script_free(forever);
+    mrb_script_free(never);
+    mrb_interp_close(interp);
+    unlink(path);
+}
+
+
+TEST(script_for_file_is_one_per_path_and_policy)
+{
+    char         err[256];
+    mrb_script  *a, *b, *c;
+
+    a = mrb_script_for_file("/tmp/unit_for_file.rb", MRB_CACHE_STAT, err,
+                            sizeof(err));
+    b = mrb_script_for_file("/tmp/unit_for_file.rb", MRB_CACHE_STAT, err,
+                            sizeof(err));
+    c = mrb_script_for_file("/tmp/unit_for_file.rb", MRB_CACHE_NEVER, err,
+                            sizeof(err));
+    CHECK(a != NULL && a == b);
+    CHECK(c != NULL && c != a);
+}
+
+
+TEST(script_memory_is_flat_over_many_runs)
+{
+    const char   *path = "/tmp/unit_rss.rb";
+    mrb_cache_policy  policies[] = { MRB_CACHE_FOREVER, MRB_CACHE_NEVER };
+    mrb_interp   *interp = interp_new();
+    mrb_script   *s;
+    mrb_run       run;
+    char          err[256];
+    long          warm = 0, end;
+    int           p, i;
+
+    REQUIRE(interp != NULL);
+    write_file(path, "class Foo; def bar; 'x' * 100; end; end\n"
+                     "$x = Foo.new.bar; Y = [1, 2]; @z = {a: 1}\n");
+
+    for (p = 0; p < 2; p++) {
+        s = mrb_script_from_file(path, policies[p], err, sizeof(err));
+        REQUIRE(s != NULL);
+
+        for (i = 0; i < 120000; i++) {
+            if (i == 20000) {
+                warm = rss_kb();
+            }
+            mrb_run_init(&run, (void *) 1, 0);
+            if (mrb_script_run(interp, s, &run) != 0) {
+                unit_fail(__FILE__, __LINE__, "%s", run.error);
+                return;
+            }
+        }
+
+        end = rss_kb();
+        CHECK(end - warm < 1024);
+        mrb_script_free(s);
+    }
+
+    mrb_interp_close(interp);
+    unlink(path);
+}
+
+
+static double
+bench_policy(mrb_cache_policy policy, int n)
+{
+    const char   *path = "/tmp/unit_bench.rb";
+    mrb_interp   *interp = interp_new();
+    mrb_script   *s;
+    mrb_run       run;
+    char          err[256];
+    uint64_t      t0;
+    int           i;
+
+    write_file(path, "r = 1 + 2\n");
+    s = mrb_script_from_file(path, policy, err, sizeof(err));
+    if (interp == NULL || s == NULL) {
+        return -1;
+    }
+
+    t0 = unit_now_ns();
+    for (i = 0; i < n; i++) {
+        mrb_run_init(&run, (void *) 1, 0);
+        mrb_script_run(interp, s, &run);
+    }
+    t0 = unit_now_ns() - t0;
+
+    mrb_script_free(s);
+    mrb_interp_close(interp);
+    unlink(path);
+    return (double) t0 / n / 1000.0;
+}
+
+
+BENCH(script_run_cost)
+{
+    unit_report("run, forever", bench_policy(MRB_CACHE_FOREVER, 1000000),
+                "us/run");
+    unit_report("run, stat", bench_policy(MRB_CACHE_STAT, 1000000), "us/run");
+    unit_report("run, never", bench_policy(MRB_CACHE_NEVER, 100000),
+                "us/run");
+}
