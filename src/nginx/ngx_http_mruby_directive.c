@@ -6,14 +6,6 @@
 #include "mrb_shdict.h"
 
 
-/*
- * cmd->post of the script directives: the phase, and whether the argument
- * is inline code (the _code forms) rather than a file.
- */
-#define NGX_HTTP_MRUBY_CMD(phase, code)  (void *) (uintptr_t) ((phase) << 1 | (code))
-#define ngx_http_mruby_cmd_phase(post)   ((uintptr_t) (post) >> 1)
-#define ngx_http_mruby_cmd_code(post)    ((uintptr_t) (post) & 1)
-
 #define NGX_HTTP_MRUBY_ANY_CONF                                               \
     (NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_HTTP_LIF_CONF)
 

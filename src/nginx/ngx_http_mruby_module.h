@@ -41,6 +41,16 @@ typedef enum {
 } ngx_http_mruby_phase_e;
 
 
+/*
+ * cmd->post of the script directives: the phase, and whether the argument
+ * is inline code (the _code forms) rather than a file.
+ */
+#define NGX_HTTP_MRUBY_CMD(phase, code)                                       \
+    (void *) (uintptr_t) ((phase) << 1 | (code))
+#define ngx_http_mruby_cmd_phase(post)   ((uintptr_t) (post) >> 1)
+#define ngx_http_mruby_cmd_code(post)    ((uintptr_t) (post) & 1)
+
+
 typedef struct {
     ngx_array_t           init;           /* of ngx_mruby_script_t * */
     ngx_array_t           init_worker;

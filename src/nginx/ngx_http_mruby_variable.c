@@ -69,7 +69,8 @@ ngx_http_mruby_set(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     set->index = (ngx_uint_t) index;
 
     rv = ngx_mruby_conf_script(cf, &value[2], cf->args->nelts - 2,
-                               (uintptr_t) cmd->post & 1, &set->script);
+                               ngx_http_mruby_cmd_code(cmd->post),
+                               &set->script);
     if (rv != NGX_CONF_OK) {
         return rv;
     }
