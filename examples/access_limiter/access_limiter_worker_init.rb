@@ -36,7 +36,9 @@ module AccessLimiter
     file = r.filename
     count = redis ? fleet_in(file, redis, lease, fail_open) : dict.hold(file)
     return if count.nil?
-    Server.errlogger Server::LOG_NOTICE,
+    # every request: info, so that a busy server does not write an error
+    # log line per request (Apache logs notice whatever its LogLevel)
+    Server.errlogger Server::LOG_INFO,
                      "access_limiter: file:#{file} counter:#{count}"
     if count > threshold
       Server.errlogger Server::LOG_NOTICE, "access_limiter: file:#{file} " \
