@@ -103,6 +103,7 @@ struct mrb_shdict_zone_s {
     shd_off           pages;      /* the first page, page aligned */
 
     uint32_t          free_runs;  /* page index + 1 of the first free run */
+    uint32_t          empty_small;/* small pages with no chunk in use */
     shd_off           free_chunks[SHD_NCLASSES];
 
     shd_off           lru_head;   /* most recently used */

@@ -9,7 +9,8 @@
  * A small page whose chunks are all free stays with its class (the next
  * entry of that size is then cheap, which matters for entries created and
  * removed per request) until some allocation finds no free page: only then
- * are empty small pages given back.
+ * are empty small pages given back (all at once; a count of them spares a
+ * full zone the scan when there are none).
  */
 
 #include <string.h>
@@ -188,7 +189,7 @@ shd_reclaim_small(mrb_shdict_zone *z)
 
     found = 0;
 
-    for (i = 0; i < z->npages; i++) {
+    for (i = 0; i < z->npages && z->empty_small != 0; i++) {
         if (pg[i].kind != SHD_PAGE_SMALL || pg[i].used != 0) {
             continue;
         }
@@ -202,6 +203,7 @@ shd_reclaim_small(mrb_shdict_zone *z)
         }
 
         shd_pages_free(z, i, 1);
+        z->empty_small--;
         found++;
     }
 
@@ -216,7 +218,7 @@ shd_pages_get(mrb_shdict_zone *z, uint32_t n)
 
     p = shd_pages_alloc(z, n);
 
-    if (p < 0 && shd_reclaim_small(z) != 0) {
+    if (p < 0 && z->empty_small != 0 && shd_reclaim_small(z) != 0) {
         p = shd_pages_alloc(z, n);
     }
 
@@ -238,6 +240,7 @@ shd_small_carve(mrb_shdict_zone *z, uint32_t p, int cls)
     pg[p].kind = SHD_PAGE_SMALL;
     pg[p].cls = (uint16_t) cls;
     pg[p].used = 0;
+    z->empty_small++;
 
     /* pushed last to first, so the page is used from its start */
     for (k = per; k-- > 0; ) {
@@ -252,6 +255,7 @@ shd_slab_init(mrb_shdict_zone *z)
     memset(shd_pages_of(z), 0, (size_t) z->npages * sizeof(shd_page));
     memset(z->free_chunks, 0, sizeof(z->free_chunks));
     z->free_runs = 0;
+    z->empty_small = 0;
     shd_run_link(z, 0, z->npages);
 }
 
@@ -280,7 +284,10 @@ shd_slab_alloc(mrb_shdict_zone *z, size_t size)
 
         off = z->free_chunks[cls];
         shd_chunk_unlink(z, cls, off);
-        pg[shd_page_of(z, off)].used++;
+
+        if (pg[shd_page_of(z, off)].used++ == 0) {
+            z->empty_small--;
+        }
 
     } else {
         if (size > shd_slab_max(z)) {
@@ -320,7 +327,9 @@ shd_slab_free(mrb_shdict_zone *z, shd_off off)
     p = shd_page_of(z, off);
 
     if (pg[p].kind == SHD_PAGE_SMALL) {
-        pg[p].used--;
+        if (--pg[p].used == 0) {
+            z->empty_small++;
+        }
         shd_chunk_push(z, pg[p].cls, off);
         return;
     }
@@ -378,6 +387,7 @@ shd_slab_rebuild(mrb_shdict_zone *z,
 
     memset(z->free_chunks, 0, sizeof(z->free_chunks));
     z->free_runs = 0;
+    z->empty_small = 0;
 
     /* what each page holds: the descriptors' kinds are written before any
      * chunk of the page is used, so they can be trusted; the chunks are
@@ -407,6 +417,7 @@ shd_slab_rebuild(mrb_shdict_zone *z,
             }
 
             pg[p].used = used;
+            z->empty_small += (used == 0);
             p++;
             continue;
         }

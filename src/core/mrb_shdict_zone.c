@@ -1183,6 +1183,13 @@ mrb_shdict_zone_hold(mrb_shdict_zone *z, const char *key, size_t klen,
 
     l = shd_find(z, lhash, key, klen, owner);
 
+    if (__builtin_add_overflow(shd_int_of(p), n, &pv)
+        || (l != NULL && __builtin_add_overflow(shd_int_of(l), n, &lv)))
+    {
+        rc = MRB_SHDICT_OVERFLOW;
+        goto done;
+    }
+
     if (l == NULL) {
         /* pinned first: the ledger's allocation may evict */
         if (p->pins++ == 0) {
@@ -1218,15 +1225,8 @@ mrb_shdict_zone_hold(mrb_shdict_zone *z, const char *key, size_t klen,
         z->nledgers++;
     }
 
-    if (__builtin_add_overflow(shd_int_of(p), n, &pv)
-        || __builtin_add_overflow(shd_int_of(l), n, &lv))
-    {
-        rc = MRB_SHDICT_OVERFLOW;
-        goto done;
-    }
-
     shd_int_store(p, pv);
-    shd_int_store(l, lv);
+    shd_int_store(l, shd_int_of(l) + n);
     *total = pv;
 
 done:

@@ -521,6 +521,26 @@ TEST(eviction_across_size_classes)
     }
     CHECK_EQ(get_int(z, "again999"), 999);
 
+    /* emptied pages all come back */
+    CHECK_EQ(mrb_shdict_zone_flush(z), MRB_SHDICT_OK);
+    CHECK_EQ(z->empty_small, 0);
+    for (i = 0; i < 1000; i++) {
+        snprintf(key, sizeof(key), "small%d", i);
+        CHECK_EQ(set_int(z, key, i, 0), MRB_SHDICT_OK);
+    }
+    for (i = 0; i < 1000; i++) {
+        snprintf(key, sizeof(key), "small%d", i);
+        mrb_shdict_zone_delete(z, key, strlen(key));
+    }
+    CHECK(z->empty_small > 0);
+    in.len = (z->npages - 1) * SHD_PAGE_SIZE;
+    big = realloc(big, in.len);
+    REQUIRE(big != NULL);
+    in.str = big;
+    CHECK_EQ(mrb_shdict_zone_set(z, "all", 3, &in, 0, MRB_SHDICT_NO_EVICT),
+             MRB_SHDICT_OK);
+    CHECK_EQ(z->empty_small, 0);
+
     free(big);
     zone_free(z);
 }
@@ -601,6 +621,14 @@ TEST(hold_and_release)
     CHECK_EQ(set_str(z, "s", "x", 1, 0, 0), MRB_SHDICT_OK);
     CHECK_EQ(mrb_shdict_zone_hold(z, "s", 1, 1, &total),
              MRB_SHDICT_NOT_A_NUMBER);
+
+    /* an overflowing hold changes nothing, and leaves no ledger behind */
+    CHECK_EQ(set_int(z, "max", INT64_MAX, 0), MRB_SHDICT_OK);
+    CHECK_EQ(mrb_shdict_zone_hold(z, "max", 3, 1, &total),
+             MRB_SHDICT_OVERFLOW);
+    CHECK_EQ(get_int(z, "max"), INT64_MAX);
+    mrb_shdict_zone_stats(z, &st);
+    CHECK_EQ(st.ledgers, 1);
 
     /* deleting a held key drops its holds; a later release is a no-op */
     CHECK_EQ(mrb_shdict_zone_delete(z, "g", 1), MRB_SHDICT_OK);
