@@ -129,6 +129,9 @@ install: all
 	install -m 644 src/apache/mruby.conf /etc/apache2/mods-available/mruby.conf
 	install -m 644 $(BUILD)/ngx_http_mruby_module.so /usr/lib/nginx/modules/
 	install -m 644 src/nginx/mod-http-mruby.conf /usr/share/nginx/modules-available/mod-http-mruby.conf
+	install -m 644 $(BUILD)/ngx_stream_mruby_module.so /usr/lib/nginx/modules/
+	install -m 644 src/nginx/mod-stream-mruby.conf /usr/share/nginx/modules-available/mod-stream-mruby.conf
+	@echo "Apache: a2enmod mruby.  nginx: ln -s /usr/share/nginx/modules-available/mod-http-mruby.conf /etc/nginx/modules-enabled/50-mod-http-mruby.conf"
 
 clean:
 	rm -rf $(BUILD)
