@@ -134,8 +134,9 @@ toplevel_set_record(mrb_toplevel_set *set, struct iv_tbl *t)
 static int
 toplevel_set_has(const mrb_toplevel_set *set, mrb_sym sym)
 {
-    return bsearch(&sym, set->syms, (size_t) set->nsyms, sizeof(mrb_sym),
-                   sym_cmp) != NULL;
+    return set->nsyms > 0
+           && bsearch(&sym, set->syms, (size_t) set->nsyms, sizeof(mrb_sym),
+                      sym_cmp) != NULL;
 }
 
 
