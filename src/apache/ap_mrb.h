@@ -71,6 +71,7 @@ typedef enum {
  * from the enclosing context when configurations are merged.
  */
 typedef struct {
+    int          used;                /* a directive of ours set something */
     mrb_script  *hooks[AP_MRB_NPHASES][AP_MRB_NORDERS];
     mrb_script  *handler_code;        /* mrubyHandlerCode */
     mrb_script  *output_filter;       /* mrubyOutputFilter */
@@ -117,6 +118,8 @@ mrb_cache_policy ap_mrb_cache_policy(const ap_mrb_dir_conf *dconf,
 
 /* hooks: registration and the interpreter of the calling thread */
 void ap_mrb_register_request_hooks(void);
+/* Registers the hook of a phase and order that a directive uses. */
+void ap_mrb_hook_use(ap_mrb_phase phase, ap_mrb_order order);
 mrb_interp *ap_mrb_thread_interp(request_rec *r);
 int ap_mrb_run_script(request_rec *r, mrb_interp *interp, mrb_script *script,
     void *data, mrb_int default_result, const char *what);

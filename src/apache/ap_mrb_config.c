@@ -63,13 +63,29 @@ ap_mrb_create_dir_conf(apr_pool_t *p, char *dir)
 }
 
 
-/* A nested container inherits every script and flag it does not set. */
+/*
+ * A nested container inherits every script and flag it does not set.
+ * Apache merges on every request, once per matching container, and most
+ * containers set nothing of ours: then one side is the answer as it is
+ * (configurations are read-only once read).
+ */
 void *
 ap_mrb_merge_dir_conf(apr_pool_t *p, void *basev, void *addv)
 {
     ap_mrb_dir_conf  *base = basev, *add = addv;
-    ap_mrb_dir_conf  *conf = apr_palloc(p, sizeof(ap_mrb_dir_conf));
+    ap_mrb_dir_conf  *conf;
     int               ph, o;
+
+    if (!add->used) {
+        return base;
+    }
+
+    if (!base->used) {
+        return add;
+    }
+
+    conf = apr_palloc(p, sizeof(ap_mrb_dir_conf));
+    conf->used = 1;
 
     for (ph = 0; ph < AP_MRB_NPHASES; ph++) {
         for (o = 0; o < AP_MRB_NORDERS; o++) {
@@ -183,6 +199,7 @@ ap_mrb_file_script(cmd_parms *cmd, ap_mrb_dir_conf *dconf, const char *file,
         return apr_psprintf(cmd->pool, "%s: %s", cmd->cmd->name, err);
     }
 
+    dconf->used = 1;
     ap_mrb_own_script(cmd->pool, *script);
     return NULL;
 }
@@ -260,6 +277,7 @@ ap_mrb_cmd_hook(cmd_parms *cmd, void *mconfig, const char *file,
         return err;
     }
 
+    ap_mrb_hook_use(hc->phase, hc->order);
     return ap_mrb_file_script(cmd, dconf, file, flag,
                               &dconf->hooks[hc->phase][hc->order]);
 }
@@ -277,6 +295,8 @@ ap_mrb_cmd_hook_code(cmd_parms *cmd, void *mconfig, const char *code)
         return err;
     }
 
+    ap_mrb_hook_use(hc->phase, hc->order);
+    dconf->used = 1;
     return ap_mrb_code_script(cmd, code, &dconf->hooks[hc->phase][hc->order]);
 }
 
@@ -352,6 +372,7 @@ ap_mrb_cmd_handler_code(cmd_parms *cmd, void *mconfig, const char *code)
 {
     ap_mrb_dir_conf  *dconf = mconfig;
 
+    dconf->used = 1;
     return ap_mrb_code_script(cmd, code, &dconf->handler_code);
 }
 
@@ -362,6 +383,7 @@ ap_mrb_cmd_handler_enable(cmd_parms *cmd, void *mconfig, int on)
     ap_mrb_dir_conf  *dconf = mconfig;
 
     dconf->handler_enable = on;
+    dconf->used = 1;
     return NULL;
 }
 
@@ -380,6 +402,7 @@ ap_mrb_cmd_code_cache(cmd_parms *cmd, void *mconfig, const char *arg)
 
     if (cmd->path != NULL) {
         dconf->cache_policy = policy;
+        dconf->used = 1;
         return NULL;
     }
 

@@ -319,38 +319,115 @@ ap_mrb_named_handler(request_rec *r)
 }
 
 
-#define AP_MRB_HOOK3(hook, fn)                                                \
-    hook(fn##_first, NULL, NULL, APR_HOOK_FIRST);                             \
-    hook(fn##_middle, NULL, NULL, APR_HOOK_MIDDLE);                           \
-    hook(fn##_last, NULL, NULL, APR_HOOK_LAST)
-
 /*
- * check_user_id and auth_checker go through the 2.4 authn/authz
- * registration, per configuration: our scripts come from the per-directory
- * configuration, so a subrequest with the same configuration need not
- * repeat them.
+ * Hooks are registered when a directive first asks for a phase and order,
+ * not all at startup: Apache calls every registered hook on every request,
+ * and 33 hooks that find nothing to run cost more than a cached script run.
+ * Apache sorts hooks again after the configuration is processed, and
+ * forgets them on restart, when it calls ap_mrb_register_request_hooks
+ * again.
  */
-#define AP_MRB_AUTH_HOOK3(hook, fn)                                           \
-    hook(fn##_first, NULL, NULL, APR_HOOK_FIRST, AP_AUTH_INTERNAL_PER_CONF);  \
-    hook(fn##_middle, NULL, NULL, APR_HOOK_MIDDLE, AP_AUTH_INTERNAL_PER_CONF);\
-    hook(fn##_last, NULL, NULL, APR_HOOK_LAST, AP_AUTH_INTERNAL_PER_CONF)
+static unsigned char  ap_mrb_hook_registered[AP_MRB_NPHASES][AP_MRB_NORDERS];
+
+static const int  ap_mrb_apr_orders[AP_MRB_NORDERS] = {
+    APR_HOOK_FIRST, APR_HOOK_MIDDLE, APR_HOOK_LAST
+};
+
+#define AP_MRB_FNS3(fn)  { fn##_first, fn##_middle, fn##_last }
+
+static ap_HOOK_post_read_request_t *const ap_mrb_post_read_request_fns[] =
+    AP_MRB_FNS3(ap_mrb_post_read_request);
+static ap_HOOK_quick_handler_t *const ap_mrb_quick_handler_fns[] =
+    AP_MRB_FNS3(ap_mrb_quick_handler);
+static ap_HOOK_translate_name_t *const ap_mrb_translate_name_fns[] =
+    AP_MRB_FNS3(ap_mrb_translate_name);
+static ap_HOOK_map_to_storage_t *const ap_mrb_map_to_storage_fns[] =
+    AP_MRB_FNS3(ap_mrb_map_to_storage);
+static ap_HOOK_access_checker_t *const ap_mrb_access_checker_fns[] =
+    AP_MRB_FNS3(ap_mrb_access_checker);
+static ap_HOOK_check_user_id_t *const ap_mrb_check_user_id_fns[] =
+    AP_MRB_FNS3(ap_mrb_check_user_id);
+static ap_HOOK_auth_checker_t *const ap_mrb_auth_checker_fns[] =
+    AP_MRB_FNS3(ap_mrb_auth_checker);
+static ap_HOOK_fixups_t *const ap_mrb_fixups_fns[] =
+    AP_MRB_FNS3(ap_mrb_fixups);
+static ap_HOOK_insert_filter_t *const ap_mrb_insert_filter_fns[] =
+    AP_MRB_FNS3(ap_mrb_insert_filter);
+static ap_HOOK_handler_t *const ap_mrb_handler_fns[] =
+    AP_MRB_FNS3(ap_mrb_handler);
+static ap_HOOK_log_transaction_t *const ap_mrb_log_transaction_fns[] =
+    AP_MRB_FNS3(ap_mrb_log_transaction);
+
+
+void
+ap_mrb_hook_use(ap_mrb_phase phase, ap_mrb_order order)
+{
+    int  o = ap_mrb_apr_orders[order];
+
+    if (ap_mrb_hook_registered[phase][order]) {
+        return;
+    }
+
+    ap_mrb_hook_registered[phase][order] = 1;
+
+    switch (phase) {
+    case AP_MRB_POST_READ_REQUEST:
+        ap_hook_post_read_request(ap_mrb_post_read_request_fns[order],
+                                  NULL, NULL, o);
+        break;
+    case AP_MRB_QUICK_HANDLER:
+        ap_hook_quick_handler(ap_mrb_quick_handler_fns[order], NULL, NULL, o);
+        break;
+    case AP_MRB_TRANSLATE_NAME:
+        ap_hook_translate_name(ap_mrb_translate_name_fns[order], NULL, NULL,
+                               o);
+        break;
+    case AP_MRB_MAP_TO_STORAGE:
+        ap_hook_map_to_storage(ap_mrb_map_to_storage_fns[order], NULL, NULL,
+                               o);
+        break;
+    case AP_MRB_ACCESS_CHECKER:
+        ap_hook_access_checker(ap_mrb_access_checker_fns[order], NULL, NULL,
+                               o);
+        break;
+    /*
+     * check_user_id and auth_checker go through the 2.4 authn/authz
+     * registration, per configuration: our scripts come from the
+     * per-directory configuration, so a subrequest with the same
+     * configuration need not repeat them.
+     */
+    case AP_MRB_CHECK_USER_ID:
+        ap_hook_check_authn(ap_mrb_check_user_id_fns[order], NULL, NULL, o,
+                            AP_AUTH_INTERNAL_PER_CONF);
+        break;
+    case AP_MRB_AUTH_CHECKER:
+        ap_hook_check_authz(ap_mrb_auth_checker_fns[order], NULL, NULL, o,
+                            AP_AUTH_INTERNAL_PER_CONF);
+        break;
+    case AP_MRB_FIXUPS:
+        ap_hook_fixups(ap_mrb_fixups_fns[order], NULL, NULL, o);
+        break;
+    case AP_MRB_INSERT_FILTER:
+        ap_hook_insert_filter(ap_mrb_insert_filter_fns[order], NULL, NULL, o);
+        break;
+    case AP_MRB_HANDLER:
+        ap_hook_handler(ap_mrb_handler_fns[order], NULL, NULL, o);
+        break;
+    case AP_MRB_LOG_TRANSACTION:
+        ap_hook_log_transaction(ap_mrb_log_transaction_fns[order], NULL, NULL,
+                                o);
+        break;
+    default:
+        break;
+    }
+}
+
 
 void
 ap_mrb_register_request_hooks(void)
 {
-    AP_MRB_HOOK3(ap_hook_post_read_request, ap_mrb_post_read_request);
-    AP_MRB_HOOK3(ap_hook_quick_handler, ap_mrb_quick_handler);
-    AP_MRB_HOOK3(ap_hook_translate_name, ap_mrb_translate_name);
-    AP_MRB_HOOK3(ap_hook_map_to_storage, ap_mrb_map_to_storage);
-    AP_MRB_HOOK3(ap_hook_access_checker, ap_mrb_access_checker);
-    AP_MRB_AUTH_HOOK3(ap_hook_check_authn, ap_mrb_check_user_id);
-    AP_MRB_AUTH_HOOK3(ap_hook_check_authz, ap_mrb_auth_checker);
-    AP_MRB_HOOK3(ap_hook_fixups, ap_mrb_fixups);
-    AP_MRB_HOOK3(ap_hook_insert_filter, ap_mrb_insert_filter);
+    memset(ap_mrb_hook_registered, 0, sizeof(ap_mrb_hook_registered));
 
-    /* the named handlers first: they are what SetHandler asked for */
+    /* the named handlers: they are what SetHandler asked for */
     ap_hook_handler(ap_mrb_named_handler, NULL, NULL, APR_HOOK_MIDDLE);
-    AP_MRB_HOOK3(ap_hook_handler, ap_mrb_handler);
-
-    AP_MRB_HOOK3(ap_hook_log_transaction, ap_mrb_log_transaction);
 }
