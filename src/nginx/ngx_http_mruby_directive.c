@@ -12,8 +12,6 @@
 
 static char *ngx_http_mruby_handler(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
-static char *ngx_http_mruby_startup(ngx_conf_t *cf, ngx_command_t *cmd,
-    void *conf);
 static char *ngx_http_mruby_ssl_handshake(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_mruby_add_handler(ngx_conf_t *cf, ngx_command_t *cmd,
@@ -38,18 +36,8 @@ static char *ngx_http_mruby_shared_dict(ngx_conf_t *cf, ngx_command_t *cmd,
       NGX_HTTP_MRUBY_CMD(phase, 1) }
 
 #define ngx_http_mruby_startup_commands(name, field)                          \
-    { ngx_string(name),                                                       \
-      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE12,                                     \
-      ngx_http_mruby_startup,                                                 \
-      NGX_HTTP_MAIN_CONF_OFFSET,                                              \
-      offsetof(ngx_http_mruby_main_conf_t, field),                            \
-      NGX_HTTP_MRUBY_CMD(0, 0) },                                             \
-    { ngx_string(name "_code"),                                               \
-      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,                                      \
-      ngx_http_mruby_startup,                                                 \
-      NGX_HTTP_MAIN_CONF_OFFSET,                                              \
-      offsetof(ngx_http_mruby_main_conf_t, field),                            \
-      NGX_HTTP_MRUBY_CMD(0, 1) }
+    ngx_mruby_startup_commands(name, NGX_HTTP_MAIN_CONF,                      \
+                               NGX_HTTP_MAIN_CONF_OFFSET, field)
 
 
 ngx_command_t  ngx_http_mruby_commands[] = {
@@ -141,67 +129,20 @@ ngx_http_mruby_handler(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_http_mruby_loc_conf_t *mlcf = conf;
 
     char                        *rv;
-    ngx_str_t                   *value;
     ngx_uint_t                   phase;
     ngx_http_mruby_main_conf_t  *mmcf;
 
     phase = ngx_http_mruby_cmd_phase(cmd->post);
 
-    if (mlcf->handlers[phase] != NULL) {
-        return "is duplicate";
-    }
-
-    value = cf->args->elts;
-
-    rv = ngx_mruby_conf_script(cf, &value[1], cf->args->nelts - 1,
-                               ngx_http_mruby_cmd_code(cmd->post),
-                               &mlcf->handlers[phase]);
+    rv = ngx_mruby_conf_set_script(cf, ngx_http_mruby_cmd_code(cmd->post),
+                                   &mlcf->handlers[phase]);
     if (rv != NGX_CONF_OK) {
         return rv;
     }
 
     mmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_mruby_module);
     mmcf->handlers |= 1 << phase;
-    mmcf->enabled = 1;
-
-    return NGX_CONF_OK;
-}
-
-
-static char *
-ngx_http_mruby_startup(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
-{
-    ngx_http_mruby_main_conf_t *mmcf = conf;
-
-    char                 *rv;
-    ngx_str_t            *value;
-    ngx_array_t          *scripts;
-    ngx_mruby_script_t  **sp;
-
-    scripts = (ngx_array_t *) ((char *) conf + cmd->offset);
-
-    sp = ngx_array_push(scripts);
-    if (sp == NULL) {
-        return NGX_CONF_ERROR;
-    }
-
-    value = cf->args->elts;
-
-    rv = ngx_mruby_conf_script(cf, &value[1], cf->args->nelts - 1,
-                               ngx_http_mruby_cmd_code(cmd->post), sp);
-    if (rv != NGX_CONF_OK) {
-        return rv;
-    }
-
-    /* no block above http: a file without a policy of its own is "stat" */
-
-    if (ngx_mruby_script_resolve(cf, *sp, MRB_CACHE_STAT) != NGX_OK) {
-        return NGX_CONF_ERROR;
-    }
-
-    if (scripts != &mmcf->init) {
-        mmcf->enabled = 1;
-    }
+    mmcf->common.enabled = 1;
 
     return NGX_CONF_OK;
 }
@@ -213,24 +154,16 @@ ngx_http_mruby_ssl_handshake(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_http_mruby_srv_conf_t *mscf = conf;
 
     char                        *rv;
-    ngx_str_t                   *value;
     ngx_http_mruby_main_conf_t  *mmcf;
 
-    if (mscf->ssl_handshake != NULL) {
-        return "is duplicate";
-    }
-
-    value = cf->args->elts;
-
-    rv = ngx_mruby_conf_script(cf, &value[1], cf->args->nelts - 1,
-                               ngx_http_mruby_cmd_code(cmd->post),
-                               &mscf->ssl_handshake);
+    rv = ngx_mruby_conf_set_script(cf, ngx_http_mruby_cmd_code(cmd->post),
+                                   &mscf->ssl_handshake);
     if (rv != NGX_CONF_OK) {
         return rv;
     }
 
     mmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_mruby_module);
-    mmcf->enabled = 1;
+    mmcf->common.enabled = 1;
 
     return NGX_CONF_OK;
 }
@@ -251,7 +184,7 @@ ngx_http_mruby_add_handler(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     mmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_mruby_module);
     mmcf->handlers |= 1 << NGX_HTTP_MRUBY_CONTENT;
-    mmcf->enabled = 1;
+    mmcf->common.enabled = 1;
 
     return NGX_CONF_OK;
 }

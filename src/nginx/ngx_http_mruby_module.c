@@ -50,8 +50,18 @@ ngx_module_t  ngx_http_mruby_module = {
 };
 
 
-/* The worker process's interpreter: one for every script and request. */
-static mrb_interp  *ngx_http_mruby_worker_interp;
+/*
+ * What the module's log lines are called, and the worker process's
+ * interpreter: one for every script and request.
+ */
+ngx_mruby_process_t  ngx_http_mruby_process = {
+    &ngx_http_mruby_server,
+    "mruby",
+    "mruby_init",
+    "mruby_init_worker",
+    "mruby_exit_worker",
+    NULL
+};
 
 
 static ngx_int_t
@@ -85,23 +95,14 @@ ngx_http_mruby_postconfiguration(ngx_conf_t *cf)
 static void *
 ngx_http_mruby_create_main_conf(ngx_conf_t *cf)
 {
-    ngx_http_mruby_main_conf_t  *mmcf;
+    /*
+     * set by ngx_pcalloc():
+     *
+     *     mmcf->handlers = 0;
+     */
 
-    mmcf = ngx_pcalloc(cf->pool, sizeof(ngx_http_mruby_main_conf_t));
-    if (mmcf == NULL) {
-        return NULL;
-    }
-
-    if (ngx_array_init(&mmcf->init, cf->pool, 1, sizeof(void *)) != NGX_OK
-        || ngx_array_init(&mmcf->init_worker, cf->pool, 1, sizeof(void *))
-           != NGX_OK
-        || ngx_array_init(&mmcf->exit_worker, cf->pool, 1, sizeof(void *))
-           != NGX_OK)
-    {
-        return NULL;
-    }
-
-    return mmcf;
+    return ngx_mruby_create_main_conf(cf,
+                                      sizeof(ngx_http_mruby_main_conf_t));
 }
 
 
@@ -167,111 +168,39 @@ ngx_http_mruby_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 }
 
 
-/* mruby_init: once in the master, in an interpreter of its own. */
-static ngx_int_t
-ngx_http_mruby_init_module(ngx_cycle_t *cycle)
+static ngx_mruby_main_conf_t *
+ngx_http_mruby_main_conf(ngx_cycle_t *cycle)
 {
-    char                         err[1024];
-    mrb_interp                  *interp;
     ngx_http_mruby_main_conf_t  *mmcf;
 
     mmcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_mruby_module);
 
-    if (mmcf == NULL || mmcf->init.nelts == 0 || ngx_test_config) {
-        return NGX_OK;
-    }
-
-    interp = mrb_interp_open(&ngx_http_mruby_server, cycle->log, err,
-                             sizeof(err));
-    if (interp == NULL) {
-        ngx_log_error(NGX_LOG_EMERG, cycle->log, 0, "mruby_init: %s", err);
-        return NGX_ERROR;
-    }
-
-    ngx_mruby_run_startup(interp, &mmcf->init, "mruby_init", cycle->log);
-
-    mrb_interp_close(interp);
-
-    return NGX_OK;
+    return mmcf ? &mmcf->common : NULL;
 }
 
 
-static void
-ngx_http_mruby_init_worker_scripts(mrb_interp *interp, void *arg)
+/* mruby_init: once in the master, in an interpreter of its own. */
+static ngx_int_t
+ngx_http_mruby_init_module(ngx_cycle_t *cycle)
 {
-    ngx_http_mruby_main_conf_t  *mmcf = arg;
-
-    ngx_mruby_run_startup(interp, &mmcf->init_worker, "mruby_init_worker",
-                          ngx_cycle->log);
+    return ngx_mruby_init_master(&ngx_http_mruby_process,
+                                 ngx_http_mruby_main_conf(cycle), cycle);
 }
 
 
 static ngx_int_t
 ngx_http_mruby_init_process(ngx_cycle_t *cycle)
 {
-    char                         err[1024];
-    ngx_http_mruby_main_conf_t  *mmcf;
-
-    if (ngx_process != NGX_PROCESS_WORKER
-        && ngx_process != NGX_PROCESS_SINGLE)
-    {
-        return NGX_OK;  /* cache manager and loader run no scripts */
-    }
-
-    mmcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_mruby_module);
-
-    if (mmcf == NULL || !mmcf->enabled) {
-        return NGX_OK;
-    }
-
-    ngx_http_mruby_worker_interp =
-        mrb_interp_for_thread(&ngx_http_mruby_server, cycle->log,
-                              ngx_http_mruby_init_worker_scripts, mmcf,
-                              err, sizeof(err));
-
-    if (ngx_http_mruby_worker_interp == NULL) {
-        /* the worker serves on: each script run answers 500 and says why */
-        ngx_log_error(NGX_LOG_ALERT, cycle->log, 0,
-                      "mruby: no interpreter in this worker: %s", err);
-    }
-
-    return NGX_OK;
+    return ngx_mruby_init_worker(&ngx_http_mruby_process,
+                                 ngx_http_mruby_main_conf(cycle), cycle);
 }
 
 
 static void
 ngx_http_mruby_exit_process(ngx_cycle_t *cycle)
 {
-    ngx_http_mruby_main_conf_t  *mmcf;
-
-    if (ngx_http_mruby_worker_interp == NULL) {
-        return;
-    }
-
-    mmcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_mruby_module);
-
-    if (mmcf != NULL) {
-        ngx_mruby_run_startup(ngx_http_mruby_worker_interp,
-                              &mmcf->exit_worker, "mruby_exit_worker",
-                              cycle->log);
-    }
-
-    /* the process exits next: close it so that its finalizers run */
-    mrb_interp_close(ngx_http_mruby_worker_interp);
-    ngx_http_mruby_worker_interp = NULL;
-}
-
-
-mrb_interp *
-ngx_http_mruby_interp(ngx_log_t *log)
-{
-    if (ngx_http_mruby_worker_interp == NULL) {
-        ngx_log_error(NGX_LOG_ERR, log, 0,
-                      "mruby: this process has no interpreter (see the "
-                      "alert at its start)");
-    }
-
-    return ngx_http_mruby_worker_interp;
+    ngx_mruby_exit_worker(&ngx_http_mruby_process,
+                          ngx_http_mruby_main_conf(cycle), cycle);
 }
 
 
@@ -308,7 +237,7 @@ ngx_http_mruby_run(ngx_http_request_t *r, ngx_mruby_script_t *s,
 {
     mrb_interp  *interp;
 
-    interp = ngx_http_mruby_interp(r->connection->log);
+    interp = ngx_mruby_interp(&ngx_http_mruby_process, r->connection->log);
     if (interp == NULL) {
         return NGX_ERROR;
     }

@@ -15,7 +15,7 @@
 
 #include "mrb_interp.h"
 #include "mrb_script.h"
-#include "ngx_mruby_conf.h"
+#include "ngx_mruby.h"
 
 
 #define NGX_HTTP_MRUBY_VERSION  "1.0.0"
@@ -52,11 +52,8 @@ typedef enum {
 
 
 typedef struct {
-    ngx_array_t           init;           /* of ngx_mruby_script_t * */
-    ngx_array_t           init_worker;
-    ngx_array_t           exit_worker;
-    ngx_uint_t            handlers;       /* bit per phase used anywhere */
-    ngx_flag_t            enabled;        /* workers need an interpreter */
+    ngx_mruby_main_conf_t  common;        /* first: see ngx_mruby.h */
+    ngx_uint_t             handlers;      /* bit per phase used anywhere */
 } ngx_http_mruby_main_conf_t;
 
 
@@ -110,7 +107,7 @@ extern ngx_module_t  ngx_http_mruby_filter_module;
 
 
 /* ngx_http_mruby_module.c */
-mrb_interp *ngx_http_mruby_interp(ngx_log_t *log);
+extern ngx_mruby_process_t  ngx_http_mruby_process;
 ngx_http_mruby_ctx_t *ngx_http_mruby_get_ctx(ngx_http_request_t *r);
 ngx_int_t ngx_http_mruby_run(ngx_http_request_t *r, ngx_mruby_script_t *s,
     ngx_http_mruby_run_data_t *data, mrb_run *run, mrb_int dflt);

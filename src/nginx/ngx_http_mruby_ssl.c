@@ -92,7 +92,7 @@ ngx_http_mruby_ssl_cert_cb(ngx_ssl_conn_t *ssl_conn, void *arg)
 
     c = ngx_ssl_get_connection(ssl_conn);
 
-    interp = ngx_http_mruby_interp(c->log);
+    interp = ngx_mruby_interp(&ngx_http_mruby_process, c->log);
     if (interp == NULL) {
         return 0;
     }

@@ -76,7 +76,7 @@ ngx_http_mruby_set(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     mmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_mruby_module);
-    mmcf->enabled = 1;
+    mmcf->common.enabled = 1;
 
     return NGX_CONF_OK;
 }
@@ -187,7 +187,7 @@ ngx_http_mruby_variable(ngx_http_request_t *r, ngx_http_variable_value_t *v,
         return NGX_OK;
     }
 
-    interp = ngx_http_mruby_interp(r->connection->log);
+    interp = ngx_mruby_interp(&ngx_http_mruby_process, r->connection->log);
     if (interp == NULL) {
         return NGX_ERROR;
     }

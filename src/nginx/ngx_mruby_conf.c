@@ -1,9 +1,9 @@
 /*
- * Scripts named by directives and the error log as mruby sees it: what the
- * http and stream modules share.
+ * Scripts named by directives, and the directives that the http and stream
+ * modules share.
  */
 
-#include "ngx_mruby_conf.h"
+#include "ngx_mruby.h"
 
 
 #define NGX_MRUBY_ERRLEN  1024
@@ -227,59 +227,80 @@ ngx_mruby_conf_set_cache(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
-void
-ngx_mruby_log(ngx_log_t *log, int level, const char *msg, size_t len)
+char *
+ngx_mruby_conf_set_script(ngx_conf_t *cf, ngx_uint_t code,
+    ngx_mruby_script_t **sp)
 {
-    /* MRB_LOG_* are syslog's numbers, one below nginx's NGX_LOG_* */
+    ngx_str_t  *value;
 
-    ngx_log_error((ngx_uint_t) level + 1, log, 0, "%*s", len, msg);
+    if (*sp != NULL) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    return ngx_mruby_conf_script(cf, &value[1], cf->args->nelts - 1, code,
+                                 sp);
 }
 
 
-void
-ngx_mruby_define_log_levels(mrb_state *mrb, struct RClass *c)
+void *
+ngx_mruby_create_main_conf(ngx_conf_t *cf, size_t size)
 {
-    static const struct {
-        const char  *name;
-        mrb_int      level;
-    } levels[] = {
-        { "LOG_STDERR", NGX_LOG_STDERR },
-        { "LOG_EMERG", NGX_LOG_EMERG },
-        { "LOG_ALERT", NGX_LOG_ALERT },
-        { "LOG_CRIT", NGX_LOG_CRIT },
-        { "LOG_ERR", NGX_LOG_ERR },
-        { "LOG_WARN", NGX_LOG_WARN },
-        { "LOG_NOTICE", NGX_LOG_NOTICE },
-        { "LOG_INFO", NGX_LOG_INFO },
-        { "LOG_DEBUG", NGX_LOG_DEBUG }
-    };
+    ngx_mruby_main_conf_t  *mcf;
 
-    ngx_uint_t  i;
-
-    for (i = 0; i < sizeof(levels) / sizeof(levels[0]); i++) {
-        mrb_define_const(mrb, c, levels[i].name,
-                         mrb_fixnum_value(levels[i].level));
+    mcf = ngx_pcalloc(cf->pool, size);
+    if (mcf == NULL) {
+        return NULL;
     }
+
+    if (ngx_array_init(&mcf->init, cf->pool, 1, sizeof(void *)) != NGX_OK
+        || ngx_array_init(&mcf->init_worker, cf->pool, 1, sizeof(void *))
+           != NGX_OK
+        || ngx_array_init(&mcf->exit_worker, cf->pool, 1, sizeof(void *))
+           != NGX_OK)
+    {
+        return NULL;
+    }
+
+    return mcf;
 }
 
 
-void
-ngx_mruby_run_startup(mrb_interp *interp, ngx_array_t *scripts,
-    const char *directive, ngx_log_t *log)
+char *
+ngx_mruby_conf_set_startup(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
-    mrb_run              run;
-    ngx_uint_t           i;
-    ngx_mruby_script_t **s;
+    ngx_mruby_main_conf_t *mcf = conf;
 
-    s = scripts->elts;
+    char                 *rv;
+    ngx_str_t            *value;
+    ngx_array_t          *scripts;
+    ngx_mruby_script_t  **sp;
 
-    for (i = 0; i < scripts->nelts; i++) {
-        mrb_run_init(&run, NULL, 0);
-        run.startup = 1;
+    scripts = (ngx_array_t *) ((char *) conf + cmd->offset);
 
-        if (mrb_script_run(interp, s[i]->script, &run) != 0) {
-            ngx_log_error(NGX_LOG_ERR, log, 0, "mruby: %s: %s",
-                          directive, run.error);
-        }
+    sp = ngx_array_push(scripts);
+    if (sp == NULL) {
+        return NGX_CONF_ERROR;
     }
+
+    value = cf->args->elts;
+
+    rv = ngx_mruby_conf_script(cf, &value[1], cf->args->nelts - 1,
+                               cmd->post == NGX_MRUBY_CONF_CODE, sp);
+    if (rv != NGX_CONF_OK) {
+        return rv;
+    }
+
+    /* no block above main: a file without a policy of its own is "stat" */
+
+    if (ngx_mruby_script_resolve(cf, *sp, MRB_CACHE_STAT) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    if (scripts != &mcf->init) {
+        mcf->enabled = 1;
+    }
+
+    return NGX_CONF_OK;
 }

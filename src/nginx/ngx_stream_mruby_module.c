@@ -11,8 +11,6 @@ static void *ngx_stream_mruby_create_main_conf(ngx_conf_t *cf);
 static void *ngx_stream_mruby_create_srv_conf(ngx_conf_t *cf);
 static char *ngx_stream_mruby_merge_srv_conf(ngx_conf_t *cf, void *parent,
     void *child);
-static char *ngx_stream_mruby_startup(ngx_conf_t *cf, ngx_command_t *cmd,
-    void *conf);
 static char *ngx_stream_mruby_handler(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static ngx_int_t ngx_stream_mruby_init_module(ngx_cycle_t *cycle);
@@ -20,23 +18,9 @@ static ngx_int_t ngx_stream_mruby_init_process(ngx_cycle_t *cycle);
 static void ngx_stream_mruby_exit_process(ngx_cycle_t *cycle);
 
 
-/* cmd->post: 1 for the inline (_code) forms */
-#define NGX_STREAM_MRUBY_FILE  NULL
-#define NGX_STREAM_MRUBY_CODE  (void *) 1
-
 #define ngx_stream_mruby_startup_commands(name, field)                        \
-    { ngx_string(name),                                                       \
-      NGX_STREAM_MAIN_CONF|NGX_CONF_TAKE12,                                   \
-      ngx_stream_mruby_startup,                                               \
-      NGX_STREAM_MAIN_CONF_OFFSET,                                            \
-      offsetof(ngx_stream_mruby_main_conf_t, field),                          \
-      NGX_STREAM_MRUBY_FILE },                                                \
-    { ngx_string(name "_code"),                                               \
-      NGX_STREAM_MAIN_CONF|NGX_CONF_TAKE1,                                    \
-      ngx_stream_mruby_startup,                                               \
-      NGX_STREAM_MAIN_CONF_OFFSET,                                            \
-      offsetof(ngx_stream_mruby_main_conf_t, field),                          \
-      NGX_STREAM_MRUBY_CODE }
+    ngx_mruby_startup_commands(name, NGX_STREAM_MAIN_CONF,                    \
+                               NGX_STREAM_MAIN_CONF_OFFSET, field)
 
 
 static ngx_command_t  ngx_stream_mruby_commands[] = {
@@ -52,14 +36,14 @@ static ngx_command_t  ngx_stream_mruby_commands[] = {
       ngx_stream_mruby_handler,
       NGX_STREAM_SRV_CONF_OFFSET,
       0,
-      NGX_STREAM_MRUBY_FILE },
+      NULL },
 
     { ngx_string("mruby_stream_code"),
       NGX_STREAM_MAIN_CONF|NGX_STREAM_SRV_CONF|NGX_CONF_TAKE1,
       ngx_stream_mruby_handler,
       NGX_STREAM_SRV_CONF_OFFSET,
       0,
-      NGX_STREAM_MRUBY_CODE },
+      NGX_MRUBY_CONF_CODE },
 
       ngx_null_command
 };
@@ -93,29 +77,20 @@ ngx_module_t  ngx_stream_mruby_module = {
 };
 
 
-static mrb_interp  *ngx_stream_mruby_worker_interp;
+static ngx_mruby_process_t  ngx_stream_mruby_process = {
+    &ngx_stream_mruby_server,
+    "mruby_stream",
+    "mruby_stream_init",
+    "mruby_stream_init_worker",
+    "mruby_stream_exit_worker",
+    NULL
+};
 
 
 static void *
 ngx_stream_mruby_create_main_conf(ngx_conf_t *cf)
 {
-    ngx_stream_mruby_main_conf_t  *mmcf;
-
-    mmcf = ngx_pcalloc(cf->pool, sizeof(ngx_stream_mruby_main_conf_t));
-    if (mmcf == NULL) {
-        return NULL;
-    }
-
-    if (ngx_array_init(&mmcf->init, cf->pool, 1, sizeof(void *)) != NGX_OK
-        || ngx_array_init(&mmcf->init_worker, cf->pool, 1, sizeof(void *))
-           != NGX_OK
-        || ngx_array_init(&mmcf->exit_worker, cf->pool, 1, sizeof(void *))
-           != NGX_OK)
-    {
-        return NULL;
-    }
-
-    return mmcf;
+    return ngx_mruby_create_main_conf(cf, sizeof(ngx_mruby_main_conf_t));
 }
 
 
@@ -156,60 +131,15 @@ ngx_stream_mruby_merge_srv_conf(ngx_conf_t *cf, void *parent, void *child)
 
 
 static char *
-ngx_stream_mruby_startup(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
-{
-    ngx_stream_mruby_main_conf_t *mmcf = conf;
-
-    char                 *rv;
-    ngx_str_t            *value;
-    ngx_array_t          *scripts;
-    ngx_mruby_script_t  **sp;
-
-    scripts = (ngx_array_t *) ((char *) conf + cmd->offset);
-
-    sp = ngx_array_push(scripts);
-    if (sp == NULL) {
-        return NGX_CONF_ERROR;
-    }
-
-    value = cf->args->elts;
-
-    rv = ngx_mruby_conf_script(cf, &value[1], cf->args->nelts - 1,
-                               cmd->post == NGX_STREAM_MRUBY_CODE, sp);
-    if (rv != NGX_CONF_OK) {
-        return rv;
-    }
-
-    if (ngx_mruby_script_resolve(cf, *sp, MRB_CACHE_STAT) != NGX_OK) {
-        return NGX_CONF_ERROR;
-    }
-
-    if (scripts != &mmcf->init) {
-        mmcf->enabled = 1;
-    }
-
-    return NGX_CONF_OK;
-}
-
-
-static char *
 ngx_stream_mruby_handler(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_stream_mruby_srv_conf_t *mscf = conf;
 
-    char                          *rv;
-    ngx_str_t                     *value;
-    ngx_stream_mruby_main_conf_t  *mmcf;
+    char                   *rv;
+    ngx_mruby_main_conf_t  *mmcf;
 
-    if (mscf->handler != NULL) {
-        return "is duplicate";
-    }
-
-    value = cf->args->elts;
-
-    rv = ngx_mruby_conf_script(cf, &value[1], cf->args->nelts - 1,
-                               cmd->post == NGX_STREAM_MRUBY_CODE,
-                               &mscf->handler);
+    rv = ngx_mruby_conf_set_script(cf, cmd->post == NGX_MRUBY_CONF_CODE,
+                                   &mscf->handler);
     if (rv != NGX_CONF_OK) {
         return rv;
     }
@@ -261,6 +191,7 @@ static ngx_int_t
 ngx_stream_mruby_access_handler(ngx_stream_session_t *s)
 {
     mrb_run                       run;
+    mrb_interp                   *interp;
     ngx_stream_mruby_srv_conf_t  *mscf;
 
     mscf = ngx_stream_get_module_srv_conf(s, ngx_stream_mruby_module);
@@ -269,19 +200,14 @@ ngx_stream_mruby_access_handler(ngx_stream_session_t *s)
         return NGX_DECLINED;
     }
 
-    if (ngx_stream_mruby_worker_interp == NULL) {
-        ngx_log_error(NGX_LOG_ERR, s->connection->log, 0,
-                      "mruby_stream: this process has no interpreter (see "
-                      "the alert at its start)");
+    interp = ngx_mruby_interp(&ngx_stream_mruby_process, s->connection->log);
+    if (interp == NULL) {
         return NGX_ERROR;
     }
 
     mrb_run_init(&run, s, NGX_DECLINED);
 
-    if (mrb_script_run(ngx_stream_mruby_worker_interp,
-                       mscf->handler->script, &run)
-        != 0)
-    {
+    if (mrb_script_run(interp, mscf->handler->script, &run) != 0) {
         ngx_log_error(NGX_LOG_ERR, s->connection->log, 0,
                       "mruby_stream: %s", run.error);
         return NGX_ERROR;
@@ -296,7 +222,7 @@ ngx_stream_mruby_postconfiguration(ngx_conf_t *cf)
 {
     ngx_stream_handler_pt         *h;
     ngx_stream_core_main_conf_t   *cmcf;
-    ngx_stream_mruby_main_conf_t  *mmcf;
+    ngx_mruby_main_conf_t         *mmcf;
 
     mmcf = ngx_stream_conf_get_module_main_conf(cf, ngx_stream_mruby_module);
 
@@ -317,7 +243,7 @@ ngx_stream_mruby_postconfiguration(ngx_conf_t *cf)
 }
 
 
-static ngx_stream_mruby_main_conf_t *
+static ngx_mruby_main_conf_t *
 ngx_stream_mruby_main_conf(ngx_cycle_t *cycle)
 {
     ngx_stream_conf_ctx_t  *ctx;
@@ -334,92 +260,22 @@ ngx_stream_mruby_main_conf(ngx_cycle_t *cycle)
 static ngx_int_t
 ngx_stream_mruby_init_module(ngx_cycle_t *cycle)
 {
-    char                           err[1024];
-    mrb_interp                    *interp;
-    ngx_stream_mruby_main_conf_t  *mmcf;
-
-    mmcf = ngx_stream_mruby_main_conf(cycle);
-
-    if (mmcf == NULL || mmcf->init.nelts == 0 || ngx_test_config) {
-        return NGX_OK;
-    }
-
-    interp = mrb_interp_open(&ngx_stream_mruby_server, cycle->log, err,
-                             sizeof(err));
-    if (interp == NULL) {
-        ngx_log_error(NGX_LOG_EMERG, cycle->log, 0, "mruby_stream_init: %s",
-                      err);
-        return NGX_ERROR;
-    }
-
-    ngx_mruby_run_startup(interp, &mmcf->init, "mruby_stream_init",
-                          cycle->log);
-
-    mrb_interp_close(interp);
-
-    return NGX_OK;
-}
-
-
-static void
-ngx_stream_mruby_init_worker_scripts(mrb_interp *interp, void *arg)
-{
-    ngx_stream_mruby_main_conf_t  *mmcf = arg;
-
-    ngx_mruby_run_startup(interp, &mmcf->init_worker,
-                          "mruby_stream_init_worker", ngx_cycle->log);
+    return ngx_mruby_init_master(&ngx_stream_mruby_process,
+                                 ngx_stream_mruby_main_conf(cycle), cycle);
 }
 
 
 static ngx_int_t
 ngx_stream_mruby_init_process(ngx_cycle_t *cycle)
 {
-    char                           err[1024];
-    ngx_stream_mruby_main_conf_t  *mmcf;
-
-    if (ngx_process != NGX_PROCESS_WORKER
-        && ngx_process != NGX_PROCESS_SINGLE)
-    {
-        return NGX_OK;
-    }
-
-    mmcf = ngx_stream_mruby_main_conf(cycle);
-
-    if (mmcf == NULL || !mmcf->enabled) {
-        return NGX_OK;
-    }
-
-    ngx_stream_mruby_worker_interp =
-        mrb_interp_for_thread(&ngx_stream_mruby_server, cycle->log,
-                              ngx_stream_mruby_init_worker_scripts, mmcf,
-                              err, sizeof(err));
-
-    if (ngx_stream_mruby_worker_interp == NULL) {
-        ngx_log_error(NGX_LOG_ALERT, cycle->log, 0,
-                      "mruby_stream: no interpreter in this worker: %s", err);
-    }
-
-    return NGX_OK;
+    return ngx_mruby_init_worker(&ngx_stream_mruby_process,
+                                 ngx_stream_mruby_main_conf(cycle), cycle);
 }
 
 
 static void
 ngx_stream_mruby_exit_process(ngx_cycle_t *cycle)
 {
-    ngx_stream_mruby_main_conf_t  *mmcf;
-
-    if (ngx_stream_mruby_worker_interp == NULL) {
-        return;
-    }
-
-    mmcf = ngx_stream_mruby_main_conf(cycle);
-
-    if (mmcf != NULL) {
-        ngx_mruby_run_startup(ngx_stream_mruby_worker_interp,
-                              &mmcf->exit_worker, "mruby_stream_exit_worker",
-                              cycle->log);
-    }
-
-    mrb_interp_close(ngx_stream_mruby_worker_interp);
-    ngx_stream_mruby_worker_interp = NULL;
+    ngx_mruby_exit_worker(&ngx_stream_mruby_process,
+                          ngx_stream_mruby_main_conf(cycle), cycle);
 }

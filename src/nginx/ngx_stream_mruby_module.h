@@ -15,18 +15,10 @@
 
 #include "mrb_interp.h"
 #include "mrb_script.h"
-#include "ngx_mruby_conf.h"
+#include "ngx_mruby.h"
 
 
 #define NGX_STREAM_MRUBY_VERSION  "1.0.0"
-
-
-typedef struct {
-    ngx_array_t           init;           /* of ngx_mruby_script_t * */
-    ngx_array_t           init_worker;
-    ngx_array_t           exit_worker;
-    ngx_flag_t            enabled;        /* workers need an interpreter */
-} ngx_stream_mruby_main_conf_t;
 
 
 typedef struct {

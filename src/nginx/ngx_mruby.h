@@ -1,0 +1,139 @@
+/*
+ * What the http and stream modules share: scripts named by directives, the
+ * startup scripts and the worker's interpreter, and the parts of the Ruby
+ * API that are the same for both.
+ *
+ * Each module's .so links its own copy of these files (see config).
+ */
+
+#ifndef _NGX_MRUBY_H_INCLUDED_
+#define _NGX_MRUBY_H_INCLUDED_
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+
+#include <mruby.h>
+
+#include "mrb_interp.h"
+#include "mrb_script.h"
+
+
+/*
+ * A script named by a directive.  Inline code and files with an explicit
+ * policy are compiled when the directive is read; a file with no policy
+ * waits in path until its block's mruby_cache is known (the block is
+ * merged), see ngx_mruby_script_resolve().
+ */
+typedef struct {
+    mrb_script  *script;
+    ngx_str_t    path;         /* a file waiting for its policy, or empty */
+    ngx_str_t    conf_file;    /* where the directive was written */
+    ngx_uint_t   line;
+} ngx_mruby_script_t;
+
+
+/* The start of each module's main configuration. */
+typedef struct {
+    ngx_array_t   init;           /* of ngx_mruby_script_t * */
+    ngx_array_t   init_worker;
+    ngx_array_t   exit_worker;
+    ngx_flag_t    enabled;        /* workers need an interpreter */
+} ngx_mruby_main_conf_t;
+
+
+/*
+ * A module's processes: the names its log lines use and the interpreter
+ * of the worker process.
+ */
+typedef struct {
+    const mrb_server  *server;
+    const char        *name;           /* "mruby": what log lines start with */
+    const char        *init;           /* the startup directives */
+    const char        *init_worker;
+    const char        *exit_worker;
+
+    mrb_interp        *interp;         /* the worker's, or NULL */
+} ngx_mruby_process_t;
+
+
+/* "mruby_cache" values: the policy of file scripts without one of their own */
+#define NGX_MRUBY_CACHE_UNSET  NGX_CONF_UNSET_UINT
+
+
+/* cmd->post of the startup directives: 1 for the inline (_code) forms */
+#define NGX_MRUBY_CONF_CODE  (void *) 1
+
+/*
+ * The file and the inline form of a startup directive, in the main block
+ * of type (NGX_HTTP_MAIN_CONF, ...) whose main configuration starts with
+ * an ngx_mruby_main_conf_t.
+ */
+#define ngx_mruby_startup_commands(name, type, conf, field)                   \
+    { ngx_string(name),                                                       \
+      type|NGX_CONF_TAKE12,                                                   \
+      ngx_mruby_conf_set_startup,                                             \
+      conf,                                                                   \
+      offsetof(ngx_mruby_main_conf_t, field),                                 \
+      NULL },                                                                 \
+    { ngx_string(name "_code"),                                               \
+      type|NGX_CONF_TAKE1,                                                    \
+      ngx_mruby_conf_set_startup,                                             \
+      conf,                                                                   \
+      offsetof(ngx_mruby_main_conf_t, field),                                 \
+      NGX_MRUBY_CONF_CODE }
+
+
+/* ngx_mruby_conf.c */
+
+/*
+ * Reads a script directive: args[0] is a file and args[1] an optional
+ * policy ("cache" = forever, "stat", "forever", "never"), or (code) args[0]
+ * is inline Ruby.  Returns NGX_CONF_OK or an error for the directive.
+ */
+char *ngx_mruby_conf_script(ngx_conf_t *cf, ngx_str_t *args, ngx_uint_t nargs,
+    ngx_uint_t code, ngx_mruby_script_t **sp);
+
+/* A script that a block may name once, from the directive's arguments. */
+char *ngx_mruby_conf_set_script(ngx_conf_t *cf, ngx_uint_t code,
+    ngx_mruby_script_t **sp);
+
+/* Creates a waiting file script with policy; NGX_OK or NGX_ERROR (logged). */
+ngx_int_t ngx_mruby_script_resolve(ngx_conf_t *cf, ngx_mruby_script_t *s,
+    ngx_uint_t policy);
+
+/* "mruby_cache on|off|stat|forever|never" into an ngx_uint_t policy. */
+char *ngx_mruby_conf_set_cache(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+
+/* A main configuration of size bytes, starting with ngx_mruby_main_conf_t */
+void *ngx_mruby_create_main_conf(ngx_conf_t *cf, size_t size);
+
+/* The startup directives, see ngx_mruby_startup_commands(). */
+char *ngx_mruby_conf_set_startup(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+
+
+/* ngx_mruby_process.c: mcf may be NULL (the module is not configured) */
+
+ngx_int_t ngx_mruby_init_master(ngx_mruby_process_t *p,
+    ngx_mruby_main_conf_t *mcf, ngx_cycle_t *cycle);
+ngx_int_t ngx_mruby_init_worker(ngx_mruby_process_t *p,
+    ngx_mruby_main_conf_t *mcf, ngx_cycle_t *cycle);
+void ngx_mruby_exit_worker(ngx_mruby_process_t *p,
+    ngx_mruby_main_conf_t *mcf, ngx_cycle_t *cycle);
+
+/* The worker's interpreter, or NULL after an error-log line. */
+mrb_interp *ngx_mruby_interp(ngx_mruby_process_t *p, ngx_log_t *log);
+
+
+/* ngx_mruby_core.c */
+
+/* Writes msg at an MRB_LOG_* level to log. */
+void ngx_mruby_log(ngx_log_t *log, int level, const char *msg, size_t len);
+
+/* Server::LOG_STDERR .. LOG_DEBUG with nginx's numbers. */
+void ngx_mruby_define_log_levels(mrb_state *mrb, struct RClass *c);
+
+
+#endif /* _NGX_MRUBY_H_INCLUDED_ */

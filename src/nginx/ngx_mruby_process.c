@@ -1,0 +1,138 @@
+/*
+ * The startup scripts and the interpreter of each worker process, for the
+ * http and the stream module alike: init in the master, in an interpreter
+ * of its own; init_worker when the worker's interpreter is made;
+ * exit_worker before it is closed.
+ */
+
+#include "ngx_mruby.h"
+
+
+typedef struct {
+    ngx_mruby_process_t    *process;
+    ngx_mruby_main_conf_t  *conf;
+} ngx_mruby_worker_ctx_t;
+
+
+/* Runs each script of an array, logging a failure under the directive. */
+static void
+ngx_mruby_run_startup(mrb_interp *interp, ngx_array_t *scripts,
+    const char *directive, ngx_log_t *log)
+{
+    mrb_run              run;
+    ngx_uint_t           i;
+    ngx_mruby_script_t **s;
+
+    s = scripts->elts;
+
+    for (i = 0; i < scripts->nelts; i++) {
+        mrb_run_init(&run, NULL, 0);
+        run.startup = 1;
+
+        if (mrb_script_run(interp, s[i]->script, &run) != 0) {
+            ngx_log_error(NGX_LOG_ERR, log, 0, "mruby: %s: %s",
+                          directive, run.error);
+        }
+    }
+}
+
+
+ngx_int_t
+ngx_mruby_init_master(ngx_mruby_process_t *p, ngx_mruby_main_conf_t *mcf,
+    ngx_cycle_t *cycle)
+{
+    char         err[1024];
+    mrb_interp  *interp;
+
+    if (mcf == NULL || mcf->init.nelts == 0 || ngx_test_config) {
+        return NGX_OK;
+    }
+
+    interp = mrb_interp_open(p->server, cycle->log, err, sizeof(err));
+    if (interp == NULL) {
+        ngx_log_error(NGX_LOG_EMERG, cycle->log, 0, "%s: %s", p->init, err);
+        return NGX_ERROR;
+    }
+
+    ngx_mruby_run_startup(interp, &mcf->init, p->init, cycle->log);
+
+    mrb_interp_close(interp);
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_mruby_init_worker_scripts(mrb_interp *interp, void *arg)
+{
+    ngx_mruby_worker_ctx_t  *ctx = arg;
+
+    ngx_mruby_run_startup(interp, &ctx->conf->init_worker,
+                          ctx->process->init_worker, ngx_cycle->log);
+}
+
+
+ngx_int_t
+ngx_mruby_init_worker(ngx_mruby_process_t *p, ngx_mruby_main_conf_t *mcf,
+    ngx_cycle_t *cycle)
+{
+    char                    err[1024];
+    ngx_mruby_worker_ctx_t  ctx;
+
+    if (ngx_process != NGX_PROCESS_WORKER
+        && ngx_process != NGX_PROCESS_SINGLE)
+    {
+        return NGX_OK;  /* cache manager and loader run no scripts */
+    }
+
+    if (mcf == NULL || !mcf->enabled) {
+        return NGX_OK;
+    }
+
+    ctx.process = p;
+    ctx.conf = mcf;
+
+    p->interp = mrb_interp_for_thread(p->server, cycle->log,
+                                      ngx_mruby_init_worker_scripts, &ctx,
+                                      err, sizeof(err));
+
+    if (p->interp == NULL) {
+        /* the worker serves on: each script run fails and says why */
+        ngx_log_error(NGX_LOG_ALERT, cycle->log, 0,
+                      "%s: no interpreter in this worker: %s", p->name, err);
+    }
+
+    return NGX_OK;
+}
+
+
+void
+ngx_mruby_exit_worker(ngx_mruby_process_t *p, ngx_mruby_main_conf_t *mcf,
+    ngx_cycle_t *cycle)
+{
+    if (p->interp == NULL) {
+        return;
+    }
+
+    if (mcf != NULL) {
+        ngx_mruby_run_startup(p->interp, &mcf->exit_worker, p->exit_worker,
+                              cycle->log);
+    }
+
+    /* the process exits next: close it so that its finalizers run */
+    mrb_interp_close(p->interp);
+    p->interp = NULL;
+}
+
+
+mrb_interp *
+ngx_mruby_interp(ngx_mruby_process_t *p, ngx_log_t *log)
+{
+    if (p->interp == NULL) {
+        ngx_log_error(NGX_LOG_ERR, log, 0,
+                      "%s: this process has no interpreter (see the alert "
+                      "at its start)", p->name);
+    }
+
+    return p->interp;
+}
