@@ -9,61 +9,12 @@
 #include <mruby/string.h>
 
 
-static ngx_connection_t *
-ngx_http_mruby_connection(mrb_state *mrb)
+ngx_connection_t *
+ngx_mruby_connection(mrb_state *mrb)
 {
     ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
 
     return r->connection;
-}
-
-
-static mrb_value
-ngx_http_mruby_conn_remote_ip(mrb_state *mrb, mrb_value self)
-{
-    ngx_connection_t  *c = ngx_http_mruby_connection(mrb);
-
-    return ngx_http_mruby_str(mrb, &c->addr_text);
-}
-
-
-static mrb_value
-ngx_http_mruby_conn_remote_port(mrb_state *mrb, mrb_value self)
-{
-    ngx_connection_t  *c = ngx_http_mruby_connection(mrb);
-
-    return mrb_fixnum_value(ngx_inet_get_port(c->sockaddr));
-}
-
-
-static mrb_value
-ngx_http_mruby_conn_local_ip(mrb_state *mrb, mrb_value self)
-{
-    u_char             addr[NGX_SOCKADDR_STRLEN];
-    ngx_str_t          s;
-    ngx_connection_t  *c = ngx_http_mruby_connection(mrb);
-
-    s.data = addr;
-    s.len = sizeof(addr);
-
-    if (ngx_connection_local_sockaddr(c, &s, 0) != NGX_OK) {
-        mrb_raise(mrb, E_RUNTIME_ERROR, "cannot get the local address");
-    }
-
-    return ngx_http_mruby_str(mrb, &s);
-}
-
-
-static mrb_value
-ngx_http_mruby_conn_local_port(mrb_state *mrb, mrb_value self)
-{
-    ngx_connection_t  *c = ngx_http_mruby_connection(mrb);
-
-    if (ngx_connection_local_sockaddr(c, NULL, 0) != NGX_OK) {
-        mrb_raise(mrb, E_RUNTIME_ERROR, "cannot get the local address");
-    }
-
-    return mrb_fixnum_value(ngx_inet_get_port(c->local_sockaddr));
 }
 
 
@@ -118,14 +69,7 @@ ngx_http_mruby_connection_define(mrb_state *mrb, struct RClass *nginx)
 
     c = mrb_define_class_under(mrb, nginx, "Connection", mrb->object_class);
 
-    mrb_define_method(mrb, c, "remote_ip", ngx_http_mruby_conn_remote_ip,
-                      MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "remote_port", ngx_http_mruby_conn_remote_port,
-                      MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "local_ip", ngx_http_mruby_conn_local_ip,
-                      MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "local_port", ngx_http_mruby_conn_local_port,
-                      MRB_ARGS_NONE());
+    ngx_mruby_define_connection(mrb, c);
 
     c = mrb_define_class_under(mrb, nginx, "Server", mrb->object_class);
 

@@ -17,16 +17,9 @@ static void ngx_http_mruby_log(void *log_target, mrb_run *run, int level,
 static void ngx_http_mruby_define(mrb_state *mrb, struct RClass *nginx);
 
 
-const mrb_server  ngx_http_mruby_server = {
-    "NGINX",                               /* Kernel#server_name */
-    "Nginx",                               /* the server class */
-    "ngx_mruby",                           /* Nginx.module_name */
-    NGX_HTTP_MRUBY_VERSION,                /* Nginx.module_version */
-    NGX_LOG_EMERG,                         /* Nginx::LOG_EMERG is 1 */
-    ngx_http_mruby_define,
-    ngx_http_mruby_write,
-    ngx_http_mruby_log
-};
+const mrb_server  ngx_http_mruby_server =
+    ngx_mruby_server(ngx_http_mruby_define, ngx_http_mruby_write,
+                     ngx_http_mruby_log);
 
 
 mrb_value
@@ -321,38 +314,14 @@ ngx_http_mruby_configure(mrb_state *mrb, mrb_value self)
 
 
 static void
-ngx_http_mruby_define_constants(mrb_state *mrb, struct RClass *nginx)
-{
-    static const struct {
-        const char  *name;
-        mrb_int      value;
-    } codes[] = {
-        { "OK", NGX_OK },
-        { "ERROR", NGX_ERROR },
-        { "AGAIN", NGX_AGAIN },
-        { "BUSY", NGX_BUSY },
-        { "DONE", NGX_DONE },
-        { "DECLINED", NGX_DECLINED },
-        { "ABORT", NGX_ABORT },
-        { "HTTPS_CERT_ERROR", NGX_HTTPS_CERT_ERROR },
-        { "HTTPS_NO_CERT", NGX_HTTPS_NO_CERT }
-    };
-
-    ngx_uint_t  i;
-
-    for (i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
-        mrb_define_const(mrb, nginx, codes[i].name,
-                         mrb_fixnum_value(codes[i].value));
-    }
-
-    ngx_mruby_define_log_levels(mrb, nginx);
-}
-
-
-static void
 ngx_http_mruby_define(mrb_state *mrb, struct RClass *nginx)
 {
-    ngx_http_mruby_define_constants(mrb, nginx);
+    ngx_mruby_define_codes(mrb, nginx);
+
+    mrb_define_const(mrb, nginx, "HTTPS_CERT_ERROR",
+                     mrb_fixnum_value(NGX_HTTPS_CERT_ERROR));
+    mrb_define_const(mrb, nginx, "HTTPS_NO_CERT",
+                     mrb_fixnum_value(NGX_HTTPS_NO_CERT));
 
     mrb_define_class_method(mrb, nginx, "send_header",
                             ngx_http_mruby_send_header, MRB_ARGS_OPT(1));

@@ -18,9 +18,6 @@
 #include "ngx_mruby.h"
 
 
-#define NGX_HTTP_MRUBY_VERSION  "1.0.0"
-
-
 /*
  * Where a script runs.  The first NGX_HTTP_MRUBY_NHANDLERS are the
  * per-location handlers; the others are runs of another kind.

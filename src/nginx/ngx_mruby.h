@@ -57,6 +57,26 @@ typedef struct {
 } ngx_mruby_process_t;
 
 
+#define NGX_MRUBY_VERSION  "1.0.0"
+
+
+/*
+ * The mrb_server of a module: to scripts, both modules are the one Nginx
+ * class of ngx_mruby.
+ */
+#define ngx_mruby_server(define, write, log)                                  \
+    {                                                                         \
+        "NGINX",                           /* Kernel#server_name */           \
+        "Nginx",                           /* the server class */             \
+        "ngx_mruby",                       /* Nginx.module_name */            \
+        NGX_MRUBY_VERSION,                 /* Nginx.module_version */         \
+        NGX_LOG_EMERG,                     /* Nginx::LOG_EMERG is 1 */        \
+        define,                                                               \
+        write,                                                                \
+        log                                                                   \
+    }
+
+
 /* "mruby_cache" values: the policy of file scripts without one of their own */
 #define NGX_MRUBY_CACHE_UNSET  NGX_CONF_UNSET_UINT
 
@@ -132,8 +152,17 @@ mrb_interp *ngx_mruby_interp(ngx_mruby_process_t *p, ngx_log_t *log);
 /* Writes msg at an MRB_LOG_* level to log. */
 void ngx_mruby_log(ngx_log_t *log, int level, const char *msg, size_t len);
 
-/* Server::LOG_STDERR .. LOG_DEBUG with nginx's numbers. */
-void ngx_mruby_define_log_levels(mrb_state *mrb, struct RClass *c);
+/* nginx's return codes (OK, DECLINED, ...) and log levels (LOG_*) in c. */
+void ngx_mruby_define_codes(mrb_state *mrb, struct RClass *c);
+
+/*
+ * remote_ip, remote_port, local_ip and local_port in class c: of the
+ * connection that ngx_mruby_connection() gives.
+ */
+void ngx_mruby_define_connection(mrb_state *mrb, struct RClass *c);
+
+/* The current run's client connection: each module has its own. */
+ngx_connection_t *ngx_mruby_connection(mrb_state *mrb);
 
 
 #endif /* _NGX_MRUBY_H_INCLUDED_ */

@@ -1,9 +1,12 @@
 /*
  * The parts of the Ruby API that the http and stream modules share: the
- * error log as mruby sees it, and constants.
+ * error log as mruby sees it, constants, and the client connection.
  */
 
 #include "ngx_mruby.h"
+
+#include <mruby/class.h>
+#include <mruby/string.h>
 
 
 void
@@ -16,12 +19,20 @@ ngx_mruby_log(ngx_log_t *log, int level, const char *msg, size_t len)
 
 
 void
-ngx_mruby_define_log_levels(mrb_state *mrb, struct RClass *c)
+ngx_mruby_define_codes(mrb_state *mrb, struct RClass *c)
 {
     static const struct {
         const char  *name;
-        mrb_int      level;
-    } levels[] = {
+        mrb_int      value;
+    } codes[] = {
+        { "OK", NGX_OK },
+        { "ERROR", NGX_ERROR },
+        { "AGAIN", NGX_AGAIN },
+        { "BUSY", NGX_BUSY },
+        { "DONE", NGX_DONE },
+        { "DECLINED", NGX_DECLINED },
+        { "ABORT", NGX_ABORT },
+
         { "LOG_STDERR", NGX_LOG_STDERR },
         { "LOG_EMERG", NGX_LOG_EMERG },
         { "LOG_ALERT", NGX_LOG_ALERT },
@@ -35,8 +46,72 @@ ngx_mruby_define_log_levels(mrb_state *mrb, struct RClass *c)
 
     ngx_uint_t  i;
 
-    for (i = 0; i < sizeof(levels) / sizeof(levels[0]); i++) {
-        mrb_define_const(mrb, c, levels[i].name,
-                         mrb_fixnum_value(levels[i].level));
+    for (i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
+        mrb_define_const(mrb, c, codes[i].name,
+                         mrb_fixnum_value(codes[i].value));
     }
+}
+
+
+static mrb_value
+ngx_mruby_conn_remote_ip(mrb_state *mrb, mrb_value self)
+{
+    ngx_connection_t  *c = ngx_mruby_connection(mrb);
+
+    return mrb_str_new(mrb, (const char *) c->addr_text.data,
+                       (mrb_int) c->addr_text.len);
+}
+
+
+static mrb_value
+ngx_mruby_conn_remote_port(mrb_state *mrb, mrb_value self)
+{
+    ngx_connection_t  *c = ngx_mruby_connection(mrb);
+
+    return mrb_fixnum_value(ngx_inet_get_port(c->sockaddr));
+}
+
+
+static mrb_value
+ngx_mruby_conn_local_ip(mrb_state *mrb, mrb_value self)
+{
+    u_char             addr[NGX_SOCKADDR_STRLEN];
+    ngx_str_t          s;
+    ngx_connection_t  *c = ngx_mruby_connection(mrb);
+
+    s.data = addr;
+    s.len = sizeof(addr);
+
+    if (ngx_connection_local_sockaddr(c, &s, 0) != NGX_OK) {
+        mrb_raise(mrb, E_RUNTIME_ERROR, "cannot get the local address");
+    }
+
+    return mrb_str_new(mrb, (const char *) s.data, (mrb_int) s.len);
+}
+
+
+static mrb_value
+ngx_mruby_conn_local_port(mrb_state *mrb, mrb_value self)
+{
+    ngx_connection_t  *c = ngx_mruby_connection(mrb);
+
+    if (ngx_connection_local_sockaddr(c, NULL, 0) != NGX_OK) {
+        mrb_raise(mrb, E_RUNTIME_ERROR, "cannot get the local address");
+    }
+
+    return mrb_fixnum_value(ngx_inet_get_port(c->local_sockaddr));
+}
+
+
+void
+ngx_mruby_define_connection(mrb_state *mrb, struct RClass *c)
+{
+    mrb_define_method(mrb, c, "remote_ip", ngx_mruby_conn_remote_ip,
+                      MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "remote_port", ngx_mruby_conn_remote_port,
+                      MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "local_ip", ngx_mruby_conn_local_ip,
+                      MRB_ARGS_NONE());
+    mrb_define_method(mrb, c, "local_port", ngx_mruby_conn_local_port,
+                      MRB_ARGS_NONE());
 }

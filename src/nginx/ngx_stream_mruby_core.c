@@ -16,16 +16,9 @@ static void ngx_stream_mruby_log(void *log_target, mrb_run *run, int level,
 static void ngx_stream_mruby_define(mrb_state *mrb, struct RClass *nginx);
 
 
-const mrb_server  ngx_stream_mruby_server = {
-    "NGINX",                               /* Kernel#server_name */
-    "Nginx",                               /* the server class */
-    "ngx_mruby",                           /* Nginx.module_name */
-    NGX_STREAM_MRUBY_VERSION,              /* Nginx.module_version */
-    NGX_LOG_EMERG,                         /* Nginx::LOG_EMERG is 1 */
-    ngx_stream_mruby_define,
-    ngx_stream_mruby_write,
-    ngx_stream_mruby_log
-};
+const mrb_server  ngx_stream_mruby_server =
+    ngx_mruby_server(ngx_stream_mruby_define, ngx_stream_mruby_write,
+                     ngx_stream_mruby_log);
 
 
 static int
@@ -85,8 +78,8 @@ ngx_stream_mruby_log_m(mrb_state *mrb, mrb_value self)
 }
 
 
-static ngx_connection_t *
-ngx_stream_mruby_connection(mrb_state *mrb)
+ngx_connection_t *
+ngx_mruby_connection(mrb_state *mrb)
 {
     ngx_stream_session_t  *s;
 
@@ -96,93 +89,16 @@ ngx_stream_mruby_connection(mrb_state *mrb)
 }
 
 
-static mrb_value
-ngx_stream_mruby_remote_ip(mrb_state *mrb, mrb_value self)
-{
-    ngx_connection_t  *c = ngx_stream_mruby_connection(mrb);
-
-    return mrb_str_new(mrb, (const char *) c->addr_text.data,
-                       (mrb_int) c->addr_text.len);
-}
-
-
-static mrb_value
-ngx_stream_mruby_remote_port(mrb_state *mrb, mrb_value self)
-{
-    ngx_connection_t  *c = ngx_stream_mruby_connection(mrb);
-
-    return mrb_fixnum_value(ngx_inet_get_port(c->sockaddr));
-}
-
-
-static mrb_value
-ngx_stream_mruby_local_ip(mrb_state *mrb, mrb_value self)
-{
-    u_char             addr[NGX_SOCKADDR_STRLEN];
-    ngx_str_t          s;
-    ngx_connection_t  *c = ngx_stream_mruby_connection(mrb);
-
-    s.data = addr;
-    s.len = sizeof(addr);
-
-    if (ngx_connection_local_sockaddr(c, &s, 0) != NGX_OK) {
-        mrb_raise(mrb, E_RUNTIME_ERROR, "cannot get the local address");
-    }
-
-    return mrb_str_new(mrb, (const char *) s.data, (mrb_int) s.len);
-}
-
-
-static mrb_value
-ngx_stream_mruby_local_port(mrb_state *mrb, mrb_value self)
-{
-    ngx_connection_t  *c = ngx_stream_mruby_connection(mrb);
-
-    if (ngx_connection_local_sockaddr(c, NULL, 0) != NGX_OK) {
-        mrb_raise(mrb, E_RUNTIME_ERROR, "cannot get the local address");
-    }
-
-    return mrb_fixnum_value(ngx_inet_get_port(c->local_sockaddr));
-}
-
-
-static void
-ngx_stream_mruby_define_codes(mrb_state *mrb, struct RClass *c)
-{
-    static const struct {
-        const char  *name;
-        mrb_int      value;
-    } codes[] = {
-        { "OK", NGX_OK },
-        { "ERROR", NGX_ERROR },
-        { "AGAIN", NGX_AGAIN },
-        { "BUSY", NGX_BUSY },
-        { "DONE", NGX_DONE },
-        { "DECLINED", NGX_DECLINED },
-        { "ABORT", NGX_ABORT }
-    };
-
-    ngx_uint_t  i;
-
-    for (i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
-        mrb_define_const(mrb, c, codes[i].name,
-                         mrb_fixnum_value(codes[i].value));
-    }
-
-    ngx_mruby_define_log_levels(mrb, c);
-}
-
-
 static void
 ngx_stream_mruby_define(mrb_state *mrb, struct RClass *nginx)
 {
     struct RClass  *stream, *conn;
 
-    ngx_stream_mruby_define_codes(mrb, nginx);
+    ngx_mruby_define_codes(mrb, nginx);
 
     stream = mrb_define_class_under(mrb, nginx, "Stream", mrb->object_class);
 
-    ngx_stream_mruby_define_codes(mrb, stream);
+    ngx_mruby_define_codes(mrb, stream);
 
     mrb_define_class_method(mrb, stream, "log", ngx_stream_mruby_log_m,
                             MRB_ARGS_REQ(2));
@@ -192,12 +108,5 @@ ngx_stream_mruby_define(mrb_state *mrb, struct RClass *nginx)
     conn = mrb_define_class_under(mrb, stream, "Connection",
                                   mrb->object_class);
 
-    mrb_define_method(mrb, conn, "remote_ip", ngx_stream_mruby_remote_ip,
-                      MRB_ARGS_NONE());
-    mrb_define_method(mrb, conn, "remote_port", ngx_stream_mruby_remote_port,
-                      MRB_ARGS_NONE());
-    mrb_define_method(mrb, conn, "local_ip", ngx_stream_mruby_local_ip,
-                      MRB_ARGS_NONE());
-    mrb_define_method(mrb, conn, "local_port", ngx_stream_mruby_local_port,
-                      MRB_ARGS_NONE());
+    ngx_mruby_define_connection(mrb, conn);
 }

@@ -18,9 +18,6 @@
 #include "ngx_mruby.h"
 
 
-#define NGX_STREAM_MRUBY_VERSION  "1.0.0"
-
-
 typedef struct {
     ngx_mruby_script_t   *handler;        /* mruby_stream(_code) */
 } ngx_stream_mruby_srv_conf_t;

@@ -27,25 +27,32 @@ h = {
   "server_version" => Nginx.server_version,
   "configure_has_compat" => Nginx.configure.include?("--with-compat") ? 1 : 0,
   "OK" => Nginx::OK, "DECLINED" => Nginx::DECLINED, "ERROR" => Nginx::ERROR,
-  "DONE" => Nginx::DONE, "AGAIN" => Nginx::AGAIN,
+  "DONE" => Nginx::DONE, "AGAIN" => Nginx::AGAIN, "BUSY" => Nginx::BUSY,
+  "ABORT" => Nginx::ABORT, "HTTPS_CERT_ERROR" => Nginx::HTTPS_CERT_ERROR,
+  "HTTPS_NO_CERT" => Nginx::HTTPS_NO_CERT,
   "HTTP_OK" => Nginx::HTTP_OK, "HTTP_NOT_FOUND" => Nginx::HTTP_NOT_FOUND,
   "HTTP_SERVICE_UNAVAILABLE" => Nginx::HTTP_SERVICE_UNAVAILABLE,
   "HTTP_MOVED_TEMPORARILY" => Nginx::HTTP_MOVED_TEMPORARILY,
-  "LOG_EMERG" => Nginx::LOG_EMERG, "LOG_ERR" => Nginx::LOG_ERR,
+  "LOG_STDERR" => Nginx::LOG_STDERR, "LOG_EMERG" => Nginx::LOG_EMERG,
+  "LOG_ERR" => Nginx::LOG_ERR,
   "LOG_DEBUG" => Nginx::LOG_DEBUG,
 }
 """ + INSPECT})
     h = ruby_json(n, "/")
     assert h["server_name"] == "NGINX" and h["class"] == "Nginx"
     assert h["module_name"] == "ngx_mruby"
+    assert h["module_version"] == "1.0.0"
     assert h["nginx_version"] == "1.22.1"
     assert h["server_version"] == "nginx/1.22.1"
     assert h["configure_has_compat"] == 1
     assert (h["OK"], h["DECLINED"], h["ERROR"], h["DONE"], h["AGAIN"]) == \
         (0, -5, -1, -4, -2)
+    assert (h["BUSY"], h["ABORT"], h["HTTPS_CERT_ERROR"],
+            h["HTTPS_NO_CERT"]) == (-3, -6, 495, 496)
     assert (h["HTTP_OK"], h["HTTP_NOT_FOUND"], h["HTTP_SERVICE_UNAVAILABLE"],
             h["HTTP_MOVED_TEMPORARILY"]) == (200, 404, 503, 302)
-    assert (h["LOG_EMERG"], h["LOG_ERR"], h["LOG_DEBUG"]) == (1, 4, 8)
+    assert (h["LOG_STDERR"], h["LOG_EMERG"], h["LOG_ERR"],
+            h["LOG_DEBUG"]) == (0, 1, 4, 8)
 
 
 def test_errlogger_levels(nginx):
