@@ -97,22 +97,58 @@ static ngx_http_mruby_header_field_t  ngx_http_mruby_headers_out_fields[] = {
     ((key)->len == sizeof(lit) - 1                                            \
      && ngx_strncasecmp((key)->data, (u_char *) lit, sizeof(lit) - 1) == 0)
 
+/* The pointer that r->headers_in or r->headers_out keeps for key, or NULL. */
+#define ngx_http_mruby_header_ptr(headers, fields, key)                       \
+    ngx_http_mruby_header_field(headers, fields, ngx_http_mruby_nelts(fields),\
+                                key)
 
-static ngx_http_mruby_header_field_t *
-ngx_http_mruby_header_field(ngx_http_mruby_header_field_t *fields,
-    ngx_uint_t n, ngx_str_t *key)
+
+typedef ngx_int_t (*ngx_http_mruby_header_set_pt)(ngx_http_request_t *r,
+    ngx_str_t *key, ngx_str_t *value);
+
+
+/* Header names are not case-sensitive. */
+static ngx_uint_t
+ngx_http_mruby_header_is(ngx_str_t *name, ngx_str_t *key)
+{
+    return name->len == key->len
+           && ngx_strncasecmp(name->data, key->data, key->len) == 0;
+}
+
+
+static void *
+ngx_http_mruby_header_field(void *headers,
+    ngx_http_mruby_header_field_t *fields, ngx_uint_t n, ngx_str_t *key)
 {
     ngx_uint_t  i;
 
     for (i = 0; i < n; i++) {
-        if (fields[i].name.len == key->len
-            && ngx_strncasecmp(fields[i].name.data, key->data, key->len) == 0)
-        {
-            return &fields[i];
+        if (ngx_http_mruby_header_is(&fields[i].name, key)) {
+            return (char *) headers + fields[i].offset;
         }
     }
 
     return NULL;
+}
+
+
+/*
+ * Element *i of a list, where *i counts from the start of *part: moves on
+ * to the part it is in, or returns NULL at the end of the list.
+ */
+static ngx_table_elt_t *
+ngx_http_mruby_header_at(ngx_list_part_t **part, ngx_uint_t *i)
+{
+    while (*i >= (*part)->nelts) {
+        if ((*part)->next == NULL) {
+            return NULL;
+        }
+
+        *part = (*part)->next;
+        *i = 0;
+    }
+
+    return (ngx_table_elt_t *) (*part)->elts + *i;
 }
 
 
@@ -125,28 +161,14 @@ ngx_http_mruby_header_find(ngx_list_t *list, ngx_str_t *key)
     ngx_table_elt_t  *h;
 
     part = &list->part;
-    h = part->elts;
 
-    for (i = 0; /* void */; i++) {
-
-        if (i >= part->nelts) {
-            if (part->next == NULL) {
-                return NULL;
-            }
-
-            part = part->next;
-            h = part->elts;
-            i = 0;
-            continue;
-        }
-
-        if (h[i].hash != 0
-            && h[i].key.len == key->len
-            && ngx_strncasecmp(h[i].key.data, key->data, key->len) == 0)
-        {
-            return &h[i];
+    for (i = 0; (h = ngx_http_mruby_header_at(&part, &i)) != NULL; i++) {
+        if (h->hash != 0 && ngx_http_mruby_header_is(&h->key, key)) {
+            return h;
         }
     }
+
+    return NULL;
 }
 
 
@@ -215,6 +237,44 @@ ngx_http_mruby_header_args(mrb_state *mrb, ngx_http_request_t *r,
 }
 
 
+/* The value of []: a String, or nil. */
+static mrb_value
+ngx_http_mruby_header_value(mrb_state *mrb, ngx_table_elt_t *h)
+{
+    return h ? ngx_http_mruby_str(mrb, &h->value) : mrb_nil_value();
+}
+
+
+/*
+ * headers[key] = value with set, which takes a NULL value (nil) to delete
+ * the header and answers NGX_DECLINED to an invalid Content-Length.
+ */
+static mrb_value
+ngx_http_mruby_headers_assign(mrb_state *mrb,
+    ngx_http_mruby_header_set_pt set)
+{
+    mrb_bool             has_value;
+    ngx_int_t            rc;
+    ngx_str_t            key, value;
+    ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
+
+    ngx_http_mruby_header_args(mrb, r, &key, &value, &has_value);
+
+    rc = set(r, &key, has_value ? &value : NULL);
+
+    if (rc == NGX_DECLINED) {
+        mrb_raisef(mrb, E_ARGUMENT_ERROR, "invalid Content-Length: %v",
+                   ngx_http_mruby_str(mrb, &value));
+    }
+
+    if (rc != NGX_OK) {
+        mrb_raise(mrb, E_RUNTIME_ERROR, "out of memory");
+    }
+
+    return has_value ? ngx_http_mruby_str(mrb, &value) : mrb_nil_value();
+}
+
+
 static mrb_value
 ngx_http_mruby_headers_hash(mrb_state *mrb, ngx_list_t *list)
 {
@@ -226,30 +286,18 @@ ngx_http_mruby_headers_hash(mrb_state *mrb, ngx_list_t *list)
     hash = mrb_hash_new(mrb);
 
     part = &list->part;
-    h = part->elts;
 
-    for (i = 0; /* void */; i++) {
+    for (i = 0; (h = ngx_http_mruby_header_at(&part, &i)) != NULL; i++) {
 
-        if (i >= part->nelts) {
-            if (part->next == NULL) {
-                break;
-            }
-
-            part = part->next;
-            h = part->elts;
-            i = 0;
+        if (h->hash == 0) {
             continue;
         }
 
-        if (h[i].hash == 0) {
-            continue;
-        }
-
-        key = ngx_http_mruby_str(mrb, &h[i].key);
+        key = ngx_http_mruby_str(mrb, &h->key);
 
         /* the first of repeated headers, as [] gives */
         if (mrb_nil_p(mrb_hash_fetch(mrb, hash, key, mrb_nil_value()))) {
-            mrb_hash_set(mrb, hash, key, ngx_http_mruby_str(mrb, &h[i].value));
+            mrb_hash_set(mrb, hash, key, ngx_http_mruby_str(mrb, &h->value));
         }
     }
 
@@ -326,24 +374,11 @@ ngx_http_mruby_header_in_delete(ngx_http_request_t *r, ngx_str_t *key)
 
     n = 0;
     part = &r->headers_in.headers.part;
-    h = part->elts;
+    i = 0;
 
-    for (i = 0; /* void */; /* void */) {
+    while ((h = ngx_http_mruby_header_at(&part, &i)) != NULL) {
 
-        if (i >= part->nelts) {
-            if (part->next == NULL) {
-                return n;
-            }
-
-            part = part->next;
-            h = part->elts;
-            i = 0;
-            continue;
-        }
-
-        if (h[i].key.len == key->len
-            && ngx_strncasecmp(h[i].key.data, key->data, key->len) == 0)
-        {
+        if (ngx_http_mruby_header_is(&h->key, key)) {
             ngx_http_mruby_header_in_remove(r, part, i);
             n++;
             continue;  /* the next one moved into i */
@@ -351,18 +386,23 @@ ngx_http_mruby_header_in_delete(ngx_http_request_t *r, ngx_str_t *key)
 
         i++;
     }
+
+    return n;
 }
 
 
+/* One request header of that name, with value; NULL removes them all. */
 static ngx_int_t
 ngx_http_mruby_header_in_set(ngx_http_request_t *r, ngx_str_t *key,
     ngx_str_t *value)
 {
-    ngx_array_t                    *a;
-    ngx_table_elt_t                *h, **p;
-    ngx_http_mruby_header_field_t  *f;
+    ngx_array_t       *a;
+    ngx_table_elt_t   *h, **p;
 
-    /* one header of that name, with the new value */
+    if (value == NULL) {
+        (void) ngx_http_mruby_header_in_delete(r, key);
+        return NGX_OK;
+    }
 
     h = ngx_http_mruby_header_find(&r->headers_in.headers, key);
 
@@ -376,20 +416,16 @@ ngx_http_mruby_header_in_set(ngx_http_request_t *r, ngx_str_t *key,
         return NGX_ERROR;
     }
 
-    f = ngx_http_mruby_header_field(ngx_http_mruby_headers_in_fields,
-                          ngx_http_mruby_nelts(ngx_http_mruby_headers_in_fields),
-                          key);
-    if (f != NULL) {
-        p = (ngx_table_elt_t **) ((char *) &r->headers_in + f->offset);
+    p = ngx_http_mruby_header_ptr(&r->headers_in,
+                                  ngx_http_mruby_headers_in_fields, key);
+    if (p != NULL) {
         *p = h;
         return NGX_OK;
     }
 
-    f = ngx_http_mruby_header_field(ngx_http_mruby_headers_in_arrays,
-                          ngx_http_mruby_nelts(ngx_http_mruby_headers_in_arrays),
-                          key);
-    if (f != NULL) {
-        a = (ngx_array_t *) ((char *) &r->headers_in + f->offset);
+    a = ngx_http_mruby_header_ptr(&r->headers_in,
+                                  ngx_http_mruby_headers_in_arrays, key);
+    if (a != NULL) {
 
         if (a->elts == NULL
             && ngx_array_init(a, r->pool, 1, sizeof(ngx_table_elt_t *))
@@ -414,36 +450,19 @@ static mrb_value
 ngx_http_mruby_headers_in_get(mrb_state *mrb, mrb_value self)
 {
     ngx_str_t            key;
-    ngx_table_elt_t     *h;
     ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
 
     ngx_http_mruby_header_args(mrb, r, &key, NULL, NULL);
 
-    h = ngx_http_mruby_header_find(&r->headers_in.headers, &key);
-
-    return h ? ngx_http_mruby_str(mrb, &h->value) : mrb_nil_value();
+    return ngx_http_mruby_header_value(mrb,
+               ngx_http_mruby_header_find(&r->headers_in.headers, &key));
 }
 
 
 static mrb_value
 ngx_http_mruby_headers_in_set(mrb_state *mrb, mrb_value self)
 {
-    mrb_bool             has_value;
-    ngx_str_t            key, value;
-    ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
-
-    ngx_http_mruby_header_args(mrb, r, &key, &value, &has_value);
-
-    if (!has_value) {
-        (void) ngx_http_mruby_header_in_delete(r, &key);
-        return mrb_nil_value();
-    }
-
-    if (ngx_http_mruby_header_in_set(r, &key, &value) != NGX_OK) {
-        mrb_raise(mrb, E_RUNTIME_ERROR, "out of memory");
-    }
-
-    return ngx_http_mruby_str(mrb, &value);
+    return ngx_http_mruby_headers_assign(mrb, ngx_http_mruby_header_in_set);
 }
 
 
@@ -474,10 +493,9 @@ ngx_http_mruby_headers_in_all(mrb_state *mrb, mrb_value self)
 static void
 ngx_http_mruby_header_out_delete(ngx_http_request_t *r, ngx_str_t *key)
 {
-    ngx_uint_t                      i;
-    ngx_list_part_t                *part;
-    ngx_table_elt_t                *h, **p;
-    ngx_http_mruby_header_field_t  *f;
+    ngx_uint_t         i;
+    ngx_list_part_t   *part;
+    ngx_table_elt_t   *h, **p;
 
     if (ngx_http_mruby_key_is(key, "content-type")) {
         ngx_str_null(&r->headers_out.content_type);
@@ -491,50 +509,40 @@ ngx_http_mruby_header_out_delete(ngx_http_request_t *r, ngx_str_t *key)
         r->headers_out.content_length_n = -1;
     }
 
-    f = ngx_http_mruby_header_field(ngx_http_mruby_headers_out_fields,
-                         ngx_http_mruby_nelts(ngx_http_mruby_headers_out_fields),
-                         key);
-    if (f != NULL) {
-        p = (ngx_table_elt_t **) ((char *) &r->headers_out + f->offset);
+    p = ngx_http_mruby_header_ptr(&r->headers_out,
+                                  ngx_http_mruby_headers_out_fields, key);
+    if (p != NULL) {
         *p = NULL;
     }
 
     /* a response header with hash 0 is one nginx does not send */
 
     part = &r->headers_out.headers.part;
-    h = part->elts;
 
-    for (i = 0; /* void */; i++) {
-
-        if (i >= part->nelts) {
-            if (part->next == NULL) {
-                return;
-            }
-
-            part = part->next;
-            h = part->elts;
-            i = 0;
-            continue;
-        }
-
-        if (h[i].key.len == key->len
-            && ngx_strncasecmp(h[i].key.data, key->data, key->len) == 0)
-        {
-            h[i].hash = 0;
+    for (i = 0; (h = ngx_http_mruby_header_at(&part, &i)) != NULL; i++) {
+        if (ngx_http_mruby_header_is(&h->key, key)) {
+            h->hash = 0;
         }
     }
 }
 
 
-/* Sets a response header, replacing one of that name (Set-Cookie adds). */
+/*
+ * Sets a response header, replacing one of that name (Set-Cookie adds);
+ * value NULL deletes it.  NGX_DECLINED: an invalid Content-Length.
+ */
 ngx_int_t
 ngx_http_mruby_headers_out_set(ngx_http_request_t *r, ngx_str_t *key,
     ngx_str_t *value)
 {
-    u_char                         *semi;
-    off_t                           n;
-    ngx_table_elt_t                *h, **p;
-    ngx_http_mruby_header_field_t  *f;
+    u_char            *semi;
+    off_t              n;
+    ngx_table_elt_t   *h, **p;
+
+    if (value == NULL) {
+        ngx_http_mruby_header_out_delete(r, key);
+        return NGX_OK;
+    }
 
     if (ngx_http_mruby_key_is(key, "content-type")) {
         r->headers_out.content_type = *value;
@@ -570,11 +578,9 @@ ngx_http_mruby_headers_out_set(ngx_http_request_t *r, ngx_str_t *key,
 
     h->hash = 1;
 
-    f = ngx_http_mruby_header_field(ngx_http_mruby_headers_out_fields,
-                         ngx_http_mruby_nelts(ngx_http_mruby_headers_out_fields),
-                         key);
-    if (f != NULL) {
-        p = (ngx_table_elt_t **) ((char *) &r->headers_out + f->offset);
+    p = ngx_http_mruby_header_ptr(&r->headers_out,
+                                  ngx_http_mruby_headers_out_fields, key);
+    if (p != NULL) {
         *p = h;
     }
 
@@ -582,11 +588,25 @@ ngx_http_mruby_headers_out_set(ngx_http_request_t *r, ngx_str_t *key,
 }
 
 
+/* Content-Length as nginx keeps it when it has no header for it, or nil. */
+static mrb_value
+ngx_http_mruby_content_length(mrb_state *mrb, ngx_http_request_t *r)
+{
+    if (r->headers_out.content_length != NULL
+        || r->headers_out.content_length_n < 0)
+    {
+        return mrb_nil_value();
+    }
+
+    return mrb_obj_as_string(mrb, mrb_fixnum_value(
+               (mrb_int) r->headers_out.content_length_n));
+}
+
+
 static mrb_value
 ngx_http_mruby_headers_out_get(mrb_state *mrb, mrb_value self)
 {
     ngx_str_t            key;
-    ngx_table_elt_t     *h;
     ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
 
     ngx_http_mruby_header_args(mrb, r, &key, NULL, NULL);
@@ -602,47 +622,19 @@ ngx_http_mruby_headers_out_get(mrb_state *mrb, mrb_value self)
     if (ngx_http_mruby_key_is(&key, "content-length")
         && r->headers_out.content_length == NULL)
     {
-        if (r->headers_out.content_length_n < 0) {
-            return mrb_nil_value();
-        }
-
-        return mrb_obj_as_string(mrb, mrb_fixnum_value(
-                   (mrb_int) r->headers_out.content_length_n));
+        return ngx_http_mruby_content_length(mrb, r);
     }
 
-    h = ngx_http_mruby_header_find(&r->headers_out.headers, &key);
-
-    return h ? ngx_http_mruby_str(mrb, &h->value) : mrb_nil_value();
+    return ngx_http_mruby_header_value(mrb,
+               ngx_http_mruby_header_find(&r->headers_out.headers, &key));
 }
 
 
 static mrb_value
 ngx_http_mruby_headers_out_set_m(mrb_state *mrb, mrb_value self)
 {
-    mrb_bool             has_value;
-    ngx_int_t            rc;
-    ngx_str_t            key, value;
-    ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
-
-    ngx_http_mruby_header_args(mrb, r, &key, &value, &has_value);
-
-    if (!has_value) {
-        ngx_http_mruby_header_out_delete(r, &key);
-        return mrb_nil_value();
-    }
-
-    rc = ngx_http_mruby_headers_out_set(r, &key, &value);
-
-    if (rc == NGX_DECLINED) {
-        mrb_raisef(mrb, E_ARGUMENT_ERROR, "invalid Content-Length: %v",
-                   ngx_http_mruby_str(mrb, &value));
-    }
-
-    if (rc != NGX_OK) {
-        mrb_raise(mrb, E_RUNTIME_ERROR, "out of memory");
-    }
-
-    return ngx_http_mruby_str(mrb, &value);
+    return ngx_http_mruby_headers_assign(mrb,
+                                         ngx_http_mruby_headers_out_set);
 }
 
 
@@ -662,7 +654,7 @@ ngx_http_mruby_headers_out_delete(mrb_state *mrb, mrb_value self)
 static mrb_value
 ngx_http_mruby_headers_out_all(mrb_state *mrb, mrb_value self)
 {
-    mrb_value            hash;
+    mrb_value            hash, length;
     ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
 
     hash = ngx_http_mruby_headers_hash(mrb, &r->headers_out.headers);
@@ -672,12 +664,11 @@ ngx_http_mruby_headers_out_all(mrb_state *mrb, mrb_value self)
                      ngx_http_mruby_str(mrb, &r->headers_out.content_type));
     }
 
-    if (r->headers_out.content_length == NULL
-        && r->headers_out.content_length_n >= 0)
-    {
+    length = ngx_http_mruby_content_length(mrb, r);
+
+    if (!mrb_nil_p(length)) {
         mrb_hash_set(mrb, hash, mrb_str_new_lit(mrb, "Content-Length"),
-                     mrb_obj_as_string(mrb, mrb_fixnum_value(
-                         (mrb_int) r->headers_out.content_length_n)));
+                     length);
     }
 
     return hash;

@@ -149,6 +149,40 @@ h = {
     assert r.raw.headers.getlist("Set-Cookie") == ["a=1", "b=2"]
 
 
+def test_headers_nil_delete_and_content_length(nginx):
+    n = nginx("""
+location / {
+    mruby_content_handler {dir}/t.rb;
+}""", files={"t.rb": """
+r = Nginx::Request.new
+i = r.headers_in
+o = r.headers_out
+o["X-A"] = "a"
+o["Content-Length"] = "12"
+h = {
+  "in_set" => i.send(:[]=, "X-Twice", nil).nil?, "in_after" => i["X-Twice"],
+  "in_del_again" => i.delete("X-Twice"),
+  "out_set" => o.send(:[]=, "X-A", nil).nil?, "out_after" => o["X-A"],
+  "out_del" => o.delete("X-None").nil?,
+  "cl" => o["Content-Length"], "cl_all" => o.all["Content-Length"],
+}
+begin
+  o["Content-Length"] = "twelve"
+rescue ArgumentError => e
+  h["cl_error"] = e.message
+end
+o.delete "Content-Length"
+h["cl_deleted"] = o["Content-Length"]
+""" + INSPECT})
+    r = n.get("/", headers={"X-Twice": "1"})
+    assert json.loads(r.text) == {
+        "in_set": True, "in_after": None, "in_del_again": False,
+        "out_set": True, "out_after": None, "out_del": True,
+        "cl": "12", "cl_all": "12",
+        "cl_error": "invalid Content-Length: twelve", "cl_deleted": None}
+    assert "X-A" not in r.headers
+
+
 def test_deleted_request_header_is_not_proxied(nginx):
     n = nginx("""
 server {
