@@ -32,6 +32,15 @@ ap_mrb_write(mrb_run *run, const char *data, size_t len)
         return ap_mrb_filter_write(run->data, data, len);
     }
 
+    /*
+     * After the response's EOS (a log_transaction script) the bytes would
+     * go out on the connection behind the response, where a keep-alive
+     * client reads them as the start of the next one.
+     */
+    if (r->eos_sent) {
+        return -1;
+    }
+
     while (len > 0) {
         if (r->connection->aborted) {
             return -1;
