@@ -512,6 +512,22 @@ script_refresh_locked(mrb_interp *interp, mrb_script *script,
 }
 
 
+/*
+ * A new proc takes its target class (where its top-level constants and
+ * methods go) and its outer proc from the call in progress.  A script
+ * loaded inside another run (an input filter script under r.body) would
+ * define its constants into the class of that method, where no cleanup
+ * finds them, and keep doing so from the cache: a script is always top
+ * level.
+ */
+static void
+script_proc_toplevel(mrb_state *mrb, struct RProc *proc)
+{
+    proc->upper = NULL;
+    MRB_PROC_SET_TARGET_CLASS(proc, mrb->object_class);
+}
+
+
 /* The proc of script in interp, loading its current bytecode if needed. */
 static struct RProc *
 script_proc(mrb_interp *interp, mrb_script *script, char *err, size_t errlen)
@@ -564,6 +580,8 @@ script_proc(mrb_interp *interp, mrb_script *script, char *err, size_t errlen)
     }
 
     proc = mrb_proc_ptr(v);
+    script_proc_toplevel(mrb, proc);
+
     if (mrb_interp_proc_keep(interp, script->id, script->generation, proc)
         != 0)
     {
@@ -595,6 +613,11 @@ script_proc_uncached(mrb_interp *interp, mrb_script *script, char *err,
     proc = code_compile(mrb_interp_state(interp), src, len, script->name, 1,
                         err, errlen);
     free(src);
+
+    if (proc != NULL) {
+        script_proc_toplevel(mrb_interp_state(interp), proc);
+    }
+
     return proc;
 }
 
