@@ -629,6 +629,35 @@ script_exec(mrb_state *mrb, void *proc)
 }
 
 
+/*
+ * Blocks made at the top level of a script share its frame, which lives on
+ * the VM stack.  mruby keeps that frame's env on the stack after a top-level
+ * run (mirb reuses it) and just forgets it at the next run: a block kept
+ * past the run (a proc in a global, a constant, a startup object) would
+ * read the next script's registers, or freed memory once the stack has
+ * grown.  Give the env its own copy of the values now.  (A nested run's
+ * frame is popped, and mruby copies it then.)
+ */
+static void
+script_close_toplevel_env(mrb_state *mrb)
+{
+    mrb_callinfo  *ci = mrb->c->cibase;
+    struct REnv   *env;
+
+    if (mrb->c != mrb->root_c || mrb->c->ci != ci) {
+        return;
+    }
+
+    env = mrb_vm_ci_env(ci);
+    if (env == NULL) {
+        return;
+    }
+
+    mrb_vm_ci_env_set(ci, NULL);
+    mrb_env_unshare(mrb, env);
+}
+
+
 void
 mrb_run_init(mrb_run *run, void *request, mrb_int default_result)
 {
@@ -669,6 +698,7 @@ mrb_script_run(mrb_interp *interp, mrb_script *script, mrb_run *run)
 
     mrb_interp_run_push(interp, run);
     ret = mrb_protect_error(mrb, script_exec, proc, &failed);
+    script_close_toplevel_env(mrb);
 
     if (failed || mrb->exc != NULL) {
         mrb_error_format(mrb, failed ? ret : mrb_obj_value(mrb->exc),
