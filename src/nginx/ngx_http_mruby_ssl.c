@@ -172,6 +172,12 @@ ngx_http_mruby_ssl_servername(mrb_state *mrb, mrb_value self)
 }
 
 
+/* What a setter does with its String: 1 if OpenSSL took it. */
+typedef int (*ngx_http_mruby_ssl_file_pt)(ngx_ssl_conn_t *ssl,
+    const char *path);
+typedef int (*ngx_http_mruby_ssl_data_pt)(ngx_ssl_conn_t *ssl, BIO *bio);
+
+
 /* A file path (relative to nginx's prefix), NUL-terminated in c->pool. */
 static char *
 ngx_http_mruby_ssl_path(mrb_state *mrb, ngx_connection_t *c, mrb_value v)
@@ -196,8 +202,10 @@ ngx_http_mruby_ssl_path(mrb_state *mrb, ngx_connection_t *c, mrb_value v)
 }
 
 
+/* ssl.what = "path": use reads the file; an error names the path. */
 static mrb_value
-ngx_http_mruby_ssl_set_certificate(mrb_state *mrb, mrb_value self)
+ngx_http_mruby_ssl_set_file(mrb_state *mrb, const char *what,
+    ngx_http_mruby_ssl_file_pt use)
 {
     char              *path;
     mrb_value          v;
@@ -208,117 +216,126 @@ ngx_http_mruby_ssl_set_certificate(mrb_state *mrb, mrb_value self)
     c = ngx_http_mruby_ssl_connection(mrb);
     path = ngx_http_mruby_ssl_path(mrb, c, v);
 
-    if (SSL_use_certificate_chain_file(c->ssl->connection, path) != 1) {
-        ngx_http_mruby_ssl_raise(mrb, "certificate=", v);
+    if (use(c->ssl->connection, path) != 1) {
+        ngx_http_mruby_ssl_raise(mrb, what, v);
     }
 
     return v;
+}
+
+
+/* ssl.what = "PEM data": use reads it from a memory BIO. */
+static mrb_value
+ngx_http_mruby_ssl_set_data(mrb_state *mrb, const char *what,
+    ngx_http_mruby_ssl_data_pt use)
+{
+    int                ok;
+    BIO               *bio;
+    mrb_value          v;
+    ngx_connection_t  *c;
+
+    mrb_get_args(mrb, "S", &v);
+
+    c = ngx_http_mruby_ssl_connection(mrb);
+
+    bio = BIO_new_mem_buf(RSTRING_PTR(v), (int) RSTRING_LEN(v));
+    if (bio == NULL) {
+        ngx_http_mruby_ssl_raise(mrb, what, mrb_nil_value());
+    }
+
+    ok = use(c->ssl->connection, bio);
+
+    BIO_free(bio);
+
+    if (ok != 1) {
+        ngx_http_mruby_ssl_raise(mrb, what, mrb_nil_value());
+    }
+
+    return v;
+}
+
+
+static int
+ngx_http_mruby_ssl_use_key_file(ngx_ssl_conn_t *ssl, const char *path)
+{
+    return SSL_use_PrivateKey_file(ssl, path, SSL_FILETYPE_PEM);
+}
+
+
+/* A PEM certificate and the chain after it. */
+static int
+ngx_http_mruby_ssl_use_certificate_bio(ngx_ssl_conn_t *ssl, BIO *bio)
+{
+    int    ok;
+    X509  *x509;
+
+    x509 = PEM_read_bio_X509_AUX(bio, NULL, NULL, NULL);
+    ok = (x509 != NULL && SSL_use_certificate(ssl, x509) == 1);
+    X509_free(x509);
+
+    if (!ok) {
+        return 0;
+    }
+
+    SSL_clear_chain_certs(ssl);
+
+    while ((x509 = PEM_read_bio_X509(bio, NULL, NULL, NULL)) != NULL) {
+        if (SSL_add0_chain_cert(ssl, x509) != 1) {
+            X509_free(x509);
+            return 0;
+        }
+    }
+
+    /* the end of the data, not an error */
+    ERR_clear_error();
+
+    return 1;
+}
+
+
+static int
+ngx_http_mruby_ssl_use_key_bio(ngx_ssl_conn_t *ssl, BIO *bio)
+{
+    int        ok;
+    EVP_PKEY  *pkey;
+
+    pkey = PEM_read_bio_PrivateKey(bio, NULL, NULL, NULL);
+    ok = (pkey != NULL && SSL_use_PrivateKey(ssl, pkey) == 1);
+    EVP_PKEY_free(pkey);
+
+    return ok;
+}
+
+
+static mrb_value
+ngx_http_mruby_ssl_set_certificate(mrb_state *mrb, mrb_value self)
+{
+    return ngx_http_mruby_ssl_set_file(mrb, "certificate=",
+                                       SSL_use_certificate_chain_file);
 }
 
 
 static mrb_value
 ngx_http_mruby_ssl_set_certificate_key(mrb_state *mrb, mrb_value self)
 {
-    char              *path;
-    mrb_value          v;
-    ngx_connection_t  *c;
-
-    mrb_get_args(mrb, "S", &v);
-
-    c = ngx_http_mruby_ssl_connection(mrb);
-    path = ngx_http_mruby_ssl_path(mrb, c, v);
-
-    if (SSL_use_PrivateKey_file(c->ssl->connection, path, SSL_FILETYPE_PEM)
-        != 1)
-    {
-        ngx_http_mruby_ssl_raise(mrb, "certificate_key=", v);
-    }
-
-    return v;
+    return ngx_http_mruby_ssl_set_file(mrb, "certificate_key=",
+                                       ngx_http_mruby_ssl_use_key_file);
 }
 
 
-/* A PEM certificate and the chain after it. */
 static mrb_value
 ngx_http_mruby_ssl_set_certificate_data(mrb_state *mrb, mrb_value self)
 {
-    int                ok;
-    BIO               *bio;
-    X509              *x509;
-    mrb_value          v;
-    ngx_connection_t  *c;
-
-    mrb_get_args(mrb, "S", &v);
-
-    c = ngx_http_mruby_ssl_connection(mrb);
-
-    bio = BIO_new_mem_buf(RSTRING_PTR(v), (int) RSTRING_LEN(v));
-    if (bio == NULL) {
-        ngx_http_mruby_ssl_raise(mrb, "certificate_data=", mrb_nil_value());
-    }
-
-    x509 = PEM_read_bio_X509_AUX(bio, NULL, NULL, NULL);
-    ok = (x509 != NULL && SSL_use_certificate(c->ssl->connection, x509) == 1);
-    X509_free(x509);
-
-    if (ok) {
-        SSL_clear_chain_certs(c->ssl->connection);
-
-        while ((x509 = PEM_read_bio_X509(bio, NULL, NULL, NULL)) != NULL) {
-            if (SSL_add0_chain_cert(c->ssl->connection, x509) != 1) {
-                X509_free(x509);
-                ok = 0;
-                break;
-            }
-        }
-
-        if (ok) {
-            /* the end of the data, not an error */
-            ERR_clear_error();
-        }
-    }
-
-    BIO_free(bio);
-
-    if (!ok) {
-        ngx_http_mruby_ssl_raise(mrb, "certificate_data=", mrb_nil_value());
-    }
-
-    return v;
+    return ngx_http_mruby_ssl_set_data(mrb, "certificate_data=",
+                                       ngx_http_mruby_ssl_use_certificate_bio);
 }
 
 
 static mrb_value
 ngx_http_mruby_ssl_set_certificate_key_data(mrb_state *mrb, mrb_value self)
 {
-    int                ok;
-    BIO               *bio;
-    EVP_PKEY          *pkey;
-    mrb_value          v;
-    ngx_connection_t  *c;
-
-    mrb_get_args(mrb, "S", &v);
-
-    c = ngx_http_mruby_ssl_connection(mrb);
-
-    bio = BIO_new_mem_buf(RSTRING_PTR(v), (int) RSTRING_LEN(v));
-    if (bio == NULL) {
-        ngx_http_mruby_ssl_raise(mrb, "certificate_key_data=",
-                                 mrb_nil_value());
-    }
-
-    pkey = PEM_read_bio_PrivateKey(bio, NULL, NULL, NULL);
-    ok = (pkey != NULL && SSL_use_PrivateKey(c->ssl->connection, pkey) == 1);
-
-    EVP_PKEY_free(pkey);
-    BIO_free(bio);
-
-    if (!ok) {
-        ngx_http_mruby_ssl_raise(mrb, "certificate_key_data=",
-                                 mrb_nil_value());
-    }
-
-    return v;
+    return ngx_http_mruby_ssl_set_data(mrb, "certificate_key_data=",
+                                       ngx_http_mruby_ssl_use_key_bio);
 }
 
 

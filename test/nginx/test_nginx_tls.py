@@ -49,6 +49,17 @@ when "b.test"
   ssl.certificate_key_data = File.read("{dir}/b.test.key")
 when "broken.test"
   ssl.certificate = "{dir}/nonexistent.crt"
+when "errors.test"
+  [["certificate_data=", "no PEM"], ["certificate_key_data=", "no PEM"],
+   ["certificate_key=", "{dir}/nonexistent.key"]].each do |m, v|
+    begin
+      ssl.send(m, v)
+    rescue RuntimeError => e
+      Nginx.errlogger Nginx::LOG_ERR, "rescued: #{e.message}"
+    end
+  end
+  ssl.certificate = "{dir}/a.test.crt"
+  ssl.certificate_key = "{dir}/a.test.key"
 end
 """
 
@@ -92,6 +103,20 @@ def test_handshake_script_error_fails_the_handshake(tls_nginx):
     # and the next client is served
     der, _ = handshake(n.port, "a.test")
     assert der == n.certs["a.test"]
+
+
+def test_setter_errors_can_be_rescued(tls_nginx):
+    n = tls_nginx
+    der, _ = handshake(n.port, "errors.test")
+    assert der == n.certs["a.test"]
+    log = n.wait_log("rescued: Nginx::SSL#certificate_key=")
+    rescued = [l.split("rescued: ", 1)[1] for l in log.splitlines()
+               if "rescued: " in l]
+    assert len(rescued) == 3, rescued
+    assert rescued[0].startswith("Nginx::SSL#certificate_data= : ")
+    assert rescued[1].startswith("Nginx::SSL#certificate_key_data= : ")
+    assert rescued[2].startswith(
+        "Nginx::SSL#certificate_key= %s/nonexistent.key: " % n.dir), rescued
 
 
 def test_handshake_handler_needs_tls(nginx):
