@@ -546,6 +546,14 @@ script_proc(mrb_interp *interp, mrb_script *script, char *err, size_t errlen)
         }
     }
 
+    /* Compiled once and for all: no lock needed to find it loaded. */
+    if (script->policy != MRB_CACHE_STAT) {
+        proc = mrb_interp_proc(interp, script->id, script->generation);
+        if (proc != NULL) {
+            return proc;
+        }
+    }
+
     pthread_mutex_lock(&script->lock);
 
     if (script->policy == MRB_CACHE_STAT
