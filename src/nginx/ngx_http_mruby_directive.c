@@ -128,23 +128,16 @@ ngx_http_mruby_handler(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_http_mruby_loc_conf_t *mlcf = conf;
 
-    char                        *rv;
     ngx_uint_t                   phase;
     ngx_http_mruby_main_conf_t  *mmcf;
 
     phase = ngx_http_mruby_cmd_phase(cmd->post);
 
-    rv = ngx_mruby_conf_set_script(cf, ngx_http_mruby_cmd_code(cmd->post),
-                                   &mlcf->handlers[phase]);
-    if (rv != NGX_CONF_OK) {
-        return rv;
-    }
-
     mmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_mruby_module);
     mmcf->handlers |= 1 << phase;
-    mmcf->common.enabled = 1;
 
-    return NGX_CONF_OK;
+    return ngx_mruby_conf_set_script(cf, ngx_http_mruby_cmd_code(cmd->post),
+                                     &mlcf->handlers[phase], &mmcf->common);
 }
 
 
@@ -153,19 +146,12 @@ ngx_http_mruby_ssl_handshake(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_http_mruby_srv_conf_t *mscf = conf;
 
-    char                        *rv;
     ngx_http_mruby_main_conf_t  *mmcf;
 
-    rv = ngx_mruby_conf_set_script(cf, ngx_http_mruby_cmd_code(cmd->post),
-                                   &mscf->ssl_handshake);
-    if (rv != NGX_CONF_OK) {
-        return rv;
-    }
-
     mmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_mruby_module);
-    mmcf->common.enabled = 1;
 
-    return NGX_CONF_OK;
+    return ngx_mruby_conf_set_script(cf, ngx_http_mruby_cmd_code(cmd->post),
+                                     &mscf->ssl_handshake, &mmcf->common);
 }
 
 

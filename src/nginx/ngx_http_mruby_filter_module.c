@@ -79,13 +79,40 @@ ngx_http_mruby_filter_fail(ngx_http_request_t *r,
 }
 
 
+/*
+ * Runs a filter script: NGX_OK, the response's status changed if it
+ * returned one, or NGX_ERROR (logged).
+ */
+static ngx_int_t
+ngx_http_mruby_filter_run(ngx_http_request_t *r, ngx_mruby_script_t *s,
+    ngx_http_mruby_phase_e phase, ngx_http_mruby_filter_ctx_t *ctx)
+{
+    mrb_run                    run;
+    ngx_int_t                  rc;
+    ngx_http_mruby_run_data_t  data;
+
+    ngx_memzero(&data, sizeof(data));
+    data.phase = phase;
+    data.filter = ctx;  /* Nginx::Filter, in the body filter only */
+
+    rc = ngx_http_mruby_run(r, s, &data, &run, NGX_DECLINED);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    if (run.returned && run.result >= 100 && run.result < 1000) {
+        r->headers_out.status = (ngx_uint_t) run.result;
+    }
+
+    return NGX_OK;
+}
+
+
 static ngx_int_t
 ngx_http_mruby_header_filter(ngx_http_request_t *r)
 {
-    mrb_run                       run;
     ngx_mruby_script_t           *hs, *bs;
     ngx_http_mruby_loc_conf_t    *mlcf;
-    ngx_http_mruby_run_data_t     data;
     ngx_http_mruby_filter_ctx_t  *ctx;
 
     if (r != r->main) {
@@ -117,17 +144,11 @@ ngx_http_mruby_header_filter(ngx_http_request_t *r)
         ngx_http_set_ctx(r, ctx, ngx_http_mruby_filter_module);
     }
 
-    if (hs != NULL) {
-        ngx_memzero(&data, sizeof(data));
-        data.phase = NGX_HTTP_MRUBY_HEADER_FILTER;
-
-        if (ngx_http_mruby_run(r, hs, &data, &run, NGX_DECLINED) != NGX_OK) {
-            return ngx_http_mruby_filter_fail(r, ctx);
-        }
-
-        if (run.returned && run.result >= 100 && run.result < 1000) {
-            r->headers_out.status = (ngx_uint_t) run.result;
-        }
+    if (hs != NULL
+        && ngx_http_mruby_filter_run(r, hs, NGX_HTTP_MRUBY_HEADER_FILTER, ctx)
+           != NGX_OK)
+    {
+        return ngx_http_mruby_filter_fail(r, ctx);
     }
 
     if (bs == NULL || r->header_only) {
@@ -254,10 +275,8 @@ ngx_http_mruby_filter_send(ngx_http_request_t *r,
 static ngx_int_t
 ngx_http_mruby_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 {
-    mrb_run                       run;
     ngx_uint_t                    last;
     ngx_http_mruby_loc_conf_t    *mlcf;
-    ngx_http_mruby_run_data_t     data;
     ngx_http_mruby_filter_ctx_t  *ctx;
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_mruby_filter_module);
@@ -280,19 +299,12 @@ ngx_http_mruby_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 
     mlcf = ngx_http_get_module_loc_conf(r, ngx_http_mruby_module);
 
-    ngx_memzero(&data, sizeof(data));
-    data.phase = NGX_HTTP_MRUBY_BODY_FILTER;
-    data.filter = ctx;
-
-    if (ngx_http_mruby_run(r, mlcf->handlers[NGX_HTTP_MRUBY_BODY_FILTER],
-                           &data, &run, NGX_DECLINED)
+    if (ngx_http_mruby_filter_run(r,
+                                  mlcf->handlers[NGX_HTTP_MRUBY_BODY_FILTER],
+                                  NGX_HTTP_MRUBY_BODY_FILTER, ctx)
         != NGX_OK)
     {
         return ngx_http_mruby_filter_fail(r, ctx);
-    }
-
-    if (run.returned && run.result >= 100 && run.result < 1000) {
-        r->headers_out.status = (ngx_uint_t) run.result;
     }
 
     return ngx_http_mruby_filter_send(r, ctx);

@@ -249,6 +249,34 @@ ngx_http_mruby_read_body(ngx_http_request_t *r, ngx_http_mruby_ctx_t *ctx)
 }
 
 
+/*
+ * Runs s in phase, with the request's ctx (NULL in the log phase): NGX_OK
+ * and run->result, or the status to end the phase with.
+ */
+static ngx_int_t
+ngx_http_mruby_phase_run(ngx_http_request_t *r, ngx_mruby_script_t *s,
+    ngx_http_mruby_phase_e phase, ngx_http_mruby_ctx_t *ctx, mrb_int dflt,
+    mrb_run *run)
+{
+    ngx_int_t                  rc;
+    ngx_http_mruby_run_data_t  data;
+
+    ngx_memzero(&data, sizeof(data));
+    data.phase = phase;
+    data.ctx = ctx;
+
+    rc = ngx_http_mruby_run(r, s, &data, run, dflt);
+
+    run->data = NULL;  /* data is gone with this frame */
+
+    if (rc != NGX_OK) {
+        return r->header_sent ? NGX_ERROR : NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
 static ngx_int_t
 ngx_http_mruby_phase(ngx_http_request_t *r, ngx_http_mruby_phase_e phase)
 {
@@ -257,7 +285,6 @@ ngx_http_mruby_phase(ngx_http_request_t *r, ngx_http_mruby_phase_e phase)
     ngx_mruby_script_t         *s;
     ngx_http_mruby_ctx_t       *ctx;
     ngx_http_mruby_loc_conf_t  *mlcf;
-    ngx_http_mruby_run_data_t   data;
 
     mlcf = ngx_http_get_module_loc_conf(r, ngx_http_mruby_module);
 
@@ -278,44 +305,31 @@ ngx_http_mruby_phase(ngx_http_request_t *r, ngx_http_mruby_phase_e phase)
         }
     }
 
-    ngx_memzero(&data, sizeof(data));
-    data.phase = phase;
-    data.ctx = ctx;
-
-    if (ngx_http_mruby_run(r, s, &data, &run, NGX_DECLINED) != NGX_OK) {
-        return r->header_sent ? NGX_ERROR : NGX_HTTP_INTERNAL_SERVER_ERROR;
+    rc = ngx_http_mruby_phase_run(r, s, phase, ctx, NGX_DECLINED, &run);
+    if (rc != NGX_OK) {
+        return rc;
     }
 
     return ngx_http_mruby_phase_done(r, ctx, phase, run.result);
 }
 
 
-static ngx_int_t
-ngx_http_mruby_post_read_handler(ngx_http_request_t *r)
-{
-    return ngx_http_mruby_phase(r, NGX_HTTP_MRUBY_POST_READ);
-}
+/* The handlers of the phases before content, one per phase. */
+#define ngx_http_mruby_phase_handler(name, phase)                             \
+    static ngx_int_t                                                          \
+    name(ngx_http_request_t *r)                                               \
+    {                                                                         \
+        return ngx_http_mruby_phase(r, phase);                                \
+    }
 
-
-static ngx_int_t
-ngx_http_mruby_server_rewrite_handler(ngx_http_request_t *r)
-{
-    return ngx_http_mruby_phase(r, NGX_HTTP_MRUBY_SERVER_REWRITE);
-}
-
-
-static ngx_int_t
-ngx_http_mruby_rewrite_handler(ngx_http_request_t *r)
-{
-    return ngx_http_mruby_phase(r, NGX_HTTP_MRUBY_REWRITE);
-}
-
-
-static ngx_int_t
-ngx_http_mruby_access_handler(ngx_http_request_t *r)
-{
-    return ngx_http_mruby_phase(r, NGX_HTTP_MRUBY_ACCESS);
-}
+ngx_http_mruby_phase_handler(ngx_http_mruby_post_read_handler,
+                             NGX_HTTP_MRUBY_POST_READ)
+ngx_http_mruby_phase_handler(ngx_http_mruby_server_rewrite_handler,
+                             NGX_HTTP_MRUBY_SERVER_REWRITE)
+ngx_http_mruby_phase_handler(ngx_http_mruby_rewrite_handler,
+                             NGX_HTTP_MRUBY_REWRITE)
+ngx_http_mruby_phase_handler(ngx_http_mruby_access_handler,
+                             NGX_HTTP_MRUBY_ACCESS)
 
 
 /*
@@ -379,7 +393,6 @@ ngx_http_mruby_content_run(ngx_http_request_t *r)
     ngx_mruby_script_t         *s;
     ngx_http_mruby_ctx_t       *ctx;
     ngx_http_mruby_loc_conf_t  *mlcf;
-    ngx_http_mruby_run_data_t   data;
 
     mlcf = ngx_http_get_module_loc_conf(r, ngx_http_mruby_module);
 
@@ -398,12 +411,10 @@ ngx_http_mruby_content_run(ngx_http_request_t *r)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    ngx_memzero(&data, sizeof(data));
-    data.phase = NGX_HTTP_MRUBY_CONTENT;
-    data.ctx = ctx;
-
-    if (ngx_http_mruby_run(r, s, &data, &run, NGX_OK) != NGX_OK) {
-        return r->header_sent ? NGX_ERROR : NGX_HTTP_INTERNAL_SERVER_ERROR;
+    status = ngx_http_mruby_phase_run(r, s, NGX_HTTP_MRUBY_CONTENT, ctx,
+                                      NGX_OK, &run);
+    if (status != NGX_OK) {
+        return status;
     }
 
     if (ctx->redirect.len) {
@@ -488,8 +499,8 @@ ngx_http_mruby_log_handler(ngx_http_request_t *r)
 {
     mrb_run                     run;
     ngx_mruby_script_t         *s;
+    ngx_http_mruby_ctx_t       *ctx;
     ngx_http_mruby_loc_conf_t  *mlcf;
-    ngx_http_mruby_run_data_t   data;
 
     mlcf = ngx_http_get_module_loc_conf(r, ngx_http_mruby_module);
 
@@ -498,13 +509,12 @@ ngx_http_mruby_log_handler(ngx_http_request_t *r)
         return NGX_DECLINED;
     }
 
-    ngx_memzero(&data, sizeof(data));
-    data.phase = NGX_HTTP_MRUBY_LOG;
-    data.ctx = ngx_http_get_module_ctx(r, ngx_http_mruby_module);
+    ctx = ngx_http_get_module_ctx(r, ngx_http_mruby_module);
 
     /* the response is gone: an error is only logged */
 
-    (void) ngx_http_mruby_run(r, s, &data, &run, NGX_OK);
+    (void) ngx_http_mruby_phase_run(r, s, NGX_HTTP_MRUBY_LOG, ctx, NGX_OK,
+                                    &run);
 
     return NGX_OK;
 }

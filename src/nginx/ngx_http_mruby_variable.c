@@ -104,6 +104,31 @@ ngx_http_mruby_set_find(ngx_array_t *sets, ngx_uint_t index)
 }
 
 
+/* Creates the waiting file scripts of a block's variables. */
+static ngx_int_t
+ngx_http_mruby_resolve_sets(ngx_conf_t *cf, ngx_http_mruby_loc_conf_t *lcf)
+{
+    ngx_uint_t             i;
+    ngx_http_mruby_set_t  *set;
+
+    if (lcf->sets == NULL) {
+        return NGX_OK;
+    }
+
+    set = lcf->sets->elts;
+
+    for (i = 0; i < lcf->sets->nelts; i++) {
+        if (ngx_mruby_script_resolve(cf, set[i].script, lcf->cache)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
 /*
  * A block's variables are its own and those of the blocks around it that
  * it does not set again.
@@ -115,16 +140,8 @@ ngx_http_mruby_merge_sets(ngx_conf_t *cf, ngx_http_mruby_loc_conf_t *prev,
     ngx_uint_t             i;
     ngx_http_mruby_set_t  *set, *own;
 
-    if (prev->sets != NULL) {
-        set = prev->sets->elts;
-
-        for (i = 0; i < prev->sets->nelts; i++) {
-            if (ngx_mruby_script_resolve(cf, set[i].script, prev->cache)
-                != NGX_OK)
-            {
-                return NGX_CONF_ERROR;
-            }
-        }
+    if (ngx_http_mruby_resolve_sets(cf, prev) != NGX_OK) {
+        return NGX_CONF_ERROR;
     }
 
     if (conf->sets == NULL) {
@@ -132,14 +149,8 @@ ngx_http_mruby_merge_sets(ngx_conf_t *cf, ngx_http_mruby_loc_conf_t *prev,
         return NGX_CONF_OK;
     }
 
-    set = conf->sets->elts;
-
-    for (i = 0; i < conf->sets->nelts; i++) {
-        if (ngx_mruby_script_resolve(cf, set[i].script, conf->cache)
-            != NGX_OK)
-        {
-            return NGX_CONF_ERROR;
-        }
+    if (ngx_http_mruby_resolve_sets(cf, conf) != NGX_OK) {
+        return NGX_CONF_ERROR;
     }
 
     if (prev->sets == NULL || prev->sets == conf->sets) {

@@ -114,9 +114,12 @@ typedef struct {
 char *ngx_mruby_conf_script(ngx_conf_t *cf, ngx_str_t *args, ngx_uint_t nargs,
     ngx_uint_t code, ngx_mruby_script_t **sp);
 
-/* A script that a block may name once, from the directive's arguments. */
+/*
+ * A script that a block may name once, from the directive's arguments, to
+ * run in the workers of main configuration mcf.
+ */
 char *ngx_mruby_conf_set_script(ngx_conf_t *cf, ngx_uint_t code,
-    ngx_mruby_script_t **sp);
+    ngx_mruby_script_t **sp, ngx_mruby_main_conf_t *mcf);
 
 /* Creates a waiting file script with policy; NGX_OK or NGX_ERROR (logged). */
 ngx_int_t ngx_mruby_script_resolve(ngx_conf_t *cf, ngx_mruby_script_t *s,

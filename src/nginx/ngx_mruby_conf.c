@@ -229,8 +229,9 @@ ngx_mruby_conf_set_cache(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
 char *
 ngx_mruby_conf_set_script(ngx_conf_t *cf, ngx_uint_t code,
-    ngx_mruby_script_t **sp)
+    ngx_mruby_script_t **sp, ngx_mruby_main_conf_t *mcf)
 {
+    char       *rv;
     ngx_str_t  *value;
 
     if (*sp != NULL) {
@@ -239,8 +240,14 @@ ngx_mruby_conf_set_script(ngx_conf_t *cf, ngx_uint_t code,
 
     value = cf->args->elts;
 
-    return ngx_mruby_conf_script(cf, &value[1], cf->args->nelts - 1, code,
-                                 sp);
+    rv = ngx_mruby_conf_script(cf, &value[1], cf->args->nelts - 1, code, sp);
+    if (rv != NGX_CONF_OK) {
+        return rv;
+    }
+
+    mcf->enabled = 1;
+
+    return NGX_CONF_OK;
 }
 
 

@@ -135,19 +135,12 @@ ngx_stream_mruby_handler(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_stream_mruby_srv_conf_t *mscf = conf;
 
-    char                   *rv;
     ngx_mruby_main_conf_t  *mmcf;
 
-    rv = ngx_mruby_conf_set_script(cf, cmd->post == NGX_MRUBY_CONF_CODE,
-                                   &mscf->handler);
-    if (rv != NGX_CONF_OK) {
-        return rv;
-    }
-
     mmcf = ngx_stream_conf_get_module_main_conf(cf, ngx_stream_mruby_module);
-    mmcf->enabled = 1;
 
-    return NGX_CONF_OK;
+    return ngx_mruby_conf_set_script(cf, cmd->post == NGX_MRUBY_CONF_CODE,
+                                     &mscf->handler, mmcf);
 }
 
 

@@ -183,6 +183,21 @@ def test_output_body_filter_static(nginx):
     assert r.headers["Content-Length"] == "8"
 
 
+def test_filters_returning_a_status(nginx):
+    n = nginx("""
+location /h { mruby_output_header_filter_code 'Nginx.return Nginx::HTTP_FORBIDDEN'; }
+location /b { mruby_output_body_filter_code 'Nginx.return 201'; }
+location /f { mruby_output_header_filter_code 'Nginx::Filter.new.body'; }
+""", docs={"h/index.html": "hi\n", "b/index.html": "bye\n",
+           "f/index.html": "x\n"})
+    r = n.get("/h/")
+    assert (r.status_code, r.text) == (403, "hi\n")
+    r = n.get("/b/")
+    assert (r.status_code, r.text) == (201, "bye\n")
+    assert n.get("/f/").status_code == 500
+    n.wait_log("Nginx::Filter: only in mruby_output_body_filter")
+
+
 class _Chunked(BaseHTTPRequestHandler):
     """A backend that streams its body in chunks, with pauses."""
     protocol_version = "HTTP/1.1"
