@@ -62,21 +62,19 @@ ngx_http_mruby_server_path(mrb_state *mrb, mrb_value self)
 }
 
 
+static const ngx_mruby_method_t  ngx_http_mruby_server_methods[] = {
+    { "document_root", ngx_http_mruby_server_document_root, MRB_ARGS_NONE() },
+    { "realpath_root", ngx_http_mruby_server_realpath_root, MRB_ARGS_NONE() },
+    { "path", ngx_http_mruby_server_path, MRB_ARGS_NONE() },
+    ngx_mruby_null_method
+};
+
+
 void
 ngx_http_mruby_connection_define(mrb_state *mrb, struct RClass *nginx)
 {
-    struct RClass  *c;
+    ngx_mruby_define_connection(mrb, nginx);
 
-    c = mrb_define_class_under(mrb, nginx, "Connection", mrb->object_class);
-
-    ngx_mruby_define_connection(mrb, c);
-
-    c = mrb_define_class_under(mrb, nginx, "Server", mrb->object_class);
-
-    mrb_define_method(mrb, c, "document_root",
-                      ngx_http_mruby_server_document_root, MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "realpath_root",
-                      ngx_http_mruby_server_realpath_root, MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "path", ngx_http_mruby_server_path,
-                      MRB_ARGS_NONE());
+    ngx_mruby_define_class(mrb, nginx, "Server",
+                           ngx_http_mruby_server_methods);
 }

@@ -313,6 +313,18 @@ ngx_http_mruby_configure(mrb_state *mrb, mrb_value self)
 }
 
 
+static const ngx_mruby_method_t  ngx_http_mruby_class_methods[] = {
+    { "send_header", ngx_http_mruby_send_header, MRB_ARGS_OPT(1) },
+    { "status_code=", ngx_http_mruby_set_status, MRB_ARGS_REQ(1) },
+    { "status_code", ngx_http_mruby_get_status, MRB_ARGS_NONE() },
+    { "redirect", ngx_http_mruby_redirect, MRB_ARGS_ARG(1, 1) },
+    { "nginx_version", ngx_http_mruby_nginx_version, MRB_ARGS_NONE() },
+    { "server_version", ngx_http_mruby_server_version, MRB_ARGS_NONE() },
+    { "configure", ngx_http_mruby_configure, MRB_ARGS_NONE() },
+    ngx_mruby_null_method
+};
+
+
 static void
 ngx_http_mruby_define(mrb_state *mrb, struct RClass *nginx)
 {
@@ -323,20 +335,7 @@ ngx_http_mruby_define(mrb_state *mrb, struct RClass *nginx)
     mrb_define_const(mrb, nginx, "HTTPS_NO_CERT",
                      mrb_fixnum_value(NGX_HTTPS_NO_CERT));
 
-    mrb_define_class_method(mrb, nginx, "send_header",
-                            ngx_http_mruby_send_header, MRB_ARGS_OPT(1));
-    mrb_define_class_method(mrb, nginx, "status_code=",
-                            ngx_http_mruby_set_status, MRB_ARGS_REQ(1));
-    mrb_define_class_method(mrb, nginx, "status_code",
-                            ngx_http_mruby_get_status, MRB_ARGS_NONE());
-    mrb_define_class_method(mrb, nginx, "redirect", ngx_http_mruby_redirect,
-                            MRB_ARGS_ARG(1, 1));
-    mrb_define_class_method(mrb, nginx, "nginx_version",
-                            ngx_http_mruby_nginx_version, MRB_ARGS_NONE());
-    mrb_define_class_method(mrb, nginx, "server_version",
-                            ngx_http_mruby_server_version, MRB_ARGS_NONE());
-    mrb_define_class_method(mrb, nginx, "configure",
-                            ngx_http_mruby_configure, MRB_ARGS_NONE());
+    ngx_mruby_define_class_methods(mrb, nginx, ngx_http_mruby_class_methods);
 
     ngx_http_mruby_request_define(mrb, nginx);
     ngx_http_mruby_headers_define(mrb, nginx);

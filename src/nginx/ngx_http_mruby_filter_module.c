@@ -395,19 +395,18 @@ ngx_http_mruby_filter_set_body(mrb_state *mrb, mrb_value self)
 }
 
 
+static const ngx_mruby_method_t  ngx_http_mruby_filter_methods[] = {
+    { "body", ngx_http_mruby_filter_body, MRB_ARGS_NONE() },
+    { "body=", ngx_http_mruby_filter_set_body, MRB_ARGS_REQ(1) },
+    { "output", ngx_http_mruby_filter_body, MRB_ARGS_NONE() },
+    { "output=", ngx_http_mruby_filter_set_body, MRB_ARGS_REQ(1) },
+    ngx_mruby_null_method
+};
+
+
 void
 ngx_http_mruby_filter_define(mrb_state *mrb, struct RClass *nginx)
 {
-    struct RClass  *c;
-
-    c = mrb_define_class_under(mrb, nginx, "Filter", mrb->object_class);
-
-    mrb_define_method(mrb, c, "body", ngx_http_mruby_filter_body,
-                      MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "body=", ngx_http_mruby_filter_set_body,
-                      MRB_ARGS_REQ(1));
-    mrb_define_method(mrb, c, "output", ngx_http_mruby_filter_body,
-                      MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "output=", ngx_http_mruby_filter_set_body,
-                      MRB_ARGS_REQ(1));
+    ngx_mruby_define_class(mrb, nginx, "Filter",
+                           ngx_http_mruby_filter_methods);
 }

@@ -675,31 +675,30 @@ ngx_http_mruby_headers_out_all(mrb_state *mrb, mrb_value self)
 }
 
 
+static const ngx_mruby_method_t  ngx_http_mruby_headers_in_methods[] = {
+    { "[]", ngx_http_mruby_headers_in_get, MRB_ARGS_REQ(1) },
+    { "[]=", ngx_http_mruby_headers_in_set, MRB_ARGS_REQ(2) },
+    { "delete", ngx_http_mruby_headers_in_delete, MRB_ARGS_REQ(1) },
+    { "all", ngx_http_mruby_headers_in_all, MRB_ARGS_NONE() },
+    ngx_mruby_null_method
+};
+
+
+static const ngx_mruby_method_t  ngx_http_mruby_headers_out_methods[] = {
+    { "[]", ngx_http_mruby_headers_out_get, MRB_ARGS_REQ(1) },
+    { "[]=", ngx_http_mruby_headers_out_set_m, MRB_ARGS_REQ(2) },
+    { "delete", ngx_http_mruby_headers_out_delete, MRB_ARGS_REQ(1) },
+    { "all", ngx_http_mruby_headers_out_all, MRB_ARGS_NONE() },
+    ngx_mruby_null_method
+};
+
+
 void
 ngx_http_mruby_headers_define(mrb_state *mrb, struct RClass *nginx)
 {
-    struct RClass  *in, *out;
+    ngx_mruby_define_class(mrb, nginx, "Headers_in",
+                           ngx_http_mruby_headers_in_methods);
 
-    in = mrb_define_class_under(mrb, nginx, "Headers_in", mrb->object_class);
-
-    mrb_define_method(mrb, in, "[]", ngx_http_mruby_headers_in_get,
-                      MRB_ARGS_REQ(1));
-    mrb_define_method(mrb, in, "[]=", ngx_http_mruby_headers_in_set,
-                      MRB_ARGS_REQ(2));
-    mrb_define_method(mrb, in, "delete", ngx_http_mruby_headers_in_delete,
-                      MRB_ARGS_REQ(1));
-    mrb_define_method(mrb, in, "all", ngx_http_mruby_headers_in_all,
-                      MRB_ARGS_NONE());
-
-    out = mrb_define_class_under(mrb, nginx, "Headers_out",
-                                 mrb->object_class);
-
-    mrb_define_method(mrb, out, "[]", ngx_http_mruby_headers_out_get,
-                      MRB_ARGS_REQ(1));
-    mrb_define_method(mrb, out, "[]=", ngx_http_mruby_headers_out_set_m,
-                      MRB_ARGS_REQ(2));
-    mrb_define_method(mrb, out, "delete", ngx_http_mruby_headers_out_delete,
-                      MRB_ARGS_REQ(1));
-    mrb_define_method(mrb, out, "all", ngx_http_mruby_headers_out_all,
-                      MRB_ARGS_NONE());
+    ngx_mruby_define_class(mrb, nginx, "Headers_out",
+                           ngx_http_mruby_headers_out_methods);
 }

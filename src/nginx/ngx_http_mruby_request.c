@@ -490,66 +490,42 @@ ngx_http_mruby_request_sub_request(mrb_state *mrb, mrb_value self)
 }
 
 
+static const ngx_mruby_method_t  ngx_http_mruby_request_methods[] = {
+    { "uri", ngx_http_mruby_request_uri, MRB_ARGS_NONE() },
+    { "uri=", ngx_http_mruby_request_set_uri, MRB_ARGS_REQ(1) },
+    { "args", ngx_http_mruby_request_args, MRB_ARGS_NONE() },
+    { "args=", ngx_http_mruby_request_set_args, MRB_ARGS_REQ(1) },
+    { "method", ngx_http_mruby_request_method, MRB_ARGS_NONE() },
+    { "protocol", ngx_http_mruby_request_protocol, MRB_ARGS_NONE() },
+    { "content_type", ngx_http_mruby_request_content_type, MRB_ARGS_NONE() },
+    { "content_type=", ngx_http_mruby_request_set_content_type,
+      MRB_ARGS_REQ(1) },
+    { "request_line", ngx_http_mruby_request_request_line, MRB_ARGS_NONE() },
+    { "unparsed_uri", ngx_http_mruby_request_unparsed_uri, MRB_ARGS_NONE() },
+    { "hostname", ngx_http_mruby_request_hostname, MRB_ARGS_NONE() },
+    { "authority", ngx_http_mruby_request_authority, MRB_ARGS_NONE() },
+    { "filename", ngx_http_mruby_request_filename, MRB_ARGS_NONE() },
+    { "user", ngx_http_mruby_request_user, MRB_ARGS_NONE() },
+    { "scheme", ngx_http_mruby_request_scheme, MRB_ARGS_NONE() },
+    { "document_root", ngx_http_mruby_request_document_root, MRB_ARGS_NONE() },
+    { "body", ngx_http_mruby_request_body, MRB_ARGS_NONE() },
+    { "get_body", ngx_http_mruby_request_body, MRB_ARGS_NONE() },
+    { "uri_args", ngx_http_mruby_request_uri_args, MRB_ARGS_NONE() },
+    { "uri_args=", ngx_http_mruby_request_set_uri_args, MRB_ARGS_REQ(1) },
+    { "post_args", ngx_http_mruby_request_post_args, MRB_ARGS_NONE() },
+    { "status", ngx_http_mruby_request_status, MRB_ARGS_NONE() },
+    { "status=", ngx_http_mruby_request_set_status, MRB_ARGS_REQ(1) },
+    { "var", ngx_http_mruby_request_var, MRB_ARGS_NONE() },
+    { "headers_in", ngx_http_mruby_request_headers_in, MRB_ARGS_NONE() },
+    { "headers_out", ngx_http_mruby_request_headers_out, MRB_ARGS_NONE() },
+    { "sub_request?", ngx_http_mruby_request_sub_request, MRB_ARGS_NONE() },
+    ngx_mruby_null_method
+};
+
+
 void
 ngx_http_mruby_request_define(mrb_state *mrb, struct RClass *nginx)
 {
-    struct RClass  *c;
-
-    c = mrb_define_class_under(mrb, nginx, "Request", mrb->object_class);
-
-    mrb_define_method(mrb, c, "uri", ngx_http_mruby_request_uri,
-                      MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "uri=", ngx_http_mruby_request_set_uri,
-                      MRB_ARGS_REQ(1));
-    mrb_define_method(mrb, c, "args", ngx_http_mruby_request_args,
-                      MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "args=", ngx_http_mruby_request_set_args,
-                      MRB_ARGS_REQ(1));
-    mrb_define_method(mrb, c, "method", ngx_http_mruby_request_method,
-                      MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "protocol", ngx_http_mruby_request_protocol,
-                      MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "content_type",
-                      ngx_http_mruby_request_content_type, MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "content_type=",
-                      ngx_http_mruby_request_set_content_type,
-                      MRB_ARGS_REQ(1));
-    mrb_define_method(mrb, c, "request_line",
-                      ngx_http_mruby_request_request_line, MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "unparsed_uri",
-                      ngx_http_mruby_request_unparsed_uri, MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "hostname", ngx_http_mruby_request_hostname,
-                      MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "authority", ngx_http_mruby_request_authority,
-                      MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "filename", ngx_http_mruby_request_filename,
-                      MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "user", ngx_http_mruby_request_user,
-                      MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "scheme", ngx_http_mruby_request_scheme,
-                      MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "document_root",
-                      ngx_http_mruby_request_document_root, MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "body", ngx_http_mruby_request_body,
-                      MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "get_body", ngx_http_mruby_request_body,
-                      MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "uri_args", ngx_http_mruby_request_uri_args,
-                      MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "uri_args=",
-                      ngx_http_mruby_request_set_uri_args, MRB_ARGS_REQ(1));
-    mrb_define_method(mrb, c, "post_args", ngx_http_mruby_request_post_args,
-                      MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "status", ngx_http_mruby_request_status,
-                      MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "status=", ngx_http_mruby_request_set_status,
-                      MRB_ARGS_REQ(1));
-    mrb_define_method(mrb, c, "var", ngx_http_mruby_request_var,
-                      MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "headers_in",
-                      ngx_http_mruby_request_headers_in, MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "headers_out",
-                      ngx_http_mruby_request_headers_out, MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "sub_request?",
-                      ngx_http_mruby_request_sub_request, MRB_ARGS_NONE());
+    ngx_mruby_define_class(mrb, nginx, "Request",
+                           ngx_http_mruby_request_methods);
 }

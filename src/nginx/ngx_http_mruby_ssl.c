@@ -339,26 +339,23 @@ ngx_http_mruby_ssl_set_certificate_key_data(mrb_state *mrb, mrb_value self)
 }
 
 
+static const ngx_mruby_method_t  ngx_http_mruby_ssl_methods[] = {
+    { "servername", ngx_http_mruby_ssl_servername, MRB_ARGS_NONE() },
+    { "certificate=", ngx_http_mruby_ssl_set_certificate, MRB_ARGS_REQ(1) },
+    { "certificate_key=", ngx_http_mruby_ssl_set_certificate_key,
+      MRB_ARGS_REQ(1) },
+    { "certificate_data=", ngx_http_mruby_ssl_set_certificate_data,
+      MRB_ARGS_REQ(1) },
+    { "certificate_key_data=", ngx_http_mruby_ssl_set_certificate_key_data,
+      MRB_ARGS_REQ(1) },
+    ngx_mruby_null_method
+};
+
+
 void
 ngx_http_mruby_ssl_define(mrb_state *mrb, struct RClass *nginx)
 {
-    struct RClass  *c;
-
-    c = mrb_define_class_under(mrb, nginx, "SSL", mrb->object_class);
-
-    mrb_define_method(mrb, c, "servername", ngx_http_mruby_ssl_servername,
-                      MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "certificate=",
-                      ngx_http_mruby_ssl_set_certificate, MRB_ARGS_REQ(1));
-    mrb_define_method(mrb, c, "certificate_key=",
-                      ngx_http_mruby_ssl_set_certificate_key,
-                      MRB_ARGS_REQ(1));
-    mrb_define_method(mrb, c, "certificate_data=",
-                      ngx_http_mruby_ssl_set_certificate_data,
-                      MRB_ARGS_REQ(1));
-    mrb_define_method(mrb, c, "certificate_key_data=",
-                      ngx_http_mruby_ssl_set_certificate_key_data,
-                      MRB_ARGS_REQ(1));
+    ngx_mruby_define_class(mrb, nginx, "SSL", ngx_http_mruby_ssl_methods);
 }
 
 

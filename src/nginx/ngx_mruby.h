@@ -152,6 +152,26 @@ mrb_interp *ngx_mruby_interp(ngx_mruby_process_t *p, ngx_log_t *log);
 
 /* ngx_mruby_core.c */
 
+/* A Ruby method written in C, in a table for ngx_mruby_define_methods(). */
+typedef struct {
+    const char   *name;
+    mrb_func_t    func;
+    mrb_aspec     aspec;
+} ngx_mruby_method_t;
+
+#define ngx_mruby_null_method  { NULL, NULL, 0 }
+
+/*
+ * Class outer::name with the methods of a table that ends with
+ * ngx_mruby_null_method.
+ */
+void ngx_mruby_define_class(mrb_state *mrb, struct RClass *outer,
+    const char *name, const ngx_mruby_method_t *m);
+
+/* The same as class methods (Nginx.send_header ...). */
+void ngx_mruby_define_class_methods(mrb_state *mrb, struct RClass *c,
+    const ngx_mruby_method_t *m);
+
 /* Writes msg at an MRB_LOG_* level to log. */
 void ngx_mruby_log(ngx_log_t *log, int level, const char *msg, size_t len);
 
@@ -159,10 +179,10 @@ void ngx_mruby_log(ngx_log_t *log, int level, const char *msg, size_t len);
 void ngx_mruby_define_codes(mrb_state *mrb, struct RClass *c);
 
 /*
- * remote_ip, remote_port, local_ip and local_port in class c: of the
+ * outer::Connection: remote_ip, remote_port, local_ip and local_port of the
  * connection that ngx_mruby_connection() gives.
  */
-void ngx_mruby_define_connection(mrb_state *mrb, struct RClass *c);
+void ngx_mruby_define_connection(mrb_state *mrb, struct RClass *outer);
 
 /* The current run's client connection: each module has its own. */
 ngx_connection_t *ngx_mruby_connection(mrb_state *mrb);

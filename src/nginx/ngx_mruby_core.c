@@ -19,6 +19,30 @@ ngx_mruby_log(ngx_log_t *log, int level, const char *msg, size_t len)
 
 
 void
+ngx_mruby_define_class(mrb_state *mrb, struct RClass *outer,
+    const char *name, const ngx_mruby_method_t *m)
+{
+    struct RClass  *c;
+
+    c = mrb_define_class_under(mrb, outer, name, mrb->object_class);
+
+    for ( /* void */ ; m->name != NULL; m++) {
+        mrb_define_method(mrb, c, m->name, m->func, m->aspec);
+    }
+}
+
+
+void
+ngx_mruby_define_class_methods(mrb_state *mrb, struct RClass *c,
+    const ngx_mruby_method_t *m)
+{
+    for ( /* void */ ; m->name != NULL; m++) {
+        mrb_define_class_method(mrb, c, m->name, m->func, m->aspec);
+    }
+}
+
+
+void
 ngx_mruby_define_codes(mrb_state *mrb, struct RClass *c)
 {
     static const struct {
@@ -103,15 +127,18 @@ ngx_mruby_conn_local_port(mrb_state *mrb, mrb_value self)
 }
 
 
+static const ngx_mruby_method_t  ngx_mruby_connection_methods[] = {
+    { "remote_ip", ngx_mruby_conn_remote_ip, MRB_ARGS_NONE() },
+    { "remote_port", ngx_mruby_conn_remote_port, MRB_ARGS_NONE() },
+    { "local_ip", ngx_mruby_conn_local_ip, MRB_ARGS_NONE() },
+    { "local_port", ngx_mruby_conn_local_port, MRB_ARGS_NONE() },
+    ngx_mruby_null_method
+};
+
+
 void
-ngx_mruby_define_connection(mrb_state *mrb, struct RClass *c)
+ngx_mruby_define_connection(mrb_state *mrb, struct RClass *outer)
 {
-    mrb_define_method(mrb, c, "remote_ip", ngx_mruby_conn_remote_ip,
-                      MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "remote_port", ngx_mruby_conn_remote_port,
-                      MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "local_ip", ngx_mruby_conn_local_ip,
-                      MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "local_port", ngx_mruby_conn_local_port,
-                      MRB_ARGS_NONE());
+    ngx_mruby_define_class(mrb, outer, "Connection",
+                           ngx_mruby_connection_methods);
 }

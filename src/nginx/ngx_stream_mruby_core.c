@@ -89,10 +89,17 @@ ngx_mruby_connection(mrb_state *mrb)
 }
 
 
+static const ngx_mruby_method_t  ngx_stream_mruby_class_methods[] = {
+    { "log", ngx_stream_mruby_log_m, MRB_ARGS_REQ(2) },
+    { "errlogger", ngx_stream_mruby_log_m, MRB_ARGS_REQ(2) },
+    ngx_mruby_null_method
+};
+
+
 static void
 ngx_stream_mruby_define(mrb_state *mrb, struct RClass *nginx)
 {
-    struct RClass  *stream, *conn;
+    struct RClass  *stream;
 
     ngx_mruby_define_codes(mrb, nginx);
 
@@ -100,13 +107,8 @@ ngx_stream_mruby_define(mrb_state *mrb, struct RClass *nginx)
 
     ngx_mruby_define_codes(mrb, stream);
 
-    mrb_define_class_method(mrb, stream, "log", ngx_stream_mruby_log_m,
-                            MRB_ARGS_REQ(2));
-    mrb_define_class_method(mrb, stream, "errlogger", ngx_stream_mruby_log_m,
-                            MRB_ARGS_REQ(2));
+    ngx_mruby_define_class_methods(mrb, stream,
+                                   ngx_stream_mruby_class_methods);
 
-    conn = mrb_define_class_under(mrb, stream, "Connection",
-                                  mrb->object_class);
-
-    ngx_mruby_define_connection(mrb, conn);
+    ngx_mruby_define_connection(mrb, stream);
 }
