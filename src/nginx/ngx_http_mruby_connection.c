@@ -18,39 +18,22 @@ ngx_mruby_connection(mrb_state *mrb)
 }
 
 
-static mrb_value
-ngx_http_mruby_server_variable(mrb_state *mrb, const char *name, size_t len)
+/* Nginx::Server#document_root and Nginx::Request#document_root */
+mrb_value
+ngx_http_mruby_document_root(mrb_state *mrb, mrb_value self)
 {
-    ngx_str_t                   key;
-    ngx_http_request_t         *r = ngx_http_mruby_request(mrb);
-    ngx_http_variable_value_t  *vv;
+    ngx_str_t  name = ngx_string("document_root");
 
-    key.data = (u_char *) name;
-    key.len = len;
-
-    vv = ngx_http_get_variable(r, &key, ngx_hash_key(key.data, key.len));
-
-    if (vv == NULL || vv->not_found) {
-        return mrb_nil_value();
-    }
-
-    return mrb_str_new(mrb, (const char *) vv->data, (mrb_int) vv->len);
-}
-
-
-static mrb_value
-ngx_http_mruby_server_document_root(mrb_state *mrb, mrb_value self)
-{
-    return ngx_http_mruby_server_variable(mrb, "document_root",
-                                          sizeof("document_root") - 1);
+    return ngx_http_mruby_var_value(mrb, ngx_http_mruby_request(mrb), &name);
 }
 
 
 static mrb_value
 ngx_http_mruby_server_realpath_root(mrb_state *mrb, mrb_value self)
 {
-    return ngx_http_mruby_server_variable(mrb, "realpath_root",
-                                          sizeof("realpath_root") - 1);
+    ngx_str_t  name = ngx_string("realpath_root");
+
+    return ngx_http_mruby_var_value(mrb, ngx_http_mruby_request(mrb), &name);
 }
 
 
@@ -63,7 +46,7 @@ ngx_http_mruby_server_path(mrb_state *mrb, mrb_value self)
 
 
 static const ngx_mruby_method_t  ngx_http_mruby_server_methods[] = {
-    { "document_root", ngx_http_mruby_server_document_root, MRB_ARGS_NONE() },
+    { "document_root", ngx_http_mruby_document_root, MRB_ARGS_NONE() },
     { "realpath_root", ngx_http_mruby_server_realpath_root, MRB_ARGS_NONE() },
     { "path", ngx_http_mruby_server_path, MRB_ARGS_NONE() },
     ngx_mruby_null_method

@@ -211,7 +211,7 @@ ngx_http_mruby_send_header(mrb_state *mrb, mrb_value self)
 }
 
 
-static mrb_value
+mrb_value
 ngx_http_mruby_set_status(mrb_state *mrb, mrb_value self)
 {
     mrb_int              status;
@@ -230,7 +230,7 @@ ngx_http_mruby_set_status(mrb_state *mrb, mrb_value self)
 }
 
 
-static mrb_value
+mrb_value
 ngx_http_mruby_get_status(mrb_state *mrb, mrb_value self)
 {
     ngx_http_request_t  *r;

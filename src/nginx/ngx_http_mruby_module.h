@@ -126,6 +126,8 @@ char *ngx_http_mruby_set(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 char *ngx_http_mruby_merge_sets(ngx_conf_t *cf,
     ngx_http_mruby_loc_conf_t *prev, ngx_http_mruby_loc_conf_t *conf);
 void ngx_http_mruby_var_define(mrb_state *mrb, struct RClass *nginx);
+mrb_value ngx_http_mruby_var_value(mrb_state *mrb, ngx_http_request_t *r,
+    ngx_str_t *name);
 
 /* ngx_http_mruby_ssl.c */
 ngx_int_t ngx_http_mruby_ssl_init(ngx_conf_t *cf);
@@ -136,6 +138,8 @@ extern const mrb_server  ngx_http_mruby_server;
 ngx_http_request_t *ngx_http_mruby_request(mrb_state *mrb);
 ngx_http_mruby_run_data_t *ngx_http_mruby_run_data(mrb_state *mrb,
     ngx_http_mruby_phase_e phase, const char *what);
+mrb_value ngx_http_mruby_get_status(mrb_state *mrb, mrb_value self);
+mrb_value ngx_http_mruby_set_status(mrb_state *mrb, mrb_value self);
 mrb_value ngx_http_mruby_str(mrb_state *mrb, ngx_str_t *s);
 ngx_int_t ngx_http_mruby_pstr(ngx_pool_t *pool, mrb_value v, ngx_str_t *s);
 
@@ -149,6 +153,7 @@ ngx_int_t ngx_http_mruby_headers_out_set(ngx_http_request_t *r,
 
 /* ngx_http_mruby_connection.c */
 void ngx_http_mruby_connection_define(mrb_state *mrb, struct RClass *nginx);
+mrb_value ngx_http_mruby_document_root(mrb_state *mrb, mrb_value self);
 
 
 #endif /* _NGX_HTTP_MRUBY_MODULE_H_INCLUDED_ */

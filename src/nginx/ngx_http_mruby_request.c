@@ -183,38 +183,6 @@ ngx_http_mruby_request_scheme(mrb_state *mrb, mrb_value self)
 }
 
 
-static mrb_value
-ngx_http_mruby_request_variable(mrb_state *mrb, ngx_http_request_t *r,
-    const char *name, size_t len)
-{
-    ngx_str_t                   key;
-    ngx_uint_t                  hash;
-    ngx_http_variable_value_t  *vv;
-
-    key.data = (u_char *) name;
-    key.len = len;
-    hash = ngx_hash_key(key.data, key.len);
-
-    vv = ngx_http_get_variable(r, &key, hash);
-
-    if (vv == NULL || vv->not_found) {
-        return mrb_nil_value();
-    }
-
-    return mrb_str_new(mrb, (const char *) vv->data, (mrb_int) vv->len);
-}
-
-
-static mrb_value
-ngx_http_mruby_request_document_root(mrb_state *mrb, mrb_value self)
-{
-    ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
-
-    return ngx_http_mruby_request_variable(mrb, r, "document_root",
-                                           sizeof("document_root") - 1);
-}
-
-
 /*
  * The body that mruby_enable_read_request_body read, from memory or from
  * its temporary file.
@@ -411,48 +379,9 @@ ngx_http_mruby_request_set_uri_args(mrb_state *mrb, mrb_value self)
 }
 
 
-/* r.status / r.status = 404: the response status, as on Apache */
+/* A new Nginx::name, the class of r.var, r.headers_in ... */
 static mrb_value
-ngx_http_mruby_request_status(mrb_state *mrb, mrb_value self)
-{
-    ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
-
-    return mrb_fixnum_value((mrb_int) r->headers_out.status);
-}
-
-
-static mrb_value
-ngx_http_mruby_request_set_status(mrb_state *mrb, mrb_value self)
-{
-    mrb_int              status;
-    ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
-
-    mrb_get_args(mrb, "i", &status);
-
-    if (status < 100 || status > 999) {
-        mrb_raisef(mrb, E_ARGUMENT_ERROR, "invalid HTTP status %i", status);
-    }
-
-    r->headers_out.status = (ngx_uint_t) status;
-
-    return mrb_fixnum_value(status);
-}
-
-
-static mrb_value
-ngx_http_mruby_request_var(mrb_state *mrb, mrb_value self)
-{
-    struct RClass  *nginx, *var;
-
-    nginx = mrb_class_get(mrb, "Nginx");
-    var = mrb_class_get_under(mrb, nginx, "Var");
-
-    return mrb_obj_new(mrb, var, 0, NULL);
-}
-
-
-static mrb_value
-ngx_http_mruby_request_headers(mrb_state *mrb, const char *name)
+ngx_http_mruby_request_object(mrb_state *mrb, const char *name)
 {
     struct RClass  *nginx, *c;
 
@@ -464,11 +393,18 @@ ngx_http_mruby_request_headers(mrb_state *mrb, const char *name)
 
 
 static mrb_value
+ngx_http_mruby_request_var(mrb_state *mrb, mrb_value self)
+{
+    return ngx_http_mruby_request_object(mrb, "Var");
+}
+
+
+static mrb_value
 ngx_http_mruby_request_headers_in(mrb_state *mrb, mrb_value self)
 {
     (void) ngx_http_mruby_request(mrb);
 
-    return ngx_http_mruby_request_headers(mrb, "Headers_in");
+    return ngx_http_mruby_request_object(mrb, "Headers_in");
 }
 
 
@@ -477,7 +413,7 @@ ngx_http_mruby_request_headers_out(mrb_state *mrb, mrb_value self)
 {
     (void) ngx_http_mruby_request(mrb);
 
-    return ngx_http_mruby_request_headers(mrb, "Headers_out");
+    return ngx_http_mruby_request_object(mrb, "Headers_out");
 }
 
 
@@ -507,14 +443,15 @@ static const ngx_mruby_method_t  ngx_http_mruby_request_methods[] = {
     { "filename", ngx_http_mruby_request_filename, MRB_ARGS_NONE() },
     { "user", ngx_http_mruby_request_user, MRB_ARGS_NONE() },
     { "scheme", ngx_http_mruby_request_scheme, MRB_ARGS_NONE() },
-    { "document_root", ngx_http_mruby_request_document_root, MRB_ARGS_NONE() },
+    { "document_root", ngx_http_mruby_document_root, MRB_ARGS_NONE() },
     { "body", ngx_http_mruby_request_body, MRB_ARGS_NONE() },
     { "get_body", ngx_http_mruby_request_body, MRB_ARGS_NONE() },
     { "uri_args", ngx_http_mruby_request_uri_args, MRB_ARGS_NONE() },
     { "uri_args=", ngx_http_mruby_request_set_uri_args, MRB_ARGS_REQ(1) },
     { "post_args", ngx_http_mruby_request_post_args, MRB_ARGS_NONE() },
-    { "status", ngx_http_mruby_request_status, MRB_ARGS_NONE() },
-    { "status=", ngx_http_mruby_request_set_status, MRB_ARGS_REQ(1) },
+    /* r.status / r.status = 404, as on Apache: Nginx.status_code */
+    { "status", ngx_http_mruby_get_status, MRB_ARGS_NONE() },
+    { "status=", ngx_http_mruby_set_status, MRB_ARGS_REQ(1) },
     { "var", ngx_http_mruby_request_var, MRB_ARGS_NONE() },
     { "headers_in", ngx_http_mruby_request_headers_in, MRB_ARGS_NONE() },
     { "headers_out", ngx_http_mruby_request_headers_out, MRB_ARGS_NONE() },

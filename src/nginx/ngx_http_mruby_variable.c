@@ -262,22 +262,32 @@ ngx_http_mruby_var_name(mrb_state *mrb, ngx_http_request_t *r,
 }
 
 
-static mrb_value
-ngx_http_mruby_var_get(mrb_state *mrb, ngx_http_request_t *r,
-    const char *name, size_t len)
+/* $name (lower case) of r as a String, or nil. */
+mrb_value
+ngx_http_mruby_var_value(mrb_state *mrb, ngx_http_request_t *r,
+    ngx_str_t *name)
 {
-    ngx_str_t                   key;
     ngx_http_variable_value_t  *vv;
 
-    key = ngx_http_mruby_var_name(mrb, r, name, len);
-
-    vv = ngx_http_get_variable(r, &key, ngx_hash_key(key.data, key.len));
+    vv = ngx_http_get_variable(r, name, ngx_hash_key(name->data, name->len));
 
     if (vv == NULL || vv->not_found) {
         return mrb_nil_value();
     }
 
     return mrb_str_new(mrb, (const char *) vv->data, (mrb_int) vv->len);
+}
+
+
+static mrb_value
+ngx_http_mruby_var_get(mrb_state *mrb, ngx_http_request_t *r,
+    const char *name, size_t len)
+{
+    ngx_str_t  key;
+
+    key = ngx_http_mruby_var_name(mrb, r, name, len);
+
+    return ngx_http_mruby_var_value(mrb, r, &key);
 }
 
 

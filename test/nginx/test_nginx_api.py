@@ -110,6 +110,24 @@ location /set {
     assert r.headers["Content-Type"] == "text/x-test"
 
 
+def test_request_status_is_nginx_status_code(nginx):
+    n = nginx("""
+location / {
+    mruby_content_handler_code '
+        r = Nginx::Request.new
+        r.status = 202
+        begin
+          r.status = 42
+        rescue ArgumentError => e
+          Nginx.rputs e.message
+        end
+        Nginx.rputs " #{r.status} #{Nginx.status_code}"
+    ';
+}""")
+    r = n.get("/")
+    assert (r.status_code, r.text) == (202, "invalid HTTP status 42 202 202")
+
+
 def test_headers_in_and_out(nginx):
     n = nginx("""
 location / {
