@@ -20,20 +20,25 @@ static char *ngx_http_mruby_shared_dict(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 
 
-/* One file form and one inline form of a per-location handler. */
-#define ngx_http_mruby_handler_commands(name, contexts, phase)                \
+/* The file form and the inline form of a script directive. */
+#define ngx_http_mruby_script_commands(name, contexts, set, conf, phase)      \
     { ngx_string(name),                                                       \
       contexts|NGX_CONF_TAKE12,                                               \
-      ngx_http_mruby_handler,                                                 \
-      NGX_HTTP_LOC_CONF_OFFSET,                                               \
+      set,                                                                    \
+      conf,                                                                   \
       0,                                                                      \
       NGX_HTTP_MRUBY_CMD(phase, 0) },                                         \
     { ngx_string(name "_code"),                                               \
       contexts|NGX_CONF_TAKE1,                                                \
-      ngx_http_mruby_handler,                                                 \
-      NGX_HTTP_LOC_CONF_OFFSET,                                               \
+      set,                                                                    \
+      conf,                                                                   \
       0,                                                                      \
       NGX_HTTP_MRUBY_CMD(phase, 1) }
+
+/* A per-location handler. */
+#define ngx_http_mruby_handler_commands(name, contexts, phase)                \
+    ngx_http_mruby_script_commands(name, contexts, ngx_http_mruby_handler,    \
+                                   NGX_HTTP_LOC_CONF_OFFSET, phase)
 
 #define ngx_http_mruby_startup_commands(name, field)                          \
     ngx_mruby_startup_commands(name, NGX_HTTP_MAIN_CONF,                      \
@@ -77,19 +82,9 @@ ngx_command_t  ngx_http_mruby_commands[] = {
       0,
       NGX_HTTP_MRUBY_CMD(NGX_HTTP_MRUBY_SET, 1) },
 
-    { ngx_string("mruby_ssl_handshake_handler"),
-      NGX_HTTP_SRV_CONF|NGX_CONF_TAKE12,
-      ngx_http_mruby_ssl_handshake,
-      NGX_HTTP_SRV_CONF_OFFSET,
-      0,
-      NGX_HTTP_MRUBY_CMD(NGX_HTTP_MRUBY_SSL_HANDSHAKE, 0) },
-
-    { ngx_string("mruby_ssl_handshake_handler_code"),
-      NGX_HTTP_SRV_CONF|NGX_CONF_TAKE1,
-      ngx_http_mruby_ssl_handshake,
-      NGX_HTTP_SRV_CONF_OFFSET,
-      0,
-      NGX_HTTP_MRUBY_CMD(NGX_HTTP_MRUBY_SSL_HANDSHAKE, 1) },
+    ngx_http_mruby_script_commands("mruby_ssl_handshake_handler",
+        NGX_HTTP_SRV_CONF, ngx_http_mruby_ssl_handshake,
+        NGX_HTTP_SRV_CONF_OFFSET, NGX_HTTP_MRUBY_SSL_HANDSHAKE),
 
     { ngx_string("mruby_add_handler"),
       NGX_HTTP_MRUBY_ANY_CONF|NGX_CONF_FLAG,
