@@ -3,6 +3,8 @@
 import json
 import socket
 
+from nginx_client import read_until_closed
+
 
 def ruby_json(n, path, **kw):
     r = n.get(path, **kw)
@@ -168,13 +170,9 @@ h = {
 
 
 def test_headers_nil_delete_and_content_length(nginx):
-    n = nginx("""
-location / {
-    mruby_content_handler {dir}/t.rb;
-}""", files={"t.rb": """
-r = Nginx::Request.new
-i = r.headers_in
-o = r.headers_out
+    n = nginx("location / { mruby_content_handler {dir}/t.rb; }",
+              files={"t.rb": """
+i, o = Nginx::Headers_in.new, Nginx::Headers_out.new
 o["X-A"] = "a"
 o["Content-Length"] = "12"
 h = {
@@ -276,12 +274,7 @@ h = {
 """ + INSPECT})
     with socket.create_connection(("127.0.0.1", n.port)) as sock:
         sock.sendall(b"GET / HTTP/1.0\r\n\r\n")
-        data = b""
-        while True:
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            data += chunk
+        data = read_until_closed(sock)
         my_port = sock.getsockname()[1]
     h = json.loads(data.split(b"\r\n\r\n", 1)[1])
     assert h["remote_ip"] == "127.0.0.1"

@@ -130,36 +130,23 @@ def test_worker_survives_many_errors(nginx):
     assert n.worker_pids() == pids
 
 
-def test_failing_startup_scripts_are_logged_and_workers_serve(nginx):
+def test_failing_startup_script_is_logged_and_worker_serves(nginx):
     n = nginx("""
-mruby_init_worker_code 'raise "http init_worker broke"';
+mruby_init_worker_code 'raise "init_worker broke"';
 server {
     listen 127.0.0.1:{port};
     location / { mruby_content_handler_code 'Nginx.rputs "up"'; }
-}""", stream_conf="""
-mruby_stream_init_worker_code 'raise "stream init_worker broke"';
-server {
-    listen 127.0.0.1:{port2};
-    mruby_stream_code 'Nginx.return Nginx::Stream::OK';
-    return "up\\n";
 }""")
     assert n.get("/").text == "up"
-    log = n.wait_log("stream init_worker broke")
+    log = n.wait_log("init_worker broke")
     assert re.search(r"\[error\].* mruby: mruby_init_worker: RuntimeError: "
-                     r"http init_worker broke", log), log
-    assert re.search(r"\[error\].* mruby: mruby_stream_init_worker: "
-                     r"RuntimeError: stream init_worker broke", log), log
+                     r"init_worker broke", log), log
 
 
-def test_script_directive_given_twice_is_a_config_error(nginx):
-    for conf, stream_conf in [
-            ("location / { mruby_content_handler_code 'a = 1';\n"
-             "mruby_content_handler_code 'b = 2'; }", ""),
-            ("", "server {\n    listen 127.0.0.1:{port2};\n"
-                 "    mruby_stream_code 'a = 1';\n"
-                 "    mruby_stream_code 'b = 2';\n    return \"x\";\n}")]:
-        n = nginx(conf, stream_conf=stream_conf, start=False)
-        rc, out = n.configtest()
-        assert rc != 0
-        assert re.search(r'"mruby_(content_handler|stream)_code" directive '
-                         r"is duplicate in " + re.escape(n.conf_path), out), out
+def test_handler_given_twice_is_a_config_error(nginx):
+    n = nginx("location / { mruby_content_handler_code 'a = 1';\n"
+              "mruby_content_handler_code 'b = 2'; }", start=False)
+    rc, out = n.configtest()
+    assert rc != 0
+    assert re.search(r'"mruby_content_handler_code" directive is duplicate '
+                     r"in " + re.escape(n.conf_path), out), out

@@ -1,6 +1,5 @@
 """ngx_mruby: one test per directive, against a real nginx."""
 
-import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer

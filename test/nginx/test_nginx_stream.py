@@ -1,21 +1,26 @@
 """ngx_mruby stream module: scripts in the access phase of TCP servers."""
 
+import re
 import socket
+
+from nginx_client import read_until_closed
 
 
 def talk(port):
     """Connects, reads until the server closes; b"" if it closed at once."""
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-        data = b""
-        while True:
-            try:
-                chunk = s.recv(65536)
-            except ConnectionResetError:
-                break
-            if not chunk:
-                break
-            data += chunk
-        return data, s.getsockname()[1]
+        return read_until_closed(s), s.getsockname()[1]
+
+
+def stream_server(code, reply="x"):
+    """A stream server on port2 with one mruby_stream_code directive per
+    item of code (Ruby quoted for nginx); it replies reply if let in."""
+    return """
+server {
+    listen 127.0.0.1:{port2};
+    %s
+    return "%s\\n";
+}""" % ("\n    ".join("mruby_stream_code %s;" % c for c in code), reply)
 
 
 STREAM = """
@@ -56,12 +61,7 @@ def test_stream_handler_accepts_and_denies(nginx):
 
 
 def test_stream_handler_error_closes_and_logs(nginx):
-    n = nginx(stream_conf="""
-server {
-    listen 127.0.0.1:{port2};
-    mruby_stream_code 'raise "stream broke"';
-    return "never\\n";
-}""")
+    n = nginx(stream_conf=stream_server(["'raise \"stream broke\"'"]))
     data, _ = talk(n.port2)
     assert data == b""
     n.wait_log("mruby_stream: RuntimeError: stream broke")
@@ -72,11 +72,26 @@ server {
 
 
 def test_stream_syntax_error_fails_configtest(nginx):
-    n = nginx(stream_conf="""
-server {
-    listen 127.0.0.1:{port2};
-    mruby_stream_code 'def (';
-    return "x";
-}""", start=False)
+    n = nginx(stream_conf=stream_server(["'def ('"]), start=False)
     rc, out = n.configtest()
     assert rc != 0 and n.conf_path in out
+
+
+def test_stream_handler_given_twice_is_a_config_error(nginx):
+    n = nginx(stream_conf=stream_server(["'a = 1'", "'b = 2'"]), start=False)
+    rc, out = n.configtest()
+    assert rc != 0
+    assert re.search(r'"mruby_stream_code" directive is duplicate in '
+                     + re.escape(n.conf_path), out), out
+
+
+def test_stream_failing_init_worker_is_logged_and_worker_serves(nginx):
+    n = nginx(stream_conf="mruby_stream_init_worker_code "
+                          "'raise \"stream init_worker broke\"';"
+                          + stream_server(["'Nginx.return Nginx::Stream::OK'"],
+                                          "up"))
+    data, _ = talk(n.port2)
+    assert data == b"up\n"
+    log = n.wait_log("stream init_worker broke")
+    assert re.search(r"\[error\].* mruby: mruby_stream_init_worker: "
+                     r"RuntimeError: stream init_worker broke", log), log

@@ -7,6 +7,8 @@ import subprocess
 
 import pytest
 
+from nginx_client import read_until_closed
+
 
 def make_cert(server, name):
     """A self-signed certificate for name, made now with openssl."""
@@ -29,12 +31,7 @@ def handshake(port, name, path="/"):
         with ctx.wrap_socket(raw, server_hostname=name) as s:
             der = s.getpeercert(binary_form=True)
             s.sendall(f"GET {path} HTTP/1.0\r\nHost: {name}\r\n\r\n".encode())
-            data = b""
-            while True:
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
+            data = read_until_closed(s)
     return der, data.split(b"\r\n\r\n", 1)[1].decode()
 
 
