@@ -235,21 +235,8 @@ ngx_int_t
 ngx_http_mruby_run(ngx_http_request_t *r, ngx_mruby_script_t *s,
     ngx_http_mruby_run_data_t *data, mrb_run *run, mrb_int dflt)
 {
-    mrb_interp  *interp;
-
-    interp = ngx_mruby_interp(&ngx_http_mruby_process, r->connection->log);
-    if (interp == NULL) {
-        return NGX_ERROR;
-    }
-
     mrb_run_init(run, r, dflt);
     run->data = data;
 
-    if (mrb_script_run(interp, s->script, run) != 0) {
-        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0, "mruby: %s",
-                      run->error);
-        return NGX_ERROR;
-    }
-
-    return NGX_OK;
+    return ngx_mruby_run(&ngx_http_mruby_process, s, run, r->connection->log);
 }

@@ -214,9 +214,10 @@ ngx_http_mruby_variable(ngx_http_request_t *r, ngx_http_variable_value_t *v,
     run.data = &rd;
     run.want_value = 1;
 
-    if (mrb_script_run(interp, set->script->script, &run) != 0) {
-        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0, "mruby: %s",
-                      run.error);
+    if (ngx_mruby_run(&ngx_http_mruby_process, set->script, &run,
+                      r->connection->log)
+        != NGX_OK)
+    {
         mrb_gc_arena_restore(mrb, ai);
         return NGX_ERROR;
     }

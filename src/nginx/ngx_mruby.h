@@ -149,6 +149,14 @@ void ngx_mruby_exit_worker(ngx_mruby_process_t *p,
 /* The worker's interpreter, or NULL after an error-log line. */
 mrb_interp *ngx_mruby_interp(ngx_mruby_process_t *p, ngx_log_t *log);
 
+/*
+ * Runs s in the worker's interpreter with run (initialized): NGX_OK, or
+ * NGX_ERROR after one error-log line with the exception's class, message
+ * and backtrace.
+ */
+ngx_int_t ngx_mruby_run(ngx_mruby_process_t *p, ngx_mruby_script_t *s,
+    mrb_run *run, ngx_log_t *log);
+
 
 /* ngx_mruby_core.c */
 

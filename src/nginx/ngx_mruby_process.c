@@ -136,3 +136,23 @@ ngx_mruby_interp(ngx_mruby_process_t *p, ngx_log_t *log)
 
     return p->interp;
 }
+
+
+ngx_int_t
+ngx_mruby_run(ngx_mruby_process_t *p, ngx_mruby_script_t *s, mrb_run *run,
+    ngx_log_t *log)
+{
+    mrb_interp  *interp;
+
+    interp = ngx_mruby_interp(p, log);
+    if (interp == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (mrb_script_run(interp, s->script, run) != 0) {
+        ngx_log_error(NGX_LOG_ERR, log, 0, "%s: %s", p->name, run->error);
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}

@@ -184,7 +184,6 @@ static ngx_int_t
 ngx_stream_mruby_access_handler(ngx_stream_session_t *s)
 {
     mrb_run                       run;
-    mrb_interp                   *interp;
     ngx_stream_mruby_srv_conf_t  *mscf;
 
     mscf = ngx_stream_get_module_srv_conf(s, ngx_stream_mruby_module);
@@ -193,16 +192,12 @@ ngx_stream_mruby_access_handler(ngx_stream_session_t *s)
         return NGX_DECLINED;
     }
 
-    interp = ngx_mruby_interp(&ngx_stream_mruby_process, s->connection->log);
-    if (interp == NULL) {
-        return NGX_ERROR;
-    }
-
     mrb_run_init(&run, s, NGX_DECLINED);
 
-    if (mrb_script_run(interp, mscf->handler->script, &run) != 0) {
-        ngx_log_error(NGX_LOG_ERR, s->connection->log, 0,
-                      "mruby_stream: %s", run.error);
+    if (ngx_mruby_run(&ngx_stream_mruby_process, mscf->handler, &run,
+                      s->connection->log)
+        != NGX_OK)
+    {
         return NGX_ERROR;
     }
 

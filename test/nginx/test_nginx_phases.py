@@ -146,6 +146,19 @@ location / {
     assert n.get("/?ab").text == "computed 3|abab\n"
 
 
+def test_mruby_set_error_is_logged_and_leaves_the_variable_empty(nginx):
+    n = nginx("""
+location / {
+    mruby_set_code $broken 'raise "set broke"';
+    return 200 "[$broken]\\n";
+}""")
+    assert n.get("/").text == "[]\n"
+    log = n.wait_log("set broke")
+    lines = [l for l in log.splitlines() if "set broke" in l]
+    assert len(lines) == 1 and "[error]" in lines[0], lines
+    assert "mruby: RuntimeError: set broke" in lines[0], lines
+
+
 def test_mruby_set_per_location(nginx):
     n = nginx("""
 mruby_set_code $v '"outer"';
