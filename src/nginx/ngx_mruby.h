@@ -160,7 +160,7 @@ ngx_int_t ngx_mruby_run(ngx_mruby_process_t *p, ngx_mruby_script_t *s,
 
 /* ngx_mruby_core.c */
 
-/* A Ruby method written in C, in a table for ngx_mruby_define_methods(). */
+/* A Ruby method written in C, in a table for ngx_mruby_define_class(). */
 typedef struct {
     const char   *name;
     mrb_func_t    func;
@@ -176,7 +176,7 @@ typedef struct {
 void ngx_mruby_define_class(mrb_state *mrb, struct RClass *outer,
     const char *name, const ngx_mruby_method_t *m);
 
-/* The same as class methods (Nginx.send_header ...). */
+/* The methods of such a table as class methods of c (Nginx.send_header). */
 void ngx_mruby_define_class_methods(mrb_state *mrb, struct RClass *c,
     const ngx_mruby_method_t *m);
 
@@ -192,7 +192,10 @@ void ngx_mruby_define_codes(mrb_state *mrb, struct RClass *c);
  */
 void ngx_mruby_define_connection(mrb_state *mrb, struct RClass *outer);
 
-/* The current run's client connection: each module has its own. */
+/*
+ * The client connection of the current run (the request's, the stream
+ * session's): each module defines it.
+ */
 ngx_connection_t *ngx_mruby_connection(mrb_state *mrb);
 
 

@@ -1,6 +1,7 @@
 /*
- * The parts of the Ruby API that the http and stream modules share: the
- * error log as mruby sees it, constants, and the client connection.
+ * The parts of the Ruby API that the http and stream modules share: classes
+ * from method tables, the error log as mruby sees it, constants, and the
+ * client connection.
  */
 
 #include "ngx_mruby.h"

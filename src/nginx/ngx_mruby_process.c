@@ -2,7 +2,7 @@
  * The startup scripts and the interpreter of each worker process, for the
  * http and the stream module alike: init in the master, in an interpreter
  * of its own; init_worker when the worker's interpreter is made;
- * exit_worker before it is closed.
+ * exit_worker before it is closed.  And one script run in that interpreter.
  */
 
 #include "ngx_mruby.h"

@@ -77,6 +77,7 @@ ngx_module_t  ngx_stream_mruby_module = {
 };
 
 
+/* What the module's log lines are called, and the worker's interpreter. */
 static ngx_mruby_process_t  ngx_stream_mruby_process = {
     &ngx_stream_mruby_server,
     "mruby_stream",
