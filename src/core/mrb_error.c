@@ -20,7 +20,11 @@ typedef struct {
 } mrb_line_buf;
 
 
-/* Appends len bytes, "\n" and "\r" escaped; silently truncates. */
+/*
+ * Appends len bytes, "\n" and "\r" escaped, and NUL too: the line is a C
+ * string from here on, and a NUL in a message would cut off the rest of it
+ * and the backtrace.  Silently truncates.
+ */
 static void
 line_put(mrb_line_buf *b, const char *s, size_t len)
 {
@@ -30,12 +34,12 @@ line_put(mrb_line_buf *b, const char *s, size_t len)
     for (i = 0; i < len && b->left > 1; i++) {
         c = s[i];
 
-        if (c == '\n' || c == '\r') {
+        if (c == '\n' || c == '\r' || c == '\0') {
             if (b->left <= 2) {
                 break;
             }
             *b->p++ = '\\';
-            *b->p++ = (c == '\n') ? 'n' : 'r';
+            *b->p++ = (c == '\n') ? 'n' : (c == '\r') ? 'r' : '0';
             b->left -= 2;
             continue;
         }
