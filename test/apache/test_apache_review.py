@@ -240,16 +240,21 @@ def test_script_run_inside_another_is_still_top_level(apache):
 
 
 def test_error_line_stays_one_line(apache):
-    """Newlines in a message are escaped; an exception whose message
-    method itself raises is still named."""
+    """Newlines in a message are escaped; a NUL byte does not cut off the
+    rest of the line and its file:line; an exception whose message method
+    itself raises is still named."""
     a = apache("""
 <Location /nl>
     mrubyHandlerMiddleCode 'raise "first\\nsecond\\r\\nthird"'
 </Location>
+<Location /nul>
+    mrubyHandlerMiddle {dir}/nul.rb
+</Location>
 <Location /msg>
     mrubyHandlerMiddle {dir}/msg.rb
 </Location>
-""", files={"msg.rb": """\
+""", files={"nul.rb": 'raise ArgumentError, "bad\\0byte, after NUL"\n',
+           "msg.rb": """\
 class OddError < StandardError
   def message
     raise "no message today"
@@ -258,10 +263,14 @@ end
 raise OddError
 """})
     assert a.get("/nl").status_code == 500
+    assert a.get("/nul").status_code == 500
     assert a.get("/msg").status_code == 500
     log = a.wait_log("OddError")
     lines = mruby_errors(log)
-    assert len(lines) == 2, lines
+    assert len(lines) == 3, lines
+    nul = lines.pop(1)
+    assert "ArgumentError: bad" in nul
+    assert "byte, after NUL" in nul and f"{a.dir}/nul.rb:1" in nul
     # (Apache escapes the backslash of the core's "\\n" once more)
     assert "RuntimeError: first\\" in lines[0]
     assert "second\\" in lines[0] and "third (" in lines[0]
