@@ -56,6 +56,7 @@ struct mrb_interp_s {
     size_t              nproc_gens;
 
     unsigned            sealed:1;
+    unsigned            removed:1;  /* a run removed a global: sizes lie */
     mrb_toplevel_set    globals;
     mrb_toplevel_set    constants;
     mrb_toplevel_set    ivars;
@@ -222,10 +223,15 @@ mrb_interp_clean_toplevel(mrb_interp *interp)
         return;
     }
 
-    /* The common case, nothing added, costs three loads and compares. */
-    if (iv_size(mrb->globals) != interp->globals.size) {
+    /*
+     * The common case, nothing added, costs three loads and compares.  A
+     * removed global and an added one leave the size as it was: a run that
+     * removed one has all globals checked.
+     */
+    if (interp->removed || iv_size(mrb->globals) != interp->globals.size) {
         toplevel_set_restore(mrb, &interp->globals, &mrb->globals,
                              mrb_nil_value(), 1);
+        interp->removed = 0;
     }
 
     if (iv_size(mrb->object_class->iv) != interp->constants.size) {
@@ -393,6 +399,13 @@ mrb_interp_request(mrb_state *mrb)
     }
 
     return run->request;
+}
+
+
+void
+mrb_interp_global_removed(mrb_interp *interp)
+{
+    interp->removed = 1;
 }
 
 

@@ -23,6 +23,9 @@ void mrb_error_format(mrb_state *mrb, mrb_value exc, char *buf, size_t len);
 void mrb_interp_run_push(mrb_interp *interp, mrb_run *run);
 void mrb_interp_run_pop(mrb_interp *interp, mrb_run *run);
 
+/* Tells the top-level cleanup that a global was removed. */
+void mrb_interp_global_removed(mrb_interp *interp);
+
 /* Removes the top-level state added since mrb_interp_seal. */
 void mrb_interp_clean_toplevel(mrb_interp *interp);
 

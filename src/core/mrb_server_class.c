@@ -121,6 +121,7 @@ server_remove_global_variable(mrb_state *mrb, mrb_value self)
 
     mrb_get_args(mrb, "n", &name);
     mrb_gv_remove(mrb, name);
+    mrb_interp_global_removed(mrb_interp_from_state(mrb));
     return mrb_nil_value();
 }
 

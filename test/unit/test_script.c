@@ -208,6 +208,27 @@ TEST(script_toplevel_state_is_removed_after_a_run)
 }
 
 
+TEST(script_removed_and_added_global_is_still_removed)
+{
+    char         err[256];
+    mrb_interp  *interp = mrb_interp_open(&test_server, NULL, err,
+                                          sizeof(err));
+    mrb_run      run;
+
+    REQUIRE(interp != NULL);
+    CHECK_EQ(run_code(interp, "$startup = 1", &run), 0);
+    mrb_interp_seal(interp);
+
+    /* One global out, one in: the count of globals is unchanged. */
+    CHECK_EQ(run_code(interp, "Apache.remove_global_variable :$startup; "
+                      "$added = 1", &run), 0);
+    test_out_len = 0;
+    CHECK_EQ(run_code(interp, "Apache.rputs $added.inspect", &run), 0);
+    CHECK(strcmp(test_out, "nil") == 0);
+    mrb_interp_close(interp);
+}
+
+
 TEST(script_startup_state_stays)
 {
     char         err[256];
