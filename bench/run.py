@@ -677,17 +677,25 @@ def limiter_configs():
         return f"examples/access_limiter lacks {', '.join(missing)}"
     page = ("<Location /limited/slow>\n    SetHandler hello\n</Location>\n")
 
+    # The example's scripts, with a threshold no run reaches.
+    files = {}
+    for f in need:
+        with open(scripts[f]) as fh:
+            files[f] = fh.read().replace("threshold = 2",
+                                         "threshold = 1_000_000")
+
     def make(flag, policy):
         def f():
             conf = (page +
-                    f"mrubyPostConfigMiddle {scripts[need[0]]} cache\n"
-                    f"mrubyChildInitMiddle {scripts[need[1]]} cache\n"
+                    "mrubySharedDict access_limiter 1m\n"
+                    f"mrubyPostConfigMiddle {{dir}}/{need[0]} cache\n"
+                    f"mrubyChildInitMiddle {{dir}}/{need[1]} cache\n"
                     f"{policy}"
                     "<Location /limited>\n"
-                    f"    mrubyAccessCheckerMiddle {scripts[need[2]]}{flag}\n"
-                    f"    mrubyLogTransactionMiddle {scripts[need[3]]}{flag}\n"
+                    f"    mrubyAccessCheckerMiddle {{dir}}/{need[2]}{flag}\n"
+                    f"    mrubyLogTransactionMiddle {{dir}}/{need[3]}{flag}\n"
                     "</Location>\n")
-            return apache_server(conf, mruby=True,
+            return apache_server(conf, files=files, mruby=True,
                                  modules=[("hello", HELLO_SO)],
                                  docs={"limited/hello.txt": BODY})
         return f
