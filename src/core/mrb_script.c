@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +34,19 @@ typedef struct {
     struct timespec  mtime;
 } mrb_file_id;
 
+/*
+ * A version of a file that compiled: what a run under `stat` compares the
+ * file with before it takes the lock.  Published once, never changed;
+ * freed with the script.
+ */
+typedef struct mrb_script_version_s  mrb_script_version;
+
+struct mrb_script_version_s {
+    mrb_file_id          file_id;
+    uint32_t             generation;
+    mrb_script_version  *older;
+};
+
 struct mrb_script_s {
     unsigned          id;          /* index of its proc in each interpreter */
     mrb_cache_policy  policy;
@@ -46,6 +60,9 @@ struct mrb_script_s {
     uint32_t          generation;  /* 0: no bytecode; bumps on each compile */
     mrb_file_id       file_id;     /* the file version compiled or failed */
     char             *failure;     /* why file_id did not compile, or NULL */
+
+    /* The newest version that compiled, read without the lock. */
+    mrb_script_version *_Atomic  compiled;
 };
 
 static unsigned         script_next_id;
@@ -448,8 +465,15 @@ mrb_script_for_file(const char *path, mrb_cache_policy policy, char *err,
 void
 mrb_script_free(mrb_script *script)
 {
+    mrb_script_version  *v, *older;
+
     if (script == NULL) {
         return;
+    }
+
+    for (v = script->compiled; v != NULL; v = older) {
+        older = v->older;
+        free(v);
     }
 
     pthread_mutex_destroy(&script->lock);
@@ -481,6 +505,26 @@ file_id_equal(const mrb_file_id *a, const struct stat *st)
            && a->size == st->st_size
            && a->mtime.tv_sec == st->st_mtim.tv_sec
            && a->mtime.tv_nsec == st->st_mtim.tv_nsec;
+}
+
+
+/*
+ * Publishes the version just compiled for the lock-free check.  Without
+ * memory for it, runs simply take the lock.
+ */
+static void
+script_publish_locked(mrb_script *script)
+{
+    mrb_script_version  *v = malloc(sizeof(mrb_script_version));
+
+    if (v == NULL) {
+        return;
+    }
+
+    v->file_id = script->file_id;
+    v->generation = script->generation;
+    v->older = atomic_load_explicit(&script->compiled, memory_order_relaxed);
+    atomic_store_explicit(&script->compiled, v, memory_order_release);
 }
 
 
@@ -523,9 +567,11 @@ script_refresh_locked(mrb_interp *interp, mrb_script *script,
     if (rc != 0) {
         /* Remember why, so that the broken version is not parsed again. */
         script->failure = strdup(err);
+        return rc;
     }
 
-    return rc;
+    script_publish_locked(script);
+    return 0;
 }
 
 
@@ -549,11 +595,12 @@ script_proc_toplevel(mrb_state *mrb, struct RProc *proc)
 static struct RProc *
 script_proc(mrb_interp *interp, mrb_script *script, char *err, size_t errlen)
 {
-    mrb_state     *mrb = mrb_interp_state(interp);
-    struct RProc  *proc;
-    struct stat    st;
-    mrbc_context  *cxt;
-    mrb_value      v;
+    mrb_state           *mrb = mrb_interp_state(interp);
+    mrb_script_version  *version;
+    struct RProc        *proc;
+    struct stat          st;
+    mrbc_context        *cxt;
+    mrb_value            v;
 
     if (script->policy == MRB_CACHE_STAT) {
         if (stat(script->name, &st) != 0) {
@@ -563,11 +610,25 @@ script_proc(mrb_interp *interp, mrb_script *script, char *err, size_t errlen)
         }
     }
 
-    /* Compiled once and for all: no lock needed to find it loaded. */
+    /*
+     * Compiled once and for all, or the file is the version that compiled
+     * last: no lock needed to find it loaded.  Threads would otherwise
+     * queue on one script's lock on every request.
+     */
     if (script->policy != MRB_CACHE_STAT) {
         proc = mrb_interp_proc(interp, script->id, script->generation);
         if (proc != NULL) {
             return proc;
+        }
+
+    } else {
+        version = atomic_load_explicit(&script->compiled,
+                                       memory_order_acquire);
+        if (version != NULL && file_id_equal(&version->file_id, &st)) {
+            proc = mrb_interp_proc(interp, script->id, version->generation);
+            if (proc != NULL) {
+                return proc;
+            }
         }
     }
 
