@@ -151,8 +151,8 @@ def render(results, doc_path, img_dir):
       "configuration loads only the modules "
       "it needs (the references run without mod_mruby). nginx: 2 workers, "
       "no access log.")
-    w("- Before each measurement the runner waits (up to 90 s) until the "
-      "machine is idle (under 15% CPU busy over 2 s), so that another "
+    w("- Before each measurement the runner waits (up to 90 s; 10 s in a "
+      "quick run) until the machine is idle (under 15% CPU busy over 2 s), so that another "
       "build or test run does not land inside one configuration's numbers; "
       "the busiest such reading of a configuration's runs is in the "
       "`idle check` column.")
@@ -352,6 +352,16 @@ def render(results, doc_path, img_dir):
     lim = results.get("limiter")
     if lim:
         w("## Access limiter: seed 002's table\n")
+        w("The scripts of `examples/access_limiter` (seed 002's "
+          "configuration: post_config and child_init scripts cached, the "
+          "access checker and log transaction scripts per request, counting "
+          "in-flight requests per file in a SharedDict) with a threshold no "
+          "run reaches, on `<Location /limited>`; Apache event MPM as "
+          "above, EnableMMAP Off. Fast page: a 12-byte static file. Slow "
+          "page: the C module sleeping 20 ms (seed 002 used a PHP page; with "
+          "100 connections it is bound by concurrency, so the limiter's "
+          "cost hardly shows). `cache`, `stat`, `never` are the policies of "
+          "the two per-request scripts.\n")
         if "error" in lim:
             w(f"Not measured: {lim['error']}.\n")
         else:
