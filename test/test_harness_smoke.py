@@ -79,3 +79,24 @@ def test_redis_ping(redis_server):
     assert redis_server.command("PING") == "+PONG"
     assert redis_server.command("SET", "k", "v{1}") == "+OK"
     assert redis_server.command("GET", "k") == "v{1}"
+
+
+def test_make_run_serves_every_example():
+    """examples/run.py (make run) starts both servers with every example,
+    leaves none out, and each advertised URL answers without a 5xx."""
+    import re
+    import subprocess
+    import sys
+    run = os.path.join(harness.REPO, "examples", "run.py")
+    p = subprocess.run(
+        [sys.executable, run, "--check",
+         "--apache-port", str(harness.free_port()),
+         "--nginx-port", str(harness.free_port())],
+        capture_output=True, text=True, timeout=300)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out
+    assert "left out" not in out and "did not start" not in out, out
+    codes = re.findall(r"^  (\d{3}|error.*?) (http://\S+)", out, re.M)
+    assert len(codes) >= 2, out
+    bad = [(c, u) for c, u in codes if not c.isdigit() or int(c) >= 500]
+    assert not bad, out
