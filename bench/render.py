@@ -38,19 +38,23 @@ def rows_by_key(rows):
 
 
 def throughput_table(rows, ref_label):
-    out = ["| configuration | req/s (median) | runs | ratio to "
-           f"{ref_label} | p99 latency | idle check |",
-           "|---|---:|---|---:|---:|---:|"]
+    out = ["| configuration | req/s (median) | req/s of each run | ratio to "
+           f"{ref_label} | ratio range | p99 latency | others' CPU |",
+           "|---|---:|---|---:|---|---:|---:|"]
     for r in rows:
         if "rps" in r:
             runs = ", ".join(f"{x:,.0f}" for x in r.get("rps_runs", []))
+            if r.get("failed_runs"):
+                runs += f" ({r['failed_runs']} failed: {r['error']})"
+            rr = r.get("ratio_runs") or []
+            rng = f"{min(rr):.3f}-{max(rr):.3f}" if len(rr) > 1 else "-"
             out.append(f"| {r['label']} | {fmt_rps(r['rps'])} | {runs} | "
-                       f"{fmt_ratio(r.get('ratio'))} | "
+                       f"{fmt_ratio(r.get('ratio'))} | {rng} | "
                        f"{r.get('p99_ms', 0):.1f} ms | "
-                       f"{r.get('background', 0):.0%} busy |")
+                       f"{r.get('others_cores', 0):.2f} |")
         else:
             out.append(f"| {r['label']} | - | {r.get('error', '')} | - | - "
-                       "| - |")
+                       "| - | - |")
     notes = [f"- {r['label']}: {r['note']}" for r in rows if r.get("note")]
     if notes:
         out += [""] + notes
@@ -151,11 +155,15 @@ def render(results, doc_path, img_dir):
       "configuration loads only the modules "
       "it needs (the references run without mod_mruby). nginx: 2 workers, "
       "no access log.")
-    w("- Before each measurement the runner waits (up to 90 s; 10 s in a "
-      "quick run) until the machine is idle (under 15% CPU busy over 2 s), so that another "
-      "build or test run does not land inside one configuration's numbers; "
-      "the busiest such reading of a configuration's runs is in the "
-      "`idle check` column.")
+    w("- Ratios are paired: in each round a configuration's req/s is "
+      "divided by the reference's req/s of the same round; the table shows "
+      "the median of those ratios and their range over the rounds.")
+    w("- Other work on the machine: before each measurement the runner "
+      "waits (up to 90 s; 10 s in a quick run) until the CPU is idle, and "
+      "during it counts the CPU used by processes other than the server "
+      "and wrk. Above 0.10 cores the measurement is repeated (twice at "
+      "most); the `others' CPU` column is the largest such figure among "
+      "the kept runs.")
     w("- Every configuration answers `hello world\\n` (12 bytes); its first "
       "response is checked before it is measured, and a run with more than "
       "0.1% non-2xx responses or socket errors counts as failed. A "

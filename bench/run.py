@@ -358,19 +358,38 @@ def stop(server):
     server.remove()
 
 
+def cpu_ticks():
+    """(busy, total) clock ticks of the whole machine since boot."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return sum(v) - v[3] - v[4], sum(v)  # idle and iowait are not busy
+
+
+def proc_ticks(pids):
+    """utime + stime clock ticks of the given processes."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                data = f.read()
+        except OSError:
+            continue
+        fields = data[data.rfind(")") + 2:].split()
+        total += int(fields[11]) + int(fields[12])
+    return total
+
+
 def cpu_busy(seconds=0.5):
     """Fraction of the machine's CPU time that was busy over `seconds`."""
-    def snap():
-        with open("/proc/stat") as f:
-            v = [int(x) for x in f.readline().split()[1:]]
-        return sum(v), v[3] + v[4]  # total, idle + iowait
-    t0, i0 = snap()
+    b0, t0 = cpu_ticks()
     time.sleep(seconds)
-    t1, i1 = snap()
-    return 1 - (i1 - i0) / max(t1 - t0, 1)
+    b1, t1 = cpu_ticks()
+    return (b1 - b0) / max(t1 - t0, 1)
 
 
-QUIET = 0.15   # busier than this before a measurement: someone else runs
+QUIET = 0.15       # busier than this before a measurement: someone else runs
+NOISY = 0.10       # cores used by others during a measurement: measure again
+RETRIES = 2
 
 
 def wait_quiet(limit=10 if QUICK else 90):
@@ -384,7 +403,37 @@ def wait_quiet(limit=10 if QUICK else 90):
     return busy
 
 
+def measured_wrk(server, url):
+    """wrk for SECONDS, plus the CPU (in cores) that processes other than
+    the server and wrk used meanwhile: what a busy machine took away."""
+    pids = [server.master_pid()] + server.worker_pids()
+    usage0 = os.times()
+    ours0, (busy0, _) = proc_ticks(pids), cpu_ticks()
+    t0 = time.monotonic()
+    res = wrk(url, SECONDS)
+    elapsed = time.monotonic() - t0
+    ours1, (busy1, _) = proc_ticks(pids), cpu_ticks()
+    usage1 = os.times()
+    hz = os.sysconf("SC_CLK_TCK")
+    wrk_cpu = ((usage1.children_user - usage0.children_user)
+               + (usage1.children_system - usage0.children_system))
+    others = ((busy1 - busy0) - (ours1 - ours0)) / hz - wrk_cpu
+    res["others_cores"] = round(max(others, 0) / elapsed, 3)
+    return res
+
+
 def measure(cfg):
+    for attempt in range(RETRIES + 1):
+        res = measure_once(cfg)
+        if "error" in res or res["others_cores"] <= NOISY:
+            break
+        log(f"    others used {res['others_cores']:.2f} cores meanwhile: "
+            "measuring again")
+    res["attempts"] = attempt + 1
+    return res
+
+
+def measure_once(cfg):
     background = wait_quiet()
     server, why = start_checked(cfg)
     if server is None:
@@ -392,7 +441,7 @@ def measure(cfg):
     try:
         url = server.url(cfg.path)
         wrk(url, WARMUP)
-        res = wrk(url, SECONDS)
+        res = measured_wrk(server, url)
         res["rss_kb"] = [harness.rss_kb(p) for p in server.worker_pids()]
         res["background"] = round(background, 3)
         if res["non2xx"] or res["errors"]:
@@ -408,39 +457,53 @@ def measure(cfg):
 
 
 def throughput(configs, ref_key):
-    """ROUNDS interleaved rounds over configs; median req/s per config."""
-    runs = {c.key: [] for c in configs}
-    errors = {}
+    """ROUNDS interleaved rounds over configs.  A config's ratio is the
+    median over rounds of its req/s divided by the reference's req/s of
+    the same round (pairs measured minutes apart share the machine's
+    drift).  A config that fails to start is not tried again; one that
+    fails a run is, and its failures are reported."""
+    runs = {c.key: {} for c in configs}      # key -> {round: result}
+    errors = {c.key: [] for c in configs}
+    dead = set()
     for rnd in range(ROUNDS):
         # Rotate the order so no config always runs first or last.
         order = configs[rnd % len(configs):] + configs[:rnd % len(configs)]
         for cfg in order:
-            if cfg.key in errors:
+            if cfg.key in dead:
                 continue
             res = measure(cfg)
+            tag = f"  [{rnd + 1}/{ROUNDS}] {cfg.label}"
             if "error" in res:
-                errors[cfg.key] = res["error"]
-                log(f"  [{rnd + 1}/{ROUNDS}] {cfg.label}: {res['error']}")
+                errors[cfg.key].append(res["error"])
+                if not res.get("requests"):  # never served: stop trying
+                    dead.add(cfg.key)
+                log(f"{tag}: {res['error']}")
                 continue
-            runs[cfg.key].append(res)
-            log(f"  [{rnd + 1}/{ROUNDS}] {cfg.label}: {res['rps']:.0f} req/s")
+            runs[cfg.key][rnd] = res
+            log(f"{tag}: {res['rps']:.0f} req/s")
+    ref = runs.get(ref_key, {})
     rows = []
-    ref = runs.get(ref_key) or []
-    ref_rps = statistics.median(r["rps"] for r in ref) if ref else None
     for cfg in configs:
         row = {"key": cfg.key, "label": cfg.label, "note": cfg.note,
                "path": cfg.path}
-        if cfg.key in errors:
-            row["error"] = errors[cfg.key]
+        if errors[cfg.key]:
+            row["error"] = errors[cfg.key][0]
+            row["failed_runs"] = len(errors[cfg.key])
         rs = runs[cfg.key]
         if rs:
-            row["rps_runs"] = [r["rps"] for r in rs]
+            vals = list(rs.values())
+            row["rps_runs"] = [r["rps"] for r in vals]
             row["rps"] = statistics.median(row["rps_runs"])
-            row["p99_ms"] = statistics.median(r.get("p99_ms", 0) for r in rs)
-            row["background"] = max(r.get("background", 0) for r in rs)
-            if ref_rps:
-                row["ratio"] = row["rps"] / ref_rps
-                row["ratio_runs"] = [r / ref_rps for r in row["rps_runs"]]
+            row["p99_ms"] = statistics.median(r.get("p99_ms", 0)
+                                              for r in vals)
+            row["background"] = max(r.get("background", 0) for r in vals)
+            row["others_cores"] = max(r.get("others_cores", 0)
+                                      for r in vals)
+            row["attempts"] = sum(r.get("attempts", 1) for r in vals)
+            pairs = [rs[n]["rps"] / ref[n]["rps"] for n in rs if n in ref]
+            if pairs:
+                row["ratio_runs"] = pairs
+                row["ratio"] = statistics.median(pairs)
         rows.append(row)
     return rows
 
