@@ -22,6 +22,7 @@
 #include <mruby/irep.h>
 #include <mruby/proc.h>
 
+#include "mrb_file_watch.h"
 #include "mrb_interp_core.h"
 #include "mrb_script.h"
 
@@ -45,6 +46,9 @@ struct mrb_script_version_s {
     mrb_file_id          file_id;
     uint32_t             generation;
     mrb_script_version  *older;
+
+    /* The file watch epoch at which stat() last found this version. */
+    _Atomic uint64_t     fresh_at;
 };
 
 struct mrb_script_s {
@@ -59,10 +63,16 @@ struct mrb_script_s {
     size_t            bin_len;
     uint32_t          generation;  /* 0: no bytecode; bumps on each compile */
     mrb_file_id       file_id;     /* the file version compiled or failed */
+    uint64_t          source_hash; /* and a hash of its content */
     char             *failure;     /* why file_id did not compile, or NULL */
 
     /* The newest version that compiled, read without the lock. */
     mrb_script_version *_Atomic  compiled;
+
+    /* Under `stat`: the process whose file watch covers the file, if any,
+     * or that the file cannot be watched (mrb_file_watch.h). */
+    _Atomic pid_t     watched_by;
+    _Atomic int       unwatchable;
 };
 
 static unsigned         script_next_id;
@@ -508,6 +518,15 @@ file_id_equal(const mrb_file_id *a, const struct stat *st)
 }
 
 
+static int
+file_id_same(const mrb_file_id *a, const mrb_file_id *b)
+{
+    return a->ino == b->ino && a->dev == b->dev && a->size == b->size
+           && a->mtime.tv_sec == b->mtime.tv_sec
+           && a->mtime.tv_nsec == b->mtime.tv_nsec;
+}
+
+
 /*
  * Publishes the version just compiled for the lock-free check.  Without
  * memory for it, runs simply take the lock.
@@ -523,43 +542,79 @@ script_publish_locked(mrb_script *script)
 
     v->file_id = script->file_id;
     v->generation = script->generation;
+    atomic_init(&v->fresh_at, 0);
     v->older = atomic_load_explicit(&script->compiled, memory_order_relaxed);
     atomic_store_explicit(&script->compiled, v, memory_order_release);
 }
 
 
+/* FNV-1a: tells two versions of a file with the same size and mtime apart. */
+static uint64_t
+source_hash(const char *src, size_t len)
+{
+    uint64_t  h = 14695981039346656037ULL;
+    size_t    i;
+
+    for (i = 0; i < len; i++) {
+        h = (h ^ (unsigned char) src[i]) * 1099511628211ULL;
+    }
+
+    return h;
+}
+
+
+/* The outcome of the version compiled or failed last; lock held. */
+static int
+script_last_outcome_locked(mrb_script *script, char *err, size_t errlen)
+{
+    if (script->failure != NULL) {
+        snprintf(err, errlen, "%s", script->failure);
+        return -1;
+    }
+
+    return 0;
+}
+
+
 /*
  * Under `stat`: recompiles when the file is not the version compiled (or
- * failed) last.  Lock held.  Returns 0, or -1 with the error in err.
+ * failed) last.  A file rewritten within one tick of the clock keeps its
+ * size and mtime: with verify (the file watch saw a change), the content
+ * decides.  Lock held.  Returns 0, or -1 with the error in err.
  */
 static int
 script_refresh_locked(mrb_interp *interp, mrb_script *script,
-    const struct stat *st, char *err, size_t errlen)
+    const struct stat *st, int verify, char *err, size_t errlen)
 {
     mrb_file_id  id;
+    uint64_t     hash;
     char        *src;
     size_t       len;
-    int          rc;
+    int          known, rc;
 
-    if (script->generation != 0 || script->failure != NULL) {
-        if (file_id_equal(&script->file_id, st)) {
-            if (script->failure != NULL) {
-                snprintf(err, errlen, "%s", script->failure);
-                return -1;
-            }
-            return 0;
-        }
+    known = script->generation != 0 || script->failure != NULL;
+
+    if (known && !verify && file_id_equal(&script->file_id, st)) {
+        return script_last_outcome_locked(script, err, errlen);
     }
-
-    free(script->failure);
-    script->failure = NULL;
 
     src = file_read(script->name, &len, &id, err, errlen);
     if (src == NULL) {
         return -1;
     }
 
+    hash = source_hash(src, len);
+    if (known && hash == script->source_hash
+        && file_id_same(&id, &script->file_id))
+    {
+        free(src);
+        return script_last_outcome_locked(script, err, errlen);
+    }
+
+    free(script->failure);
+    script->failure = NULL;
     script->file_id = id;
+    script->source_hash = hash;
     rc = script_compile_locked(mrb_interp_state(interp), script, src, len,
                                err, errlen);
     free(src);
@@ -591,54 +646,165 @@ script_proc_toplevel(mrb_state *mrb, struct RProc *proc)
 }
 
 
-/* The proc of script in interp, loading its current bytecode if needed. */
+/*
+ * Under `stat`: the file watch epoch a run may compare a version's fresh_at
+ * with, or 0 when the file is not watched in this process.  watched_by is
+ * read first: a stat() made at this epoch then saw a file already watched,
+ * so no change after it can go unnoticed.
+ */
+static uint64_t
+script_watch_epoch(mrb_script *script)
+{
+    pid_t     watcher = atomic_load_explicit(&script->watched_by,
+                                             memory_order_acquire);
+    uint64_t  epoch;
+
+    if (watcher == 0) {
+        return 0;
+    }
+
+    epoch = mrb_file_watch_epoch();
+    return (pid_t) (epoch >> 32) == watcher ? epoch : 0;
+}
+
+
+/*
+ * Under `stat`, a file not watched yet in this process: watches it.  The
+ * runs that follow stat() once more at an epoch that covers the file, and
+ * the first to find it unchanged marks the version fresh.
+ */
+static void
+script_watch_start(mrb_script *script)
+{
+    uint64_t  epoch;
+
+    if (atomic_load_explicit(&script->unwatchable, memory_order_relaxed)) {
+        return;
+    }
+
+    if (mrb_file_watch_add(script->name) != 0) {
+        atomic_store_explicit(&script->unwatchable, 1, memory_order_relaxed);
+        return;
+    }
+
+    epoch = mrb_file_watch_epoch();
+    if (epoch != 0) {
+        atomic_store_explicit(&script->watched_by, (pid_t) (epoch >> 32),
+                              memory_order_release);
+    }
+}
+
+
+/*
+ * Under `stat`: the loaded proc of the version of the file that compiled
+ * last, if the file is still that version, without taking the lock:
+ * threads would otherwise queue on one script's lock on every request.
+ * While the file watch has seen no change since the version was last found
+ * current, not even stat() is needed; after a change, the content is read
+ * again (verify) even if size and mtime match.  Sets *proc (NULL: go
+ * through the lock), st, epoch and verify; returns -1 if stat() fails.
+ */
+static int
+script_proc_current(mrb_interp *interp, mrb_script *script, int watch,
+    struct stat *st, uint64_t *epoch, int *verify, struct RProc **proc)
+{
+    mrb_script_version  *version;
+    int                  fresh;
+
+    version = atomic_load_explicit(&script->compiled, memory_order_acquire);
+    *epoch = watch ? script_watch_epoch(script) : 0;
+    *verify = 0;
+    *proc = NULL;
+
+    fresh = version != NULL && *epoch != 0
+            && atomic_load_explicit(&version->fresh_at, memory_order_relaxed)
+               == *epoch;
+    if (fresh) {
+        *proc = mrb_interp_proc(interp, script->id, version->generation);
+        if (*proc != NULL) {
+            return 0;
+        }
+    }
+
+    if (stat(script->name, st) != 0) {
+        return -1;
+    }
+
+    if (version == NULL || !file_id_equal(&version->file_id, st)) {
+        return 0;
+    }
+
+    if (*epoch == 0) {
+        if (watch) {
+            script_watch_start(script);
+        }
+        *proc = mrb_interp_proc(interp, script->id, version->generation);
+
+    } else if (!fresh) {
+        *verify = 1;
+    }
+
+    return 0;
+}
+
+
+/*
+ * The proc of script in interp, loading its current bytecode if needed.
+ * watch: a request's run, in the process that serves it, where the file
+ * of a `stat` script may be watched instead of stat()ed on every run.
+ */
 static struct RProc *
-script_proc(mrb_interp *interp, mrb_script *script, char *err, size_t errlen)
+script_proc(mrb_interp *interp, mrb_script *script, int watch, char *err,
+    size_t errlen)
 {
     mrb_state           *mrb = mrb_interp_state(interp);
     mrb_script_version  *version;
     struct RProc        *proc;
     struct stat          st;
+    uint64_t             epoch = 0;
+    int                  verify = 0;
     mrbc_context        *cxt;
     mrb_value            v;
 
     if (script->policy == MRB_CACHE_STAT) {
-        if (stat(script->name, &st) != 0) {
+        if (script_proc_current(interp, script, watch, &st, &epoch, &verify,
+                                &proc)
+            != 0)
+        {
             snprintf(err, errlen, "%s: cannot stat: %s", script->name,
                      strerror(errno));
             return NULL;
         }
-    }
-
-    /*
-     * Compiled once and for all, or the file is the version that compiled
-     * last: no lock needed to find it loaded.  Threads would otherwise
-     * queue on one script's lock on every request.
-     */
-    if (script->policy != MRB_CACHE_STAT) {
-        proc = mrb_interp_proc(interp, script->id, script->generation);
         if (proc != NULL) {
             return proc;
         }
 
     } else {
-        version = atomic_load_explicit(&script->compiled,
-                                       memory_order_acquire);
-        if (version != NULL && file_id_equal(&version->file_id, &st)) {
-            proc = mrb_interp_proc(interp, script->id, version->generation);
-            if (proc != NULL) {
-                return proc;
-            }
+        proc = mrb_interp_proc(interp, script->id, script->generation);
+        if (proc != NULL) {
+            return proc;
         }
     }
 
     pthread_mutex_lock(&script->lock);
 
-    if (script->policy == MRB_CACHE_STAT
-        && script_refresh_locked(interp, script, &st, err, errlen) != 0)
-    {
-        pthread_mutex_unlock(&script->lock);
-        return NULL;
+    if (script->policy == MRB_CACHE_STAT) {
+        if (script_refresh_locked(interp, script, &st, verify, err, errlen)
+            != 0)
+        {
+            pthread_mutex_unlock(&script->lock);
+            return NULL;
+        }
+        /* the file was read (or found fresh) since epoch was read */
+        version = script->compiled;
+        if (epoch != 0 && version != NULL
+            && version->generation == script->generation)
+        {
+            atomic_store_explicit(&version->fresh_at, epoch,
+                                  memory_order_relaxed);
+        } else if (watch && epoch == 0) {
+            script_watch_start(script);
+        }
     }
 
     proc = mrb_interp_proc(interp, script->id, script->generation);
@@ -774,7 +940,8 @@ mrb_script_run(mrb_interp *interp, mrb_script *script, mrb_run *run)
         proc = script_proc_uncached(interp, script, run->error,
                                     sizeof(run->error));
     } else {
-        proc = script_proc(interp, script, run->error, sizeof(run->error));
+        proc = script_proc(interp, script, !run->startup, run->error,
+                           sizeof(run->error));
     }
 
     if (proc == NULL) {

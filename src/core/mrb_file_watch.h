@@ -1,0 +1,34 @@
+/*
+ * Change notification for `stat` scripts: lets a run skip the stat() of
+ * its file while nothing that file's path resolves through has changed.
+ *
+ * One inotify instance per process, watching, for each path added, every
+ * directory on the way (for the name looked up there, following symbolic
+ * links) and the file itself.  Any change there bumps the epoch.  A caller
+ * that found a file unchanged at epoch E may trust it as long as the epoch
+ * is still E.  Asking for the epoch costs one ioctl(FIONREAD): events are
+ * queued before the change that caused them returns, so nothing that
+ * happened before the call is missed.
+ *
+ * The epoch is 0, and every run stats, until a watch works in this process,
+ * after a fork, and when a path's file system may change behind the
+ * kernel's back (NFS, CIFS, FUSE, ...): only local file systems are watched.
+ */
+
+#ifndef MRB_FILE_WATCH_H
+#define MRB_FILE_WATCH_H
+
+#include <stdint.h>
+
+/* The current epoch, or 0 when there is nothing to trust. */
+uint64_t mrb_file_watch_epoch(void);
+
+/*
+ * Watches path (absolute) from now on, starting the watch in this process
+ * if needed.  Returns 0, or -1 when path cannot be watched: the caller
+ * then stats on every run.  A stat() made before this call proves nothing:
+ * read the epoch after it.
+ */
+int mrb_file_watch_add(const char *path);
+
+#endif /* MRB_FILE_WATCH_H */
