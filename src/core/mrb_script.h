@@ -3,8 +3,9 @@
  * loaded once into each interpreter that runs it.
  *
  * Cache policies (DESIGN.md):
- *   stat     re-check the file's mtime/size/inode on every run and recompile
- *            only when it changed: edits apply with no restart;
+ *   stat     recompile when the file changed (watched with inotify, see
+ *            mrb_file_watch.h; stat() on every run where it cannot be):
+ *            the next run after an edit sees it, with no restart;
  *   forever  compile at configuration time (the `cache` flag); a syntax
  *            error fails the configuration test;
  *   never    read and compile on every run, drop the bytecode after.
