@@ -171,7 +171,8 @@ def render(results, doc_path, img_dir):
 
     targets = []  # (figure, target, measured, ok)
     pending = []  # images to place after the current table
-    titles = {"apache": "Apache: seed 000 Table 2", "nginx": "nginx",
+    titles = {"apache": "Apache: seed 000 Table 2",
+              "apache_close": "Apache without keep-alive", "nginx": "nginx",
               "fig8": "Seed 000 Fig. 8", "rss": "RSS over many requests",
               "memory": "Memory one interpreter adds"}
     for sec, title in titles.items():
@@ -210,6 +211,18 @@ def render(results, doc_path, img_dir):
                             "best", f"> {max(lua):.3f}",
                             f"slowest mruby mode {min(mr):.3f}" if mr
                             else "-", ok))
+
+    # -- Apache without keep-alive (seed 000's ab) ----------------------------
+    ac = results.get("apache_close")
+    if isinstance(ac, list) and ac:
+        w("### The same without keep-alive (seed 000's load)\n")
+        w("Seed 000 measured with `ab -c 100 -n 100000` from another "
+          "machine, a new connection per request. Here: wrk with "
+          "`Connection: close`, so every request also pays a TCP "
+          "handshake and close on the same 2 cores. Informative only; the "
+          "targets above are judged with keep-alive.\n")
+        w(throughput_table(ac, "C module"))
+        w("")
 
     # -- nginx -------------------------------------------------------------
     ng = results.get("nginx")
