@@ -13,8 +13,11 @@
 #include <mruby.h>
 #include <mruby/array.h>
 #include <mruby/class.h>
+#include <mruby/error.h>
 #include <mruby/irep.h>
 #include <mruby/object.h>
+#include <mruby/proc.h>
+#include <mruby/throw.h>
 #include <mruby/variable.h>
 
 #include "mrb_interp.h"
@@ -45,15 +48,25 @@ typedef struct {
     int         nsyms;
 } mrb_toplevel_set;
 
+/* The proc loaded for a script: the generation of its bytecode. */
+typedef struct {
+    struct RProc       *proc;
+    uint32_t            generation;
+} mrb_interp_loaded;
+
 struct mrb_interp_s {
     mrb_state          *mrb;
     const mrb_server   *server;
     void               *log_target;
     mrb_run            *run;
 
-    mrb_value           procs;      /* Array: loaded procs by script id */
-    uint32_t           *proc_gens;  /* generation of each loaded proc */
-    size_t              nproc_gens;
+    /*
+     * The loaded procs by script id.  The C array is what a run reads (a
+     * load and a compare); the mruby Array holds the same procs for the GC.
+     */
+    mrb_interp_loaded  *loaded;
+    size_t              nloaded;
+    mrb_value           procs;
 
     unsigned            sealed:1;
     unsigned            removed:1;  /* a run removed a global: sizes lie */
@@ -214,8 +227,9 @@ mrb_interp_seal(mrb_interp *interp)
 }
 
 
-void
-mrb_interp_clean_toplevel(mrb_interp *interp)
+/* Removes the top-level state added since mrb_interp_seal. */
+static void
+interp_clean_toplevel(mrb_interp *interp)
 {
     mrb_state  *mrb = interp->mrb;
 
@@ -296,7 +310,7 @@ mrb_interp_close(mrb_interp *interp)
     }
 
     mrb_close(interp->mrb);
-    free(interp->proc_gens);
+    free(interp->loaded);
     free(interp->globals.syms);
     free(interp->constants.syms);
     free(interp->ivars.syms);
@@ -349,6 +363,13 @@ mrb_interp_for_thread(const mrb_server *server, void *log_target,
     interp_of_thread = interp;
     pthread_setspecific(interp_key, interp);
     return interp;
+}
+
+
+mrb_interp *
+mrb_interp_current(void)
+{
+    return interp_of_thread;
 }
 
 
@@ -409,18 +430,125 @@ mrb_interp_global_removed(mrb_interp *interp)
 }
 
 
-void
-mrb_interp_run_push(mrb_interp *interp, mrb_run *run)
+static mrb_value
+interp_top_run(mrb_state *mrb, void *proc)
 {
-    run->prev = interp->run;
-    interp->run = run;
+    return mrb_top_run(mrb, proc, mrb_obj_value(mrb->top_self), 0);
 }
 
 
-void
-mrb_interp_run_pop(mrb_interp *interp, mrb_run *run)
+/*
+ * A run inside another (a filter script reading the body for a script) or
+ * inside a fiber: mrb_top_run gives it a frame of its own, and after a
+ * longjmp mrb_protect_error unwinds the frames above the outer ones.
+ * Leaves the exception in mrb->exc, as the VM does.
+ */
+static mrb_value
+interp_exec_nested(mrb_state *mrb, struct RProc *proc)
 {
+    mrb_value  ret;
+    mrb_bool   failed;
+
+    ret = mrb_protect_error(mrb, interp_top_run, proc, &failed);
+    if (failed) {
+        mrb->exc = mrb_obj_ptr(ret);
+    }
+
+    return ret;
+}
+
+
+/*
+ * Blocks made at the top level of a script share its frame, which lives on
+ * the VM stack.  mruby keeps that frame's env on the stack after a top-level
+ * run (mirb reuses it) and just forgets it at the next run: a block kept
+ * past the run (a proc in a global, a constant, a startup object) would
+ * read the next script's registers, or freed memory once the stack has
+ * grown.  Give the env its own copy of the values now.  (A nested run's
+ * frame is popped, and mruby copies it then.)
+ */
+static void
+interp_close_toplevel_env(mrb_state *mrb)
+{
+    mrb_callinfo  *ci = mrb->c->cibase;
+    struct REnv   *env;
+
+    env = mrb_vm_ci_env(ci);
+    if (env == NULL) {
+        return;
+    }
+
+    mrb_vm_ci_env_set(ci, NULL);
+    mrb_env_unshare(mrb, env);
+}
+
+
+/*
+ * At the top level, mruby's VM returns an exception raised in the script
+ * with mrb->exc set.  What reaches this frame by longjmp is what mruby
+ * raises before its VM catches anything (the VM stack cannot grow); it is
+ * left in mrb->exc too.  mrb_protect_error would also save and restore the
+ * GC arena and protect the result in it, a third of a cached run's own
+ * cost, and the caller restores the arena anyway.
+ */
+int
+mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run)
+{
+    mrb_state           *mrb = interp->mrb;
+    struct mrb_context  *c = mrb->c;
+    struct mrb_jmpbuf   *prev_jmp = mrb->jmp;
+    struct mrb_jmpbuf    jmp;
+    struct REnv         *env;
+    mrb_value            ret;
+    int                  rc;
+
+    run->prev = interp->run;
+    interp->run = run;
+
+    if (c != mrb->root_c || c->ci != c->cibase) {
+        ret = interp_exec_nested(mrb, proc);
+
+    } else {
+        MRB_TRY(&jmp) {
+            mrb->jmp = &jmp;
+            ret = mrb_top_run(mrb, proc, mrb_obj_value(mrb->top_self), 0);
+
+        } MRB_CATCH(&jmp) {
+            ret = mrb_nil_value();
+
+            /* as mrb_protect_error does: no frame may stay above the base */
+            while (c->ci > c->cibase) {
+                env = mrb_vm_ci_env(c->ci);
+                c->ci--;
+                mrb_env_unshare(mrb, env);
+            }
+
+        } MRB_END_EXC(&jmp);
+
+        mrb->jmp = prev_jmp;
+        interp_close_toplevel_env(mrb);
+    }
+
+    rc = 0;
+
+    if (mrb->exc != NULL) {
+        mrb_error_format(mrb, mrb_obj_value(mrb->exc), run->error,
+                         sizeof(run->error));
+        mrb->exc = NULL;
+        rc = -1;
+    }
+
     interp->run = run->prev;
+
+    if (!run->startup && run->prev == NULL) {
+        interp_clean_toplevel(interp);
+    }
+
+    if (rc == 0 && run->want_value) {
+        run->value = ret;
+    }
+
+    return rc;
 }
 
 
@@ -451,14 +579,11 @@ mrb_interp_log(mrb_interp *interp, int level, const char *fmt, ...)
 struct RProc *
 mrb_interp_proc(mrb_interp *interp, unsigned id, uint32_t generation)
 {
-    mrb_value  v;
-
-    if (id >= interp->nproc_gens || interp->proc_gens[id] != generation) {
+    if (id >= interp->nloaded || interp->loaded[id].generation != generation) {
         return NULL;
     }
 
-    v = mrb_ary_entry(interp->procs, (mrb_int) id);
-    return mrb_nil_p(v) ? NULL : mrb_proc_ptr(v);
+    return interp->loaded[id].proc;
 }
 
 
@@ -466,24 +591,25 @@ int
 mrb_interp_proc_keep(mrb_interp *interp, unsigned id, uint32_t generation,
     struct RProc *proc)
 {
-    uint32_t  *gens;
-    size_t     n;
+    mrb_interp_loaded  *loaded;
+    size_t              n;
 
-    if (id >= interp->nproc_gens) {
+    if (id >= interp->nloaded) {
         n = (id + 16) * 2;
-        gens = realloc(interp->proc_gens, n * sizeof(uint32_t));
-        if (gens == NULL) {
+        loaded = realloc(interp->loaded, n * sizeof(mrb_interp_loaded));
+        if (loaded == NULL) {
             return -1;
         }
 
-        memset(gens + interp->nproc_gens, 0,
-               (n - interp->nproc_gens) * sizeof(uint32_t));
-        interp->proc_gens = gens;
-        interp->nproc_gens = n;
+        memset(loaded + interp->nloaded, 0,
+               (n - interp->nloaded) * sizeof(mrb_interp_loaded));
+        interp->loaded = loaded;
+        interp->nloaded = n;
     }
 
     mrb_ary_set(interp->mrb, interp->procs, (mrb_int) id,
                 mrb_obj_value(proc));
-    interp->proc_gens[id] = generation;
+    interp->loaded[id].proc = proc;
+    interp->loaded[id].generation = generation;
     return 0;
 }

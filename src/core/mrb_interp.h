@@ -48,6 +48,10 @@ struct mrb_server_s {
      * log_target is what the adapter gave mrb_interp_open (its server). */
     void       (*log)(void *log_target, mrb_run *run, int level,
                       const char *msg, size_t len);
+
+    /* Whether log() would write a line at level now (for Server.log_level?,
+     * so that a script can skip building a message the level drops). */
+    int        (*log_enabled)(void *log_target, mrb_run *run, int level);
 };
 
 /*
@@ -86,6 +90,10 @@ void mrb_interp_close(mrb_interp *interp);
  */
 mrb_interp *mrb_interp_for_thread(const mrb_server *server, void *log_target,
     mrb_interp_init_pt init, void *arg, char *err, size_t errlen);
+
+/* The calling thread's interpreter if it has one yet, or NULL: what every
+ * request looks up before it asks mrb_interp_for_thread to create one. */
+mrb_interp *mrb_interp_current(void);
 
 /*
  * Records the top-level state (globals, top-level constants and instance

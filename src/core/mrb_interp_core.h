@@ -20,14 +20,17 @@ void mrb_http_status_define(mrb_state *mrb, struct RClass *server_class);
 /* "Class: message (backtrace: file:line, ...)" on one line. */
 void mrb_error_format(mrb_state *mrb, mrb_value exc, char *buf, size_t len);
 
-void mrb_interp_run_push(mrb_interp *interp, mrb_run *run);
-void mrb_interp_run_pop(mrb_interp *interp, mrb_run *run);
+/*
+ * Runs proc as run: catches any exception (then -1 and the one-line error
+ * in run->error), clears mrb->exc, and unless run->startup or nested
+ * removes the top-level state the script added.  With run->want_value the
+ * script's last value goes to run->value, still protected only by the
+ * caller's GC arena.
+ */
+int mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run);
 
 /* Tells the top-level cleanup that a global was removed. */
 void mrb_interp_global_removed(mrb_interp *interp);
-
-/* Removes the top-level state added since mrb_interp_seal. */
-void mrb_interp_clean_toplevel(mrb_interp *interp);
 
 /* The proc loaded for script id at generation, or NULL. */
 struct RProc *mrb_interp_proc(mrb_interp *interp, unsigned id,

@@ -18,7 +18,6 @@
 #include <mruby.h>
 #include <mruby/compile.h>
 #include <mruby/dump.h>
-#include <mruby/error.h>
 #include <mruby/irep.h>
 #include <mruby/proc.h>
 
@@ -874,42 +873,6 @@ script_proc_uncached(mrb_interp *interp, mrb_script *script, char *err,
 }
 
 
-static mrb_value
-script_exec(mrb_state *mrb, void *proc)
-{
-    return mrb_top_run(mrb, proc, mrb_top_self(mrb), 0);
-}
-
-
-/*
- * Blocks made at the top level of a script share its frame, which lives on
- * the VM stack.  mruby keeps that frame's env on the stack after a top-level
- * run (mirb reuses it) and just forgets it at the next run: a block kept
- * past the run (a proc in a global, a constant, a startup object) would
- * read the next script's registers, or freed memory once the stack has
- * grown.  Give the env its own copy of the values now.  (A nested run's
- * frame is popped, and mruby copies it then.)
- */
-static void
-script_close_toplevel_env(mrb_state *mrb)
-{
-    mrb_callinfo  *ci = mrb->c->cibase;
-    struct REnv   *env;
-
-    if (mrb->c != mrb->root_c || mrb->c->ci != ci) {
-        return;
-    }
-
-    env = mrb_vm_ci_env(ci);
-    if (env == NULL) {
-        return;
-    }
-
-    mrb_vm_ci_env_set(ci, NULL);
-    mrb_env_unshare(mrb, env);
-}
-
-
 void
 mrb_run_init(mrb_run *run, void *request, mrb_int default_result)
 {
@@ -930,9 +893,7 @@ mrb_script_run(mrb_interp *interp, mrb_script *script, mrb_run *run)
 {
     mrb_state     *mrb = mrb_interp_state(interp);
     struct RProc  *proc;
-    mrb_value      ret;
-    mrb_bool       failed;
-    int            ai, rc = 0;
+    int            ai, rc;
 
     ai = mrb_gc_arena_save(mrb);
 
@@ -944,33 +905,12 @@ mrb_script_run(mrb_interp *interp, mrb_script *script, mrb_run *run)
                            sizeof(run->error));
     }
 
-    if (proc == NULL) {
-        mrb_gc_arena_restore(mrb, ai);
-        return -1;
-    }
-
-    mrb_interp_run_push(interp, run);
-    ret = mrb_protect_error(mrb, script_exec, proc, &failed);
-    script_close_toplevel_env(mrb);
-
-    if (failed || mrb->exc != NULL) {
-        mrb_error_format(mrb, failed ? ret : mrb_obj_value(mrb->exc),
-                         run->error, sizeof(run->error));
-        mrb->exc = NULL;
-        rc = -1;
-    }
-
-    mrb_interp_run_pop(interp, run);
-
-    if (!run->startup && run->prev == NULL) {
-        mrb_interp_clean_toplevel(interp);
-    }
+    rc = proc != NULL ? mrb_interp_exec(interp, proc, run) : -1;
 
     mrb_gc_arena_restore(mrb, ai);
 
     if (rc == 0 && run->want_value) {
-        run->value = ret;
-        mrb_gc_protect(mrb, ret);
+        mrb_gc_protect(mrb, run->value);
     }
 
     return rc;
