@@ -76,6 +76,20 @@ ap_mrb_log(void *log_target, mrb_run *run, int level, const char *msg,
 }
 
 
+/* ap_mrb_log's filter: notice and above always pass, as in Apache. */
+static int
+ap_mrb_log_enabled(void *log_target, mrb_run *run, int level)
+{
+    request_rec  *r = run ? run->request : NULL;
+
+    if (r != NULL) {
+        return APLOG_R_IS_LEVEL(r, level);
+    }
+
+    return APLOG_IS_LEVEL((server_rec *) log_target, level);
+}
+
+
 static void
 ap_mrb_define(mrb_state *mrb, struct RClass *apache)
 {
@@ -99,7 +113,8 @@ const mrb_server ap_mrb_server = {
     APLOG_EMERG,
     ap_mrb_define,
     ap_mrb_write,
-    ap_mrb_log
+    ap_mrb_log,
+    ap_mrb_log_enabled
 };
 
 

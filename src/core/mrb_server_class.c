@@ -77,6 +77,24 @@ server_return(mrb_state *mrb, mrb_value self)
 }
 
 
+/* A script's level (Server::LOG_*) as an MRB_LOG_* level. */
+static int
+server_log_level(const mrb_server *server, mrb_int level)
+{
+    level -= server->log_level_base;
+
+    if (level < MRB_LOG_EMERG) {
+        return MRB_LOG_EMERG;
+    }
+
+    if (level > MRB_LOG_DEBUG) {
+        return MRB_LOG_DEBUG;
+    }
+
+    return (int) level;
+}
+
+
 static mrb_value
 server_errlogger(mrb_state *mrb, mrb_value self)
 {
@@ -87,16 +105,32 @@ server_errlogger(mrb_state *mrb, mrb_value self)
 
     mrb_get_args(mrb, "iS", &level, &msg);
 
-    level -= server->log_level_base;
-    if (level < MRB_LOG_EMERG) {
-        level = MRB_LOG_EMERG;
-    } else if (level > MRB_LOG_DEBUG) {
-        level = MRB_LOG_DEBUG;
-    }
-
     server->log(mrb_interp_log_target(interp), mrb_interp_run(mrb),
-                (int) level, RSTRING_PTR(msg), (size_t) RSTRING_LEN(msg));
+                server_log_level(server, level), RSTRING_PTR(msg),
+                (size_t) RSTRING_LEN(msg));
     return self;
+}
+
+
+/*
+ * Server.log_level?(level): whether errlogger(level, ...) would write its
+ * line now (Apache's APLOG_R_IS_LEVEL, nginx's log_level test), so that a
+ * script can skip building a message for a level that is off.  Meant for
+ * every request: one argument, read without mrb_get_args.
+ */
+static mrb_value
+server_log_level_p(mrb_state *mrb, mrb_value self)
+{
+    const mrb_server  *server = server_of(mrb);
+    mrb_interp        *interp = mrb_interp_from_state(mrb);
+    mrb_int            level;
+
+    level = mrb_as_int(mrb, mrb_get_arg1(mrb));
+
+    return mrb_bool_value(
+        server->log_enabled(mrb_interp_log_target(interp),
+                            mrb_interp_run(mrb),
+                            server_log_level(server, level)));
 }
 
 
@@ -152,6 +186,8 @@ mrb_server_class_define(mrb_state *mrb, const mrb_server *server)
     mrb_define_class_method(mrb, c, "errlogger", server_errlogger,
                             MRB_ARGS_REQ(2));
     mrb_define_class_method(mrb, c, "log", server_errlogger, MRB_ARGS_REQ(2));
+    mrb_define_class_method(mrb, c, "log_level?", server_log_level_p,
+                            MRB_ARGS_REQ(1));
     mrb_define_class_method(mrb, c, "module_name", server_module_name,
                             MRB_ARGS_NONE());
     mrb_define_class_method(mrb, c, "module_version", server_module_version,

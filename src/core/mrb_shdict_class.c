@@ -528,27 +528,47 @@ shd_flush_all(mrb_state *mrb, mrb_value self)
 }
 
 
-/* hold(key, n = 1) => the new total; release(key, n = 1) => the new total,
- * or nil if this process held none of key */
+/*
+ * hold(key, n = 1) => the new total; release(key, n = 1) => the new total,
+ * or nil if this process held none of key.
+ *
+ * The access limiter calls these on every request, so the arguments are
+ * read as they lie: mrb_get_args' format parsing cost more than the zone
+ * call itself.  Keywords are refused as mrb_get_args refuses them.
+ */
 static mrb_value
 shd_held(mrb_state *mrb, mrb_value self, int hold)
 {
-    char           *key;
-    mrb_int         klen, n;
-    int64_t         total;
-    mrb_shdict_rc   rc;
+    mrb_int           argc, n;
+    int64_t           total;
+    mrb_value         key;
+    mrb_shdict_rc     rc;
+    const mrb_value  *argv;
 
-    n = 1;
-    mrb_get_args(mrb, "s|i", &key, &klen, &n);
-    shd_check_key(mrb, klen);
+    argc = mrb_get_argc(mrb);
+    argv = mrb_get_argv(mrb);
+
+    if (mrb->c->ci->nk != 0) {
+        mrb_raisef(mrb, E_ARGUMENT_ERROR, "%s takes no keywords",
+                   hold ? "hold" : "release");
+    }
+
+    if (argc < 1 || argc > 2) {
+        mrb_argnum_error(mrb, argc, 1, 2);
+    }
+
+    key = mrb_ensure_string_type(mrb, argv[0]);
+    n = (argc == 2) ? mrb_as_int(mrb, argv[1]) : 1;
+    shd_check_key(mrb, RSTRING_LEN(key));
 
     if (n <= 0) {
         mrb_raise(mrb, E_ARGUMENT_ERROR, "the count must be positive");
     }
 
-    rc = hold ? mrb_shdict_zone_hold(shd_zone(mrb, self), key, klen, n, &total)
-              : mrb_shdict_zone_release(shd_zone(mrb, self), key, klen, n,
-                                        &total);
+    rc = hold ? mrb_shdict_zone_hold(shd_zone(mrb, self), RSTRING_PTR(key),
+                                     RSTRING_LEN(key), n, &total)
+              : mrb_shdict_zone_release(shd_zone(mrb, self), RSTRING_PTR(key),
+                                        RSTRING_LEN(key), n, &total);
 
     if (rc == MRB_SHDICT_NOT_FOUND) {
         /* release: this process held none of it */

@@ -14,12 +14,14 @@
 static int ngx_http_mruby_write(mrb_run *run, const char *data, size_t len);
 static void ngx_http_mruby_log(void *log_target, mrb_run *run, int level,
     const char *msg, size_t len);
+static int ngx_http_mruby_log_enabled(void *log_target, mrb_run *run,
+    int level);
 static void ngx_http_mruby_define(mrb_state *mrb, struct RClass *nginx);
 
 
 const mrb_server  ngx_http_mruby_server =
     ngx_mruby_server(ngx_http_mruby_define, ngx_http_mruby_write,
-                     ngx_http_mruby_log);
+                     ngx_http_mruby_log, ngx_http_mruby_log_enabled);
 
 
 mrb_value
@@ -143,9 +145,9 @@ ngx_http_mruby_write(mrb_run *run, const char *p, size_t len)
 }
 
 
-static void
-ngx_http_mruby_log(void *log_target, mrb_run *run, int level,
-    const char *msg, size_t len)
+/* The log of the run's request or connection, else the target's. */
+static ngx_log_t *
+ngx_http_mruby_log_of(void *log_target, mrb_run *run)
 {
     ngx_log_t                  *log;
     ngx_http_request_t         *r;
@@ -164,7 +166,23 @@ ngx_http_mruby_log(void *log_target, mrb_run *run, int level,
         }
     }
 
-    ngx_mruby_log(log, level, msg, len);
+    return log;
+}
+
+
+static void
+ngx_http_mruby_log(void *log_target, mrb_run *run, int level,
+    const char *msg, size_t len)
+{
+    ngx_mruby_log(ngx_http_mruby_log_of(log_target, run), level, msg, len);
+}
+
+
+static int
+ngx_http_mruby_log_enabled(void *log_target, mrb_run *run, int level)
+{
+    return ngx_mruby_log_enabled(ngx_http_mruby_log_of(log_target, run),
+                                 level);
 }
 
 

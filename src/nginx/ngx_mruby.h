@@ -64,7 +64,7 @@ typedef struct {
  * The mrb_server of a module: to scripts, both modules are the one Nginx
  * class of ngx_mruby.
  */
-#define ngx_mruby_server(define, write, log)                                  \
+#define ngx_mruby_server(define, write, log, log_enabled)                     \
     {                                                                         \
         "NGINX",                           /* Kernel#server_name */           \
         "Nginx",                           /* the server class */             \
@@ -73,7 +73,8 @@ typedef struct {
         NGX_LOG_EMERG,                     /* Nginx::LOG_EMERG is 1 */        \
         define,                                                               \
         write,                                                                \
-        log                                                                   \
+        log,                                                                  \
+        log_enabled                                                           \
     }
 
 
@@ -182,6 +183,7 @@ void ngx_mruby_define_class_methods(mrb_state *mrb, struct RClass *c,
 
 /* Writes msg at an MRB_LOG_* level to log. */
 void ngx_mruby_log(ngx_log_t *log, int level, const char *msg, size_t len);
+int ngx_mruby_log_enabled(ngx_log_t *log, int level);
 
 /* nginx's return codes (OK, DECLINED, ...) and log levels (LOG_*) in c. */
 void ngx_mruby_define_codes(mrb_state *mrb, struct RClass *c);

@@ -19,6 +19,14 @@ ngx_mruby_log(ngx_log_t *log, int level, const char *msg, size_t len)
 }
 
 
+/* ngx_mruby_log's filter, as in ngx_log_error() */
+int
+ngx_mruby_log_enabled(ngx_log_t *log, int level)
+{
+    return log->log_level >= (ngx_uint_t) level + 1;
+}
+
+
 void
 ngx_mruby_define_class(mrb_state *mrb, struct RClass *outer,
     const char *name, const ngx_mruby_method_t *m)

@@ -13,12 +13,14 @@ static int ngx_stream_mruby_write(mrb_run *run, const char *data,
     size_t len);
 static void ngx_stream_mruby_log(void *log_target, mrb_run *run, int level,
     const char *msg, size_t len);
+static int ngx_stream_mruby_log_enabled(void *log_target, mrb_run *run,
+    int level);
 static void ngx_stream_mruby_define(mrb_state *mrb, struct RClass *nginx);
 
 
 const mrb_server  ngx_stream_mruby_server =
     ngx_mruby_server(ngx_stream_mruby_define, ngx_stream_mruby_write,
-                     ngx_stream_mruby_log);
+                     ngx_stream_mruby_log, ngx_stream_mruby_log_enabled);
 
 
 static int
@@ -47,6 +49,14 @@ ngx_stream_mruby_log(void *log_target, mrb_run *run, int level,
     const char *msg, size_t len)
 {
     ngx_mruby_log(ngx_stream_mruby_log_of(log_target, run), level, msg, len);
+}
+
+
+static int
+ngx_stream_mruby_log_enabled(void *log_target, mrb_run *run, int level)
+{
+    return ngx_mruby_log_enabled(ngx_stream_mruby_log_of(log_target, run),
+                                 level);
 }
 
 
