@@ -91,6 +91,10 @@ void mrb_interp_close(mrb_interp *interp);
 mrb_interp *mrb_interp_for_thread(const mrb_server *server, void *log_target,
     mrb_interp_init_pt init, void *arg, char *err, size_t errlen);
 
+/* The calling thread's interpreter if it has one yet, or NULL: what every
+ * request looks up before it asks mrb_interp_for_thread to create one. */
+mrb_interp *mrb_interp_current(void);
+
 /*
  * Records the top-level state (globals, top-level constants and instance
  * variables) that stays; what a request script adds beyond it is removed
