@@ -9,4 +9,31 @@ redis = nil
 lease = 60          # fleet mode: seconds a count outlives a dead server
 fail_open = true    # fleet mode, Redis down: let requests through
 
-AccessLimiter.enter threshold, redis, lease, fail_open
+# Counts the request in; 503 above threshold.  This runs on every request,
+# so it is written out here rather than called as a method: in mruby a
+# method call costs about as much as the counting itself.
+r = AccessLimiter::REQUEST
+unless r.sub_request?
+  file = r.filename
+  count = if redis
+            AccessLimiter.fleet_in(file, redis, lease, fail_open)
+          else
+            AccessLimiter::COUNTS.hold(file)
+          end
+
+  if count
+    # every request: info, so that a busy server does not write an error
+    # log line per request (Apache logs notice whatever its LogLevel); the
+    # line is built only when the level is on
+    if Server.log_level?(Server::LOG_INFO)
+      Server.errlogger Server::LOG_INFO,
+                       "access_limiter: file:#{file} counter:#{count}"
+    end
+
+    if count > threshold
+      Server.errlogger Server::LOG_NOTICE, "access_limiter: file:#{file} " \
+                       "reached threshold: #{threshold}: return 503"
+      Server.return Server::HTTP_SERVICE_UNAVAILABLE
+    end
+  end
+end

@@ -2,12 +2,13 @@
 # (Apache child_init, nginx mruby_init_worker).  What it defines stays for
 # the worker's life; the request scripts only call it.
 #
-# Counting.  The number of requests running for a file (r.filename) lives in
-# the shared dictionary "access_limiter", as a *held* count: hold adds one
-# on behalf of this worker process, release takes it back.  A worker killed
-# in the middle of requests (SIGKILL, a crash) cannot release, so the
-# dictionary withdraws what a dead process held, at most a second after it
-# died, while the counts of requests still running elsewhere stay.
+# Counting (access_limiter.rb, access_limiter_end.rb).  The number of
+# requests running for a file (r.filename) lives in the shared dictionary
+# "access_limiter", as a *held* count: hold adds one on behalf of this
+# worker process, release takes it back.  A worker killed in the middle of
+# requests (SIGKILL, a crash) cannot release, so the dictionary withdraws
+# what a dead process held, at most a second after it died, while the counts
+# of requests still running elsewhere stay.
 #
 # Fleet mode (redis = "host:port" in access_limiter.rb): the count lives in
 # Redis, shared by every server that uses it: INCR on the way in, DECR on the
@@ -18,44 +19,17 @@
 Server = get_server_class
 
 module AccessLimiter
-  DICT      = "access_limiter"
+  # Made once per worker, used by every request: a handle to the request
+  # being served (it keeps no request of its own, so one does for all) and
+  # the dictionary.
+  REQUEST   = Server::Request.new
+  COUNTS    = Server::SharedDict.new("access_limiter")
+
   FLEET     = "\0fleet\0"   # this process took a fleet count for a file
   REDIS_AT  = "\0redis"     # where the fleet counts are, for the log phase
   KEY       = "access_limiter:"
   DECR      = "local n = redis.call('DECR', KEYS[1]) " \
               "if n <= 0 then redis.call('DEL', KEYS[1]) end return n"
-
-  def self.dict
-    @dict ||= Server::SharedDict.new(DICT)
-  end
-
-  # The access phase: counts the request in; 503 above threshold.
-  def self.enter(threshold, redis = nil, lease = 60, fail_open = true)
-    r = Server::Request.new
-    return if r.sub_request?
-    file = r.filename
-    count = redis ? fleet_in(file, redis, lease, fail_open) : dict.hold(file)
-    return if count.nil?
-    # every request: info, so that a busy server does not write an error
-    # log line per request (Apache logs notice whatever its LogLevel)
-    Server.errlogger Server::LOG_INFO,
-                     "access_limiter: file:#{file} counter:#{count}"
-    if count > threshold
-      Server.errlogger Server::LOG_NOTICE, "access_limiter: file:#{file} " \
-                       "reached threshold: #{threshold}: return 503"
-      Server.return Server::HTTP_SERVICE_UNAVAILABLE
-    end
-  end
-
-  # The log phase: counts the request out (503s included: they were
-  # counted in too).
-  def self.leave
-    r = Server::Request.new
-    return if r.sub_request?
-    file = r.filename
-    dict.release(file)
-    fleet_out(file, dict[REDIS_AT]) if dict.release(FLEET + file)
-  end
 
   def self.redis(addr)
     host, port = addr.split(":")
@@ -63,16 +37,19 @@ module AccessLimiter
     Redis.new(host, port.to_i, timeout: 0.5)
   end
 
+  # Fleet mode, access phase: the count in Redis.  This process holds its
+  # share under FLEET + file, not under file, which is how the log phase
+  # tells a fleet count from a local one.
   def self.fleet_in(file, addr, lease, fail_open)
     if @redis_at != addr
-      dict[REDIS_AT] = addr
+      COUNTS[REDIS_AT] = addr
       @redis_at = addr
     end
     count = redis(addr).pipelined { |p|
       p.incr(KEY + file)
       p.expire(KEY + file, lease)
     }[0]
-    dict.hold(FLEET + file)
+    COUNTS.hold(FLEET + file)
     count
   rescue Redis::BaseError => e
     Server.errlogger Server::LOG_ERR, "access_limiter: redis #{addr} " \
@@ -82,7 +59,11 @@ module AccessLimiter
     nil
   end
 
-  def self.fleet_out(file, addr)
+  # Fleet mode, log phase, for a request that held no local count: gives
+  # back its fleet count, if it took one.
+  def self.fleet_out(file)
+    return unless COUNTS.release(FLEET + file)
+    addr = COUNTS[REDIS_AT]
     redis(addr).call("EVAL", DECR, 1, KEY + file)
   rescue Redis::BaseError => e
     Server.errlogger Server::LOG_ERR, "access_limiter: redis #{addr} " \

@@ -48,10 +48,11 @@ def install(server, threshold=2, redis=None, fail_open=True):
     return os.path.join(server.dir, "access_limiter")
 
 
-def start_apache(apache, mpm="event", sleep=2, docroot=None, **settings):
+def start_apache(apache, mpm="event", sleep=2, docroot=None, loglevel="info",
+                 **settings):
     """Apache with the example's apache.conf as written (paths to our copy
     of the scripts), a slow sleep.php, and /count."""
-    a = apache(start=False, mpm=mpm)
+    a = apache(start=False, mpm=mpm, loglevel=loglevel)
     d = install(a, **settings)
     a.write("sleep.rb", f'Apache.sleep {sleep}\nApache.rputs "loaded"\n')
     a.write("count.rb", COUNT)
@@ -69,10 +70,11 @@ def start_apache(apache, mpm="event", sleep=2, docroot=None, **settings):
     return a
 
 
-def start_nginx(nginx, workers=2, page_kb=3, listen="", **settings):
+def start_nginx(nginx, workers=2, page_kb=3, listen="", loglevel="info",
+                **settings):
     """nginx with the example's nginx-http.conf and nginx.conf (sleep.php:
     page_kb KB at 1 KB/s), and /count."""
-    n = nginx(start=False, workers=workers)
+    n = nginx(start=False, workers=workers, loglevel=loglevel)
     d = install(n, **settings)
     n.write("count.rb", COUNT)
     http = read("nginx-http.conf").replace("@DIR@", d)
@@ -155,6 +157,28 @@ def test_same_scripts_nginx_ten_at_once(nginx):
     assert log.count("reached threshold: 2: return 503") == 8
     assert count(n, f) == "0"
     assert n.get("/access_limiter/fast.php").status_code == 200
+
+
+def test_counter_line_only_at_info_apache(apache):
+    """LogLevel warn: no counter:N line, while refusals still work and are
+    logged (Apache logs notice whatever its LogLevel)."""
+    a = start_apache(apache, loglevel="warn", threshold=0)
+    rs = [a.get("/access_limiter/fast.php") for _ in range(3)]
+    assert statuses(rs) == [503] * 3
+    f = os.path.join(a.docroot, "access_limiter", "fast.php")
+    log = a.wait_log(f"access_limiter: file:{f} reached threshold: 0: "
+                     "return 503")
+    assert "counter:" not in log
+    assert count(a, f) == "0"
+
+
+def test_counter_line_only_at_info_nginx(nginx):
+    n = start_nginx(nginx, loglevel="warn", threshold=0)
+    rs = [n.get("/access_limiter/fast.php") for _ in range(3)]
+    assert statuses(rs) == [503] * 3
+    f = os.path.join(n.docroot, "access_limiter", "fast.php")
+    assert count(n, f) == "0"
+    assert "counter:" not in n.error_log()
 
 
 def counter_pids(log, filename):
@@ -260,6 +284,13 @@ def test_fleet_redis_restarted_reconnects(apache, redis_server):
     addr = f"127.0.0.1:{redis_server.port}"
     a = start_apache(apache, redis=addr, sleep=0)
     assert a.get("/access_limiter/sleep.php").status_code == 200
+    # the log phase runs after the response went out: let its DECR finish,
+    # or the kill may cut it mid-command
+    key = "access_limiter:" + sleep_php(a)
+    deadline = time.monotonic() + 5
+    while redis_server.command("GET", key) != "$-1":
+        assert time.monotonic() < deadline, "the count never went out"
+        time.sleep(0.02)
     redis_server.command("CLIENT", "KILL", "TYPE", "normal")
     assert a.get("/access_limiter/sleep.php").status_code == 200
     assert "unavailable" not in a.error_log()
