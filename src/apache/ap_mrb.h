@@ -66,6 +66,13 @@ typedef enum {
 #define AP_MRB_UNSET  -1
 
 /*
+ * Kept out of line: a hot function that calls it only on some paths then
+ * makes no stack frame on the others (gcc would inline it and save the
+ * registers it needs on entry, whatever the path).
+ */
+#define AP_MRB_NOINLINE  __attribute__((noinline))
+
+/*
  * Per-directory configuration (server, virtual host, <Directory>,
  * <Location>, <Files>).  A NULL script or AP_MRB_UNSET flag is inherited
  * from the enclosing context when configurations are merged.

@@ -63,26 +63,13 @@ ap_mrb_create_dir_conf(apr_pool_t *p, char *dir)
 }
 
 
-/*
- * A nested container inherits every script and flag it does not set.
- * Apache merges on every request, once per matching container, and most
- * containers set nothing of ours: then one side is the answer as it is
- * (configurations are read-only once read).
- */
-void *
-ap_mrb_merge_dir_conf(apr_pool_t *p, void *basev, void *addv)
+/* Each script and flag of add, or where add has none, of base. */
+static AP_MRB_NOINLINE ap_mrb_dir_conf *
+ap_mrb_dir_conf_combine(apr_pool_t *p, const ap_mrb_dir_conf *base,
+    const ap_mrb_dir_conf *add)
 {
-    ap_mrb_dir_conf  *base = basev, *add = addv;
     ap_mrb_dir_conf  *conf;
     int               ph, o;
-
-    if (!add->used) {
-        return base;
-    }
-
-    if (!base->used) {
-        return add;
-    }
 
     conf = apr_palloc(p, sizeof(ap_mrb_dir_conf));
     conf->used = 1;
@@ -111,6 +98,29 @@ ap_mrb_merge_dir_conf(apr_pool_t *p, void *basev, void *addv)
 #undef AP_MRB_MERGE_FLAG
 
     return conf;
+}
+
+
+/*
+ * A nested container inherits every script and flag it does not set.
+ * Apache merges on every request, once per matching container, and most
+ * containers set nothing of ours: then one side is the answer as it is
+ * (configurations are read-only once read), and costs two tests.
+ */
+void *
+ap_mrb_merge_dir_conf(apr_pool_t *p, void *basev, void *addv)
+{
+    ap_mrb_dir_conf  *base = basev, *add = addv;
+
+    if (!add->used) {
+        return base;
+    }
+
+    if (!base->used) {
+        return add;
+    }
+
+    return ap_mrb_dir_conf_combine(p, base, add);
 }
 
 

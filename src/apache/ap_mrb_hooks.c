@@ -53,8 +53,9 @@ ap_mrb_thread_init(mrb_interp *interp, void *arg)
 }
 
 
-mrb_interp *
-ap_mrb_thread_interp(request_rec *r)
+/* The thread's first script: its interpreter is created now. */
+static AP_MRB_NOINLINE mrb_interp *
+ap_mrb_thread_interp_new(request_rec *r)
 {
     mrb_interp  *interp;
     char         err[256];
@@ -75,6 +76,15 @@ ap_mrb_thread_interp(request_rec *r)
     }
 
     return NULL;
+}
+
+
+mrb_interp *
+ap_mrb_thread_interp(request_rec *r)
+{
+    mrb_interp  *interp = mrb_interp_current();
+
+    return interp != NULL ? interp : ap_mrb_thread_interp_new(r);
 }
 
 
@@ -296,16 +306,11 @@ ap_mrb_script_handler(request_rec *r, ap_mrb_dir_conf *dconf)
 }
 
 
-static int
+static AP_MRB_NOINLINE int
 ap_mrb_named_handler(request_rec *r)
 {
-    ap_mrb_dir_conf  *dconf;
-
-    if (r->handler == NULL) {
-        return DECLINED;
-    }
-
-    dconf = ap_get_module_config(r->per_dir_config, &mruby_module);
+    ap_mrb_dir_conf  *dconf = ap_get_module_config(r->per_dir_config,
+                                                   &mruby_module);
 
     if (strcmp(r->handler, AP_MRB_HANDLER_NATIVE) == 0) {
         return ap_mrb_native_handler(r, dconf);
@@ -316,6 +321,22 @@ ap_mrb_named_handler(request_rec *r)
     }
 
     return DECLINED;
+}
+
+
+/*
+ * Every request of the server asks, whatever its handler: one compare
+ * answers most of them (Apache lowercases handler names), before the
+ * stack frame of a handler is made.
+ */
+static int
+ap_mrb_handler_by_name(request_rec *r)
+{
+    if (r->handler == NULL || r->handler[0] != 'm') {
+        return DECLINED;
+    }
+
+    return ap_mrb_named_handler(r);
 }
 
 
@@ -429,5 +450,5 @@ ap_mrb_register_request_hooks(void)
     memset(ap_mrb_hook_registered, 0, sizeof(ap_mrb_hook_registered));
 
     /* the named handlers: they are what SetHandler asked for */
-    ap_hook_handler(ap_mrb_named_handler, NULL, NULL, APR_HOOK_MIDDLE);
+    ap_hook_handler(ap_mrb_handler_by_name, NULL, NULL, APR_HOOK_MIDDLE);
 }

@@ -18,13 +18,29 @@
 #include "mrb_shdict.h"
 
 
+/* A body of 2 GB or more: ap_rwrite takes an int. */
+static AP_MRB_NOINLINE int
+ap_mrb_rwrite_large(request_rec *r, const char *data, size_t len)
+{
+    while (len > INT_MAX) {
+        if (ap_rwrite(data, INT_MAX, r) < 0) {
+            return -1;
+        }
+
+        data += INT_MAX;
+        len -= INT_MAX;
+    }
+
+    return ap_rwrite(data, (int) len, r) < 0 ? -1 : 0;
+}
+
+
 /* Server.rputs / echo: the response body, or the body a filter makes. */
 static int
 ap_mrb_write(mrb_run *run, const char *data, size_t len)
 {
     const ap_mrb_run_kind  *kind = run->data;
     request_rec            *r = run->request;
-    int                     n;
 
     if (kind != NULL && (*kind == AP_MRB_RUN_OUTPUT_FILTER
                          || *kind == AP_MRB_RUN_INPUT_FILTER))
@@ -41,21 +57,12 @@ ap_mrb_write(mrb_run *run, const char *data, size_t len)
         return -1;
     }
 
-    while (len > 0) {
-        if (r->connection->aborted) {
-            return -1;
-        }
-
-        n = len > INT_MAX ? INT_MAX : (int) len;
-        if (ap_rwrite(data, n, r) < 0) {
-            return -1;
-        }
-
-        data += n;
-        len -= (size_t) n;
+    if (len > INT_MAX) {
+        return ap_mrb_rwrite_large(r, data, len);
     }
 
-    return 0;
+    /* fails once the client has gone (the connection is aborted) */
+    return ap_rwrite(data, (int) len, r) < 0 ? -1 : 0;
 }
 
 
