@@ -241,9 +241,10 @@ def test_load_aware(apache):
     # six workers held busy: the page turns light
     with concurrent.futures.ThreadPoolExecutor(6) as pool:
         slow = [pool.submit(a.get, "/load_aware/slow") for _ in range(6)]
-        deadline = time.monotonic() + 1.5
+        # while they sleep (2 s each), however late a loaded machine
+        # starts them
         light = None
-        while time.monotonic() < deadline:
+        while not all(f.done() for f in slow):
             r = a.get("/load_aware/")
             if r.text.startswith("light page"):
                 light = r
