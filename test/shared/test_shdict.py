@@ -122,6 +122,48 @@ def test_ruby_api(kind, apache, nginx):
     assert r.text == API_EXPECTED
 
 
+# hold and release read their arguments themselves: what they accept and
+# refuse, one answer per line.
+HOLD_ARGS_SCRIPT = r'''
+Server = get_server_class
+d = Server::SharedDict.new("cache")
+d.flush_all
+out = [d.hold("k", 2), d.hold("k"), d.release("k", 2), d.release("k", 5),
+       d.release("k"), d.release("never")].inspect
+[-> { d.hold("") }, -> { d.hold(:k) }, -> { d.hold("k", 0) },
+ -> { d.release("k", -1) }, -> { d.hold("k", "1") }, -> { d.hold },
+ -> { d.release("k", 1, 2) }, -> { d.hold("k", by: 2) }].each do |call|
+  begin
+    call.call
+    out << "\nno error"
+  rescue => e
+    out << "\n#{e.class}: #{e.message}"
+  end
+end
+Server.rputs out
+'''
+
+HOLD_ARGS_EXPECTED = "\n".join([
+    "[2, 3, 1, 0, nil, nil]",
+    "ArgumentError: SharedDict keys cannot be empty",
+    "TypeError: Symbol cannot be converted to String",
+    "ArgumentError: the count must be positive",
+    "ArgumentError: the count must be positive",
+    "TypeError: String cannot be converted to Integer",
+    "ArgumentError: wrong number of arguments (given 0, expected 1..2)",
+    "ArgumentError: wrong number of arguments (given 3, expected 1..2)",
+    "ArgumentError: hold takes no keywords",
+])
+
+
+@pytest.mark.parametrize("kind", ["apache", "nginx"])
+def test_hold_release_arguments(kind, apache, nginx):
+    s = server_with(kind, apache, nginx, {"/hold": HOLD_ARGS_SCRIPT})
+    r = s.get("/hold")
+    assert r.status_code == 200, s.error_log()[-2000:]
+    assert r.text == HOLD_ARGS_EXPECTED
+
+
 @pytest.mark.parametrize("kind", ["apache", "nginx"])
 def test_unknown_dictionary_is_a_clear_500(kind, apache, nginx):
     s = server_with(kind, apache, nginx, {
