@@ -488,8 +488,8 @@ interp_close_toplevel_env(mrb_state *mrb)
  * with mrb->exc set.  What reaches this frame by longjmp is what mruby
  * raises before its VM catches anything (the VM stack cannot grow); it is
  * left in mrb->exc too.  mrb_protect_error would also save and restore the
- * GC arena and protect the result in it, a third of a cached run's own
- * cost, and the caller restores the arena anyway.
+ * GC arena a second time and protect the result in it: a third of a cached
+ * run's own cost.
  */
 int
 mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run)
@@ -500,6 +500,7 @@ mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run)
     struct mrb_jmpbuf    jmp;
     struct REnv         *env;
     mrb_value            ret;
+    int                  ai = mrb_gc_arena_save(mrb);
     int                  rc;
 
     run->prev = interp->run;
@@ -511,7 +512,10 @@ mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run)
     } else {
         MRB_TRY(&jmp) {
             mrb->jmp = &jmp;
-            ret = mrb_top_run(mrb, proc, mrb_obj_value(mrb->top_self), 0);
+
+            /* mrb_top_run at the top level, without its call */
+            mrb_vm_ci_env_set(c->cibase, NULL);
+            ret = mrb_vm_run(mrb, proc, mrb_obj_value(mrb->top_self), 0);
 
         } MRB_CATCH(&jmp) {
             ret = mrb_nil_value();
@@ -544,8 +548,11 @@ mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run)
         interp_clean_toplevel(interp);
     }
 
+    mrb_gc_arena_restore(mrb, ai);
+
     if (rc == 0 && run->want_value) {
         run->value = ret;
+        mrb_gc_protect(mrb, ret);
     }
 
     return rc;

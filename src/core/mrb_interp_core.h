@@ -11,6 +11,12 @@
 #include <mruby/proc.h>
 #include "mrb_interp.h"
 
+/*
+ * Kept out of line: a hot function that calls it only on some paths then
+ * makes no stack frame for it on the others.
+ */
+#define MRB_NOINLINE  __attribute__((noinline))
+
 /* The server class, Kernel#server_name and #get_server_class. */
 void mrb_server_class_define(mrb_state *mrb, const mrb_server *server);
 
@@ -21,11 +27,11 @@ void mrb_http_status_define(mrb_state *mrb, struct RClass *server_class);
 void mrb_error_format(mrb_state *mrb, mrb_value exc, char *buf, size_t len);
 
 /*
- * Runs proc as run: catches any exception (then -1 and the one-line error
- * in run->error), clears mrb->exc, and unless run->startup or nested
- * removes the top-level state the script added.  With run->want_value the
- * script's last value goes to run->value, still protected only by the
- * caller's GC arena.
+ * Runs proc as run: saves and restores the GC arena, catches any exception
+ * (then -1 and the one-line error in run->error), clears mrb->exc, and
+ * unless run->startup or nested removes the top-level state the script
+ * added.  With run->want_value the script's last value goes to run->value,
+ * protected in the caller's GC arena.
  */
 int mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run);
 

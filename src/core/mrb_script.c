@@ -888,8 +888,12 @@ mrb_run_init(mrb_run *run, void *request, mrb_int default_result)
 }
 
 
-int
-mrb_script_run(mrb_interp *interp, mrb_script *script, mrb_run *run)
+/*
+ * A run that may have to compile or load its script first, which leaves
+ * objects in the GC arena too.
+ */
+static MRB_NOINLINE int
+script_run_loading(mrb_interp *interp, mrb_script *script, mrb_run *run)
 {
     mrb_state     *mrb = mrb_interp_state(interp);
     struct RProc  *proc;
@@ -914,4 +918,24 @@ mrb_script_run(mrb_interp *interp, mrb_script *script, mrb_run *run)
     }
 
     return rc;
+}
+
+
+/*
+ * A script compiled once and for all (`forever`, inline code) that this
+ * interpreter has loaded is run at once: the run of most requests.
+ */
+int
+mrb_script_run(mrb_interp *interp, mrb_script *script, mrb_run *run)
+{
+    struct RProc  *proc;
+
+    if (script->policy == MRB_CACHE_FOREVER) {
+        proc = mrb_interp_proc(interp, script->id, script->generation);
+        if (proc != NULL) {
+            return mrb_interp_exec(interp, proc, run);
+        }
+    }
+
+    return script_run_loading(interp, script, run);
 }
