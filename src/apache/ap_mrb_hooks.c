@@ -98,31 +98,23 @@ ap_mrb_valid_result(mrb_int rc)
 
 
 /*
- * Runs one script for request r.  On failure the error goes to the log as
- * one line and the client gets a 500, or, when the response has started, a
- * truncated response: a partial body must not pass for a whole one.
+ * A run that failed or returned what Apache cannot take: the error goes to
+ * the log as one line and the client gets a 500, or, when the response has
+ * started, a truncated response: a partial body must not pass for a whole
+ * one.
  */
-int
-ap_mrb_run_script(request_rec *r, mrb_interp *interp, mrb_script *script,
-    void *data, mrb_int default_result, const char *what)
+static AP_MRB_NOINLINE int
+ap_mrb_run_failed(request_rec *r, mrb_script *script, mrb_run *run, int rc,
+    mrb_int default_result, const char *what)
 {
-    mrb_run  run;
-
-    mrb_run_init(&run, r, default_result);
-    run.data = data;
-
-    if (mrb_script_run(interp, script, &run) == 0) {
-        if (ap_mrb_valid_result(run.result)) {
-            return (int) run.result;
-        }
-
+    if (rc == 0) {
         ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, "%s: %s returned %ld, "
                       "which is neither an Apache code (OK, DECLINED, DONE) "
                       "nor an HTTP status", what, mrb_script_name(script),
-                      (long) run.result);
-
+                      (long) run->result);
     } else {
-        ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, "%s: %s", what, run.error);
+        ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, "%s: %s", what,
+                      run->error);
     }
 
     if (!r->sent_bodyct) {
@@ -135,6 +127,26 @@ ap_mrb_run_script(request_rec *r, mrb_interp *interp, mrb_script *script,
     }
 
     return (int) default_result;
+}
+
+
+/* Runs one script for request r; what names it in error lines. */
+int
+ap_mrb_run_script(request_rec *r, mrb_interp *interp, mrb_script *script,
+    void *data, mrb_int default_result, const char *what)
+{
+    mrb_run  run;
+    int      rc;
+
+    mrb_run_init(&run, r, default_result);
+    run.data = data;
+
+    rc = mrb_script_run(interp, script, &run);
+    if (rc == 0 && ap_mrb_valid_result(run.result)) {
+        return (int) run.result;
+    }
+
+    return ap_mrb_run_failed(r, script, &run, rc, default_result, what);
 }
 
 

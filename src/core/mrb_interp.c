@@ -55,10 +55,7 @@ typedef struct {
 } mrb_interp_loaded;
 
 struct mrb_interp_s {
-    mrb_state          *mrb;
-    const mrb_server   *server;
-    void               *log_target;
-    mrb_run            *run;
+    mrb_interp_head     head;       /* first: mrb_interp.h reads it */
 
     /*
      * The loaded procs by script id.  The C array is what a run reads (a
@@ -212,7 +209,7 @@ toplevel_set_restore(mrb_state *mrb, const mrb_toplevel_set *base,
 void
 mrb_interp_seal(mrb_interp *interp)
 {
-    mrb_state  *mrb = interp->mrb;
+    mrb_state  *mrb = interp->head.mrb;
 
     if (toplevel_set_record(&interp->globals, mrb->globals) != 0
         || toplevel_set_record(&interp->constants, mrb->object_class->iv) != 0
@@ -231,7 +228,7 @@ mrb_interp_seal(mrb_interp *interp)
 static void
 interp_clean_toplevel(mrb_interp *interp)
 {
-    mrb_state  *mrb = interp->mrb;
+    mrb_state  *mrb = interp->head.mrb;
 
     if (!interp->sealed) {
         return;
@@ -280,9 +277,9 @@ mrb_interp_open(const mrb_server *server, void *log_target, char *err,
         return NULL;
     }
 
-    interp->mrb = mrb;
-    interp->server = server;
-    interp->log_target = log_target;
+    interp->head.mrb = mrb;
+    interp->head.server = server;
+    interp->head.log_target = log_target;
     mrb->ud = interp;
 
     interp->procs = mrb_ary_new(mrb);
@@ -309,7 +306,7 @@ mrb_interp_close(mrb_interp *interp)
         return;
     }
 
-    mrb_close(interp->mrb);
+    mrb_close(interp->head.mrb);
     free(interp->loaded);
     free(interp->globals.syms);
     free(interp->constants.syms);
@@ -370,43 +367,6 @@ mrb_interp *
 mrb_interp_current(void)
 {
     return interp_of_thread;
-}
-
-
-mrb_state *
-mrb_interp_state(mrb_interp *interp)
-{
-    return interp->mrb;
-}
-
-
-mrb_interp *
-mrb_interp_from_state(mrb_state *mrb)
-{
-    return mrb->ud;
-}
-
-
-const mrb_server *
-mrb_interp_server(mrb_interp *interp)
-{
-    return interp->server;
-}
-
-
-void *
-mrb_interp_log_target(mrb_interp *interp)
-{
-    return interp->log_target;
-}
-
-
-mrb_run *
-mrb_interp_run(mrb_state *mrb)
-{
-    mrb_interp  *interp = mrb->ud;
-
-    return interp ? interp->run : NULL;
 }
 
 
@@ -494,7 +454,7 @@ interp_close_toplevel_env(mrb_state *mrb)
 int
 mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run)
 {
-    mrb_state           *mrb = interp->mrb;
+    mrb_state           *mrb = interp->head.mrb;
     struct mrb_context  *c = mrb->c;
     struct mrb_jmpbuf   *prev_jmp = mrb->jmp;
     struct mrb_jmpbuf    jmp;
@@ -503,8 +463,8 @@ mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run)
     int                  ai = mrb_gc_arena_save(mrb);
     int                  rc;
 
-    run->prev = interp->run;
-    interp->run = run;
+    run->prev = interp->head.run;
+    interp->head.run = run;
 
     if (c != mrb->root_c || c->ci != c->cibase) {
         ret = interp_exec_nested(mrb, proc);
@@ -542,7 +502,7 @@ mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run)
         rc = -1;
     }
 
-    interp->run = run->prev;
+    interp->head.run = run->prev;
 
     if (!run->startup && run->prev == NULL) {
         interp_clean_toplevel(interp);
@@ -578,8 +538,8 @@ mrb_interp_log(mrb_interp *interp, int level, const char *fmt, ...)
         n = sizeof(msg) - 1;
     }
 
-    interp->server->log(interp->log_target, interp->run, level, msg,
-                        (size_t) n);
+    interp->head.server->log(interp->head.log_target, interp->head.run, level,
+                             msg, (size_t) n);
 }
 
 
@@ -614,7 +574,7 @@ mrb_interp_proc_keep(mrb_interp *interp, unsigned id, uint32_t generation,
         interp->nloaded = n;
     }
 
-    mrb_ary_set(interp->mrb, interp->procs, (mrb_int) id,
+    mrb_ary_set(interp->head.mrb, interp->procs, (mrb_int) id,
                 mrb_obj_value(proc));
     interp->loaded[id].proc = proc;
     interp->loaded[id].generation = generation;

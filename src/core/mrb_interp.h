@@ -72,6 +72,22 @@ struct mrb_run_s {
     char         error[2048]; /* "Class: message (file:line) ..." on failure */
 };
 
+/* Prepares run for a request: clears it (the error buffer to an empty
+ * string only) and presets the result. */
+static inline void
+mrb_run_init(mrb_run *run, void *request, mrb_int default_result)
+{
+    run->request = request;
+    run->data = NULL;
+    run->result = default_result;
+    run->returned = 0;
+    run->startup = 0;
+    run->want_value = 0;
+    run->value = mrb_nil_value();
+    run->prev = NULL;
+    run->error[0] = '\0';
+}
+
 /* Called once in a new interpreter before it is sealed (startup scripts). */
 typedef void (*mrb_interp_init_pt)(mrb_interp *interp, void *arg);
 
@@ -102,13 +118,51 @@ mrb_interp *mrb_interp_current(void);
  */
 void mrb_interp_seal(mrb_interp *interp);
 
-mrb_state *mrb_interp_state(mrb_interp *interp);
-mrb_interp *mrb_interp_from_state(mrb_state *mrb);
-const mrb_server *mrb_interp_server(mrb_interp *interp);
-void *mrb_interp_log_target(mrb_interp *interp);
+/*
+ * What every interpreter starts with, for the accessors below: inline,
+ * because a request calls them several times (Server.rputs finds its run
+ * and its server through them).  The rest is private to mrb_interp.c.
+ */
+typedef struct {
+    mrb_state          *mrb;
+    const mrb_server   *server;
+    void               *log_target;
+    mrb_run            *run;        /* the run in progress, or NULL */
+} mrb_interp_head;
+
+static inline mrb_state *
+mrb_interp_state(mrb_interp *interp)
+{
+    return ((mrb_interp_head *) interp)->mrb;
+}
+
+/* The interpreter of mrb: mrb->ud, set by mrb_interp_open. */
+static inline mrb_interp *
+mrb_interp_from_state(mrb_state *mrb)
+{
+    return mrb->ud;
+}
+
+static inline const mrb_server *
+mrb_interp_server(mrb_interp *interp)
+{
+    return ((mrb_interp_head *) interp)->server;
+}
+
+static inline void *
+mrb_interp_log_target(mrb_interp *interp)
+{
+    return ((mrb_interp_head *) interp)->log_target;
+}
 
 /* The run in progress in this interpreter, or NULL (startup, no request). */
-mrb_run *mrb_interp_run(mrb_state *mrb);
+static inline mrb_run *
+mrb_interp_run(mrb_state *mrb)
+{
+    mrb_interp_head  *head = mrb->ud;
+
+    return head != NULL ? head->run : NULL;
+}
 
 /* The current run's request, or raises RuntimeError outside a request. */
 void *mrb_interp_request(mrb_state *mrb);

@@ -873,21 +873,6 @@ script_proc_uncached(mrb_interp *interp, mrb_script *script, char *err,
 }
 
 
-void
-mrb_run_init(mrb_run *run, void *request, mrb_int default_result)
-{
-    run->request = request;
-    run->data = NULL;
-    run->result = default_result;
-    run->returned = 0;
-    run->startup = 0;
-    run->want_value = 0;
-    run->value = mrb_nil_value();
-    run->prev = NULL;
-    run->error[0] = '\0';
-}
-
-
 /*
  * A run that may have to compile or load its script first, which leaves
  * objects in the GC arena too.

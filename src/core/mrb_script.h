@@ -76,7 +76,4 @@ mrb_cache_policy mrb_script_policy(const mrb_script *script);
  */
 int mrb_script_run(mrb_interp *interp, mrb_script *script, mrb_run *run);
 
-/* Prepares run for a request: clears it and presets the result. */
-void mrb_run_init(mrb_run *run, void *request, mrb_int default_result);
-
 #endif /* MRB_SCRIPT_H */
