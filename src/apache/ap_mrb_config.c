@@ -180,7 +180,10 @@ ap_mrb_own_script(apr_pool_t *p, mrb_script *script)
 }
 
 
-/* "file [cache]": a file script, owned by the configuration pool. */
+/* "file [cache]": a file script, owned by the configuration pool.  dconf
+ * gives the cache policy; the caller marks it used if the script goes in it
+ * (a process phase's goes in the server config: a per-directory config
+ * marked used costs every request a full merge). */
 static const char *
 ap_mrb_file_script(cmd_parms *cmd, ap_mrb_dir_conf *dconf, const char *file,
     const char *flag, mrb_script **script)
@@ -209,7 +212,6 @@ ap_mrb_file_script(cmd_parms *cmd, ap_mrb_dir_conf *dconf, const char *file,
         return apr_psprintf(cmd->pool, "%s: %s", cmd->cmd->name, err);
     }
 
-    dconf->used = 1;
     ap_mrb_own_script(cmd->pool, *script);
     return NULL;
 }
@@ -288,6 +290,7 @@ ap_mrb_cmd_hook(cmd_parms *cmd, void *mconfig, const char *file,
     }
 
     ap_mrb_hook_use(hc->phase, hc->order);
+    dconf->used = 1;
     return ap_mrb_file_script(cmd, dconf, file, flag,
                               &dconf->hooks[hc->phase][hc->order]);
 }
@@ -370,10 +373,12 @@ static const char *
 ap_mrb_cmd_file_slot(cmd_parms *cmd, void *mconfig, const char *file,
     const char *flag)
 {
-    mrb_script  **slot = (mrb_script **) ((char *) mconfig
-                                          + (apr_size_t) cmd->info);
+    ap_mrb_dir_conf   *dconf = mconfig;
+    mrb_script       **slot = (mrb_script **) ((char *) mconfig
+                                               + (apr_size_t) cmd->info);
 
-    return ap_mrb_file_script(cmd, mconfig, file, flag, slot);
+    dconf->used = 1;
+    return ap_mrb_file_script(cmd, dconf, file, flag, slot);
 }
 
 
