@@ -11,14 +11,16 @@ fail_open = true    # fleet mode, Redis down: let requests through
 
 # Counts the request in; 503 above threshold.  This runs on every request,
 # so it is written out here rather than called as a method: in mruby a
-# method call costs about as much as the counting itself.
-r = AccessLimiter::REQUEST
+# method call costs about as much as the counting itself (and a constant
+# looked up once is a local after).
+limiter = AccessLimiter
+r = limiter::REQUEST
 unless r.sub_request?
   file = r.filename
   count = if redis
-            AccessLimiter.fleet_in(file, redis, lease, fail_open)
+            limiter.fleet_in(file, redis, lease, fail_open)
           else
-            AccessLimiter::COUNTS.hold(file)
+            limiter::COUNTS.hold(file)
           end
 
   if count

@@ -2,8 +2,9 @@
 # mruby_log_handler) of the files to limit.  Counts the request out (503s
 # included: they were counted in too).  A request counted in Redis holds no
 # count under its file name, so release says which way it was counted.
-r = AccessLimiter::REQUEST
+limiter = AccessLimiter
+r = limiter::REQUEST
 unless r.sub_request?
   file = r.filename
-  AccessLimiter.fleet_out(file) unless AccessLimiter::COUNTS.release(file)
+  limiter.fleet_out(file) unless limiter::COUNTS.release(file)
 end
