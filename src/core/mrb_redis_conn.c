@@ -34,10 +34,15 @@ redis_tv(unsigned ms)
 
 /* hiredis reports a timeout as an I/O error whose errno was EAGAIN (read,
  * write) or ETIMEDOUT (connect); errno may have moved on since, so its text
- * is what is left to go by. */
+ * is what is left to go by.  A connection the server closed is its own
+ * error (EOF), whatever errno was left from earlier calls. */
 static int
 redis_is_timeout(redisContext *ctx, int saved_errno)
 {
+    if (ctx->err == REDIS_ERR_EOF) {
+        return 0;
+    }
+
     return saved_errno == EAGAIN || saved_errno == EWOULDBLOCK
            || saved_errno == ETIMEDOUT || saved_errno == EINPROGRESS
            || strcmp(ctx->errstr, strerror(EAGAIN)) == 0
