@@ -55,7 +55,7 @@ def env_num(name, default, kind=int):
 
 
 SECONDS = env_num("BENCH_SECONDS", 2 if QUICK else 10)
-ROUNDS = env_num("BENCH_ROUNDS", 1 if QUICK else 3)
+ROUNDS = env_num("BENCH_ROUNDS", 1 if QUICK else 5)
 WARMUP = env_num("BENCH_WARMUP", 1 if QUICK else 2)
 THREADS = env_num("BENCH_THREADS", 1)
 CONNECTIONS = env_num("BENCH_CONNECTIONS", 100)
