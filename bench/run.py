@@ -7,7 +7,7 @@ are started by test/harness.py on 127.0.0.1; the load is wrk on loopback,
 keep-alive, 100 connections.  Results are merged into bench/results.json
 and rendered to docs/benchmarks.md with plots in docs/img/.
 
-    python3 bench/run.py                       # everything (~25 min)
+    python3 bench/run.py                       # everything (~40 min)
     python3 bench/run.py --sections apache,nginx
     python3 bench/run.py --render              # docs from results.json only
     BENCH_QUICK=1 python3 bench/run.py         # a smoke run (~3 min)
@@ -18,7 +18,7 @@ mode), memory (what one interpreter adds to an Apache child), limiter
 (seed 002's table), incr (SharedDict#incr under 2-process contention).
 
 Environment: BENCH_SECONDS (per measurement, default 10), BENCH_ROUNDS
-(interleaved rounds, median taken, default 3), BENCH_WARMUP (seconds,
+(interleaved rounds, median taken, default 5), BENCH_WARMUP (seconds,
 default 2), BENCH_THREADS (wrk threads, default 1: wrk and the server share
 the machine's 2 cores; 1 measured slightly faster than 2 for both servers),
 BENCH_CONNECTIONS (default 100), BENCH_RSS_REQUESTS (default 1,000,000),
