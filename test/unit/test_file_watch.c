@@ -3,6 +3,7 @@
  * which must not.
  */
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -168,6 +169,67 @@ TEST(file_watch_is_not_inherited_by_a_child)
     REQUIRE(waitpid(pid, &status, 0) == pid);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     CHECK(mrb_file_watch_epoch() >> 32 == (uint64_t) getpid());
+
+    watch_teardown();
+}
+
+
+/*
+ * Threads ask through epolls of their own: each must see an edit made
+ * just before it asks, however long its epoll has been idle.
+ */
+#define WATCH_ROUNDS  10
+
+static pthread_barrier_t  watch_barrier;
+static uint64_t           watch_seen[WATCH_ROUNDS];
+
+static void *
+watch_asker(void *arg)
+{
+    long  me = (long) arg;
+    int   round;
+
+    mrb_file_watch_epoch();
+    for (round = 0; round < WATCH_ROUNDS; round++) {
+        pthread_barrier_wait(&watch_barrier);
+        if (round % 2 == me) {
+            watch_seen[round] = mrb_file_watch_epoch();
+        }
+        pthread_barrier_wait(&watch_barrier);
+    }
+
+    return NULL;
+}
+
+
+TEST(file_watch_each_thread_sees_an_edit_at_once)
+{
+    pthread_t  t[2];
+    uint64_t   before[WATCH_ROUNDS];
+    char       text[32];
+    int        round;
+
+    REQUIRE(watch_setup() == 0);
+    REQUIRE(mrb_file_watch_add(watch_file("current/e.rb")) == 0);
+    REQUIRE(pthread_barrier_init(&watch_barrier, NULL, 3) == 0);
+    REQUIRE(pthread_create(&t[0], NULL, watch_asker, (void *) 0L) == 0);
+    REQUIRE(pthread_create(&t[1], NULL, watch_asker, (void *) 1L) == 0);
+
+    for (round = 0; round < WATCH_ROUNDS; round++) {
+        before[round] = mrb_file_watch_epoch();
+        snprintf(text, sizeof(text), "version %d", round);
+        watch_write("current/e.rb", text, "w");
+        pthread_barrier_wait(&watch_barrier);
+        pthread_barrier_wait(&watch_barrier);
+    }
+
+    pthread_join(t[0], NULL);
+    pthread_join(t[1], NULL);
+    pthread_barrier_destroy(&watch_barrier);
+
+    for (round = 0; round < WATCH_ROUNDS; round++) {
+        CHECK(watch_seen[round] != before[round]);
+    }
 
     watch_teardown();
 }
