@@ -5,8 +5,8 @@
  * kernel queues an event before the write or rename that caused it
  * returns, so a run that finds the queue empty knows that nothing changed
  * before it started: an edit is seen by the very next request.  A thread
- * would save the ioctl (a third of a stat()) but leave a window, as long
- * as its wake-up under load, where a new request runs the old version.
+ * would save the system call (a third of a stat()) but leave a window, as
+ * long as its wake-up under load, where a new request runs the old version.
  *
  * Why every directory on the way: editors save by writing a new file and
  * renaming it over the old one, and deployments switch a symbolic link

@@ -6,9 +6,10 @@
  * directory on the way (for the name looked up there, following symbolic
  * links) and the file itself.  Any change there bumps the epoch.  A caller
  * that found a file unchanged at epoch E may trust it as long as the epoch
- * is still E.  Asking for the epoch costs one ioctl(FIONREAD): events are
- * queued before the change that caused them returns, so nothing that
- * happened before the call is missed.
+ * is still E.  Asking for the epoch costs one epoll_wait() on the calling
+ * thread's own epoll: events are queued, and that epoll marked ready,
+ * before the change that caused them returns, so nothing that happened
+ * before the call is missed.
  *
  * The epoch is 0, and every run stats, until a watch works in this process,
  * after a fork, and when a path's file system may change behind the
