@@ -133,3 +133,22 @@ def test_switch_inside_a_link_target_is_seen(request, which):
     os.rename(tmp, os.path.join(s.dir, "site"))
     assert s.get("/e").text == "green"
     assert fetch_many(s) == {"green"}
+
+
+@pytest.mark.parametrize("which", ["apache", "nginx"])
+def test_unwatchable_path_is_stat_ed_and_says_so(request, which):
+    """A chain of more symbolic links than the watch follows: the worker
+    says once (at info) that it stats the file on every run, and edits are
+    still seen at once."""
+    s, cls = start(request, which, "{dir}/l0/e.rb", {})
+    s.write("real/e.rb", code(cls, "one"))
+    os.symlink("real", os.path.join(s.dir, "l9"))
+    for i in range(9):
+        os.symlink(f"l{i + 1}", os.path.join(s.dir, f"l{i}"))
+    assert fetch_many(s) == {"one"}
+    log = s.wait_log("not watched for changes (more than 8 symbolic "
+                     "links): stat() on every run")
+    assert f"{s.dir}/l0/e.rb: not watched" in log
+    for v in range(1, 6):
+        s.write("real/e.rb", code(cls, f"edit {v}"))
+        assert s.get("/e").text == f"edit {v}"

@@ -17,6 +17,8 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,8 +43,9 @@
 #define WATCH_FILE_MASK  (IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE             \
                           | IN_DELETE_SELF | IN_MOVE_SELF)
 
-/* Symbolic links followed within one path, as the kernel's own limit. */
-#define WATCH_MAX_LINKS  40
+/* Symbolic links followed within one path (each costs a stack frame of
+ * two PATH_MAX buffers); a longer chain is stat()ed instead. */
+#define WATCH_MAX_LINKS  8
 
 #ifndef ZFS_SUPER_MAGIC
 #define ZFS_SUPER_MAGIC  0x2fc12fc1
@@ -82,6 +85,11 @@ static mrb_file_watch  watch = {
 
 static pthread_once_t  watch_atfork_once = PTHREAD_ONCE_INIT;
 
+/* Why the last path could not be watched, and why this process has no
+ * watch if so; guarded by watch.lock. */
+static char            watch_why[256];
+static char            watch_failure[256];
+
 /*
  * Each thread asks through an epoll instance of its own, registered on the
  * queue: threads asking the queue's own descriptor all at once make its
@@ -114,10 +122,27 @@ watch_bump_locked(void)
 }
 
 
+static int
+watch_fail_locked(const char *fmt, ...)
+{
+    va_list  ap;
+
+    va_start(ap, fmt);
+    vsnprintf(watch_why, sizeof(watch_why), fmt, ap);
+    va_end(ap);
+
+    return -1;
+}
+
+
 /* Every run stats from now on. */
 static void
 watch_stop_locked(void)
 {
+    if (!watch.failed) {
+        snprintf(watch_failure, sizeof(watch_failure),
+                 "the inotify queue failed: %.200s", watch_why);
+    }
     watch.failed = 1;
     atomic_store_explicit(&mrb_file_watch_epoch_now, 0, memory_order_release);
 
@@ -199,7 +224,7 @@ watch_lookup_locked(const char *path, int links)
     int          wd;
 
     if (path[0] != '/' || strlen(path) >= PATH_MAX) {
-        return -1;
+        return watch_fail_locked("not an absolute path: %s", path);
     }
 
     for (name = path + 1; *name != '\0'; name = end + (*end == '/')) {
@@ -216,42 +241,49 @@ watch_lookup_locked(const char *path, int links)
         dir[dirlen > 1 ? dirlen - 1 : 1] = '\0';
 
         if (!watch_fs_is_local(dir)) {
-            return -1;
+            return watch_fail_locked("%s is not on a local file system",
+                                     dir);
         }
 
         wd = inotify_add_watch(watch.fd, dir, WATCH_DIR_MASK);
         if (wd < 0) {
-            return (errno == ENOENT || errno == ENOTDIR) ? 0 : -1;
+            return (errno == ENOENT || errno == ENOTDIR)
+                   ? 0 : watch_fail_locked("inotify_add_watch %s: %s", dir,
+                                           strerror(errno));
         }
 
         memcpy(dir, name, end - name);
         dir[end - name] = '\0';
         if (watch_entry_add_locked(wd, dir) != 0) {
-            return -1;
+            return watch_fail_locked("out of memory");
         }
 
         memcpy(dir, path, end - path);
         dir[end - path] = '\0';
         if (lstat(dir, &st) != 0) {
-            return (errno == ENOENT || errno == ENOTDIR) ? 0 : -1;
+            return (errno == ENOENT || errno == ENOTDIR)
+                   ? 0 : watch_fail_locked("lstat %s: %s", dir,
+                                           strerror(errno));
         }
         if (!S_ISLNK(st.st_mode)) {
             continue;
         }
 
         if (links >= WATCH_MAX_LINKS) {
-            return -1;
+            return watch_fail_locked("more than %d symbolic links",
+                                     WATCH_MAX_LINKS);
         }
         n = readlink(dir, target, sizeof(target) - 1);
         if (n < 0) {
-            return -1;
+            return watch_fail_locked("readlink %s: %s", dir,
+                                     strerror(errno));
         }
         target[n] = '\0';
 
         if (target[0] != '/') {
             /* relative to the link's directory */
             if (dirlen + n >= sizeof(target)) {
-                return -1;
+                return watch_fail_locked("%s: target too long", dir);
             }
             memmove(target + dirlen, target, n + 1);
             memcpy(target, path, dirlen);
@@ -278,14 +310,20 @@ watch_path_locked(const char *path)
 
     wd = inotify_add_watch(watch.fd, path, WATCH_FILE_MASK);
     if (wd < 0) {
-        return (errno == ENOENT || errno == ENOTDIR) ? 0 : -1;
+        return (errno == ENOENT || errno == ENOTDIR)
+               ? 0 : watch_fail_locked("inotify_add_watch %s: %s", path,
+                                       strerror(errno));
     }
 
     if (!watch_fs_is_local(path)) {
-        return -1;
+        return watch_fail_locked("%s is not on a local file system", path);
     }
 
-    return watch_entry_add_locked(wd, NULL);
+    if (watch_entry_add_locked(wd, NULL) != 0) {
+        return watch_fail_locked("out of memory");
+    }
+
+    return 0;
 }
 
 
@@ -568,6 +606,9 @@ watch_start_locked(void)
 
     fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
     if (fd < 0) {
+        snprintf(watch_failure, sizeof(watch_failure), "inotify_init1: %s%s",
+                 strerror(errno),
+                 errno == EMFILE ? " (fs.inotify.max_user_instances)" : "");
         return -1;
     }
 
@@ -593,7 +634,7 @@ watch_add_locked(const char *path)
 
     if (watch.failed || (watch.fd < 0 && watch_start_locked() != 0)) {
         watch.failed = 1;
-        return -1;
+        return watch_fail_locked("%s", watch_failure);
     }
 
     if (watch_path_locked(path) != 0) {
@@ -607,7 +648,7 @@ watch_add_locked(const char *path)
         if (grown != NULL) {
             watch.paths = grown;
         }
-        return -1;
+        return watch_fail_locked("out of memory");
     }
 
     watch.paths = grown;
@@ -617,12 +658,15 @@ watch_add_locked(const char *path)
 
 
 int
-mrb_file_watch_add(const char *path)
+mrb_file_watch_add(const char *path, char *why, size_t whylen)
 {
     int  rc;
 
     pthread_mutex_lock(&watch.lock);
     rc = watch_add_locked(path);
+    if (rc != 0) {
+        snprintf(why, whylen, "%s", watch_why);
+    }
     pthread_mutex_unlock(&watch.lock);
 
     return rc;

@@ -19,6 +19,7 @@
 #ifndef MRB_FILE_WATCH_H
 #define MRB_FILE_WATCH_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* The current epoch, or 0 when there is nothing to trust. */
@@ -26,10 +27,10 @@ uint64_t mrb_file_watch_epoch(void);
 
 /*
  * Watches path (absolute) from now on, starting the watch in this process
- * if needed.  Returns 0, or -1 when path cannot be watched: the caller
- * then stats on every run.  A stat() made before this call proves nothing:
- * read the epoch after it.
+ * if needed.  Returns 0, or -1 with the reason in why when path cannot be
+ * watched: the caller then stats on every run.  A stat() made before this
+ * call proves nothing: read the epoch after it.
  */
-int mrb_file_watch_add(const char *path);
+int mrb_file_watch_add(const char *path, char *why, size_t whylen);
 
 #endif /* MRB_FILE_WATCH_H */

@@ -673,16 +673,23 @@ script_watch_epoch(mrb_script *script)
  * the first to find it unchanged marks the version fresh.
  */
 static void
-script_watch_start(mrb_script *script)
+script_watch_start(mrb_interp *interp, mrb_script *script)
 {
     uint64_t  epoch;
+    char      why[256];
 
     if (atomic_load_explicit(&script->unwatchable, memory_order_relaxed)) {
         return;
     }
 
-    if (mrb_file_watch_add(script->name) != 0) {
-        atomic_store_explicit(&script->unwatchable, 1, memory_order_relaxed);
+    if (mrb_file_watch_add(script->name, why, sizeof(why)) != 0) {
+        if (!atomic_exchange_explicit(&script->unwatchable, 1,
+                                      memory_order_relaxed))
+        {
+            mrb_interp_log(interp, MRB_LOG_INFO,
+                           "%s: not watched for changes (%s): stat() on "
+                           "every run", script->name, why);
+        }
         return;
     }
 
@@ -735,7 +742,7 @@ script_proc_current(mrb_interp *interp, mrb_script *script, int watch,
 
     if (*epoch == 0) {
         if (watch) {
-            script_watch_start(script);
+            script_watch_start(interp, script);
         }
         *proc = mrb_interp_proc(interp, script->id, version->generation);
 
@@ -802,7 +809,7 @@ script_proc(mrb_interp *interp, mrb_script *script, int watch, char *err,
             atomic_store_explicit(&version->fresh_at, epoch,
                                   memory_order_relaxed);
         } else if (watch && epoch == 0) {
-            script_watch_start(script);
+            script_watch_start(interp, script);
         }
     }
 
