@@ -123,13 +123,16 @@ void *ap_mrb_merge_srv_conf(apr_pool_t *p, void *basev, void *addv);
 mrb_cache_policy ap_mrb_cache_policy(const ap_mrb_dir_conf *dconf,
     server_rec *s);
 
-/* hooks: registration and the interpreter of the calling thread */
+/* hooks: registration, and runs in an interpreter lent by the process */
 void ap_mrb_register_request_hooks(void);
 /* Registers the hook of a phase and order that a directive uses. */
 void ap_mrb_hook_use(ap_mrb_phase phase, ap_mrb_order order);
-mrb_interp *ap_mrb_thread_interp(request_rec *r);
-int ap_mrb_run_script(request_rec *r, mrb_interp *interp, mrb_script *script,
-    void *data, mrb_int default_result, const char *what);
+/* An idle or new interpreter (mrb_interp_take), or NULL after logging why;
+ * the caller gives it back with mrb_interp_give_back. */
+mrb_interp *ap_mrb_interp_take(request_rec *r);
+/* Runs one script for r in a borrowed interpreter: an Apache code. */
+int ap_mrb_run_script(request_rec *r, mrb_script *script, void *data,
+    mrb_int default_result, const char *what);
 void ap_mrb_run_startup_scripts(mrb_interp *interp, server_rec *s,
     ap_mrb_proc_phase phase);
 

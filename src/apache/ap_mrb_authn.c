@@ -38,6 +38,7 @@ ap_mrb_authn_run(request_rec *r, mrb_script *script, ap_mrb_authn_ctx *ctx,
 {
     mrb_interp  *interp;
     mrb_run      run;
+    int          rc;
 
     if (script == NULL) {
         ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, "authn provider mruby "
@@ -45,7 +46,7 @@ ap_mrb_authn_run(request_rec *r, mrb_script *script, ap_mrb_authn_ctx *ctx,
         return AUTH_GENERAL_ERROR;
     }
 
-    interp = ap_mrb_thread_interp(r);
+    interp = ap_mrb_interp_take(r);
     if (interp == NULL) {
         return AUTH_GENERAL_ERROR;
     }
@@ -53,7 +54,10 @@ ap_mrb_authn_run(request_rec *r, mrb_script *script, ap_mrb_authn_ctx *ctx,
     mrb_run_init(&run, r, default_result);
     run.data = ctx;
 
-    if (mrb_script_run(interp, script, &run) != 0) {
+    rc = mrb_script_run(interp, script, &run);
+    mrb_interp_give_back(interp);
+
+    if (rc != 0) {
         ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, "%s: %s", what, run.error);
         return AUTH_GENERAL_ERROR;
     }

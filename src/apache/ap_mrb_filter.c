@@ -99,17 +99,11 @@ static int
 ap_mrb_filter_run(ap_mrb_filter_ctx *ctx, mrb_script *script,
     const char *what)
 {
-    mrb_interp  *interp;
-    int          rc;
+    int  rc;
 
     ctx->ran = 1;
 
-    interp = ap_mrb_thread_interp(ctx->r);
-    if (interp == NULL) {
-        return HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    rc = ap_mrb_run_script(ctx->r, interp, script, ctx, OK, what);
+    rc = ap_mrb_run_script(ctx->r, script, ctx, OK, what);
     return rc >= 400 ? rc : OK;
 }
 

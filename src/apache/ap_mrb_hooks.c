@@ -4,9 +4,9 @@
  * holds for that slot, and the handlers named mruby-native-script
  * (mrubyHandlerCode) and mruby-script (the requested file is the script).
  *
- * Each worker thread runs scripts in its own interpreter, created on its
- * first script and kept for the thread's life; threads never wait for each
- * other.
+ * A run borrows an interpreter from the process's idle ones and gives it
+ * back when it ends (mrb_interp_take): threads wait for each other only for
+ * that, never for a run.
  */
 
 #include <string.h>
@@ -45,28 +45,17 @@ static const char *const ap_mrb_proc_names[AP_MRB_NPROC_PHASES]
 };
 
 
-/* A new thread's interpreter: the main server's child_init scripts. */
+/* A new interpreter: the main server's child_init scripts. */
 static void
-ap_mrb_thread_init(mrb_interp *interp, void *arg)
+ap_mrb_interp_init(mrb_interp *interp, void *arg)
 {
     ap_mrb_run_startup_scripts(interp, arg, AP_MRB_CHILD_INIT);
 }
 
 
-/* The thread's first script: its interpreter is created now. */
-static AP_MRB_NOINLINE mrb_interp *
-ap_mrb_thread_interp_new(request_rec *r)
+static AP_MRB_NOINLINE void
+ap_mrb_interp_failed(request_rec *r, const char *err)
 {
-    mrb_interp  *interp;
-    char         err[256];
-
-    interp = mrb_interp_for_thread(&ap_mrb_server, ap_server_conf,
-                                   ap_mrb_thread_init, ap_server_conf,
-                                   err, sizeof(err));
-    if (interp != NULL) {
-        return interp;
-    }
-
     if (r != NULL) {
         ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r,
                       "mod_mruby: cannot create an interpreter: %s", err);
@@ -74,17 +63,23 @@ ap_mrb_thread_interp_new(request_rec *r)
         ap_log_error(APLOG_MARK, APLOG_ERR, 0, ap_server_conf,
                      "mod_mruby: cannot create an interpreter: %s", err);
     }
-
-    return NULL;
 }
 
 
 mrb_interp *
-ap_mrb_thread_interp(request_rec *r)
+ap_mrb_interp_take(request_rec *r)
 {
-    mrb_interp  *interp = mrb_interp_current();
+    mrb_interp  *interp;
+    char         err[256];
 
-    return interp != NULL ? interp : ap_mrb_thread_interp_new(r);
+    interp = mrb_interp_take(&ap_mrb_server, ap_server_conf,
+                             ap_mrb_interp_init, ap_server_conf,
+                             err, sizeof(err));
+    if (interp == NULL) {
+        ap_mrb_interp_failed(r, err);
+    }
+
+    return interp;
 }
 
 
@@ -132,16 +127,24 @@ ap_mrb_run_failed(request_rec *r, mrb_script *script, mrb_run *run, int rc,
 
 /* Runs one script for request r; what names it in error lines. */
 int
-ap_mrb_run_script(request_rec *r, mrb_interp *interp, mrb_script *script,
-    void *data, mrb_int default_result, const char *what)
+ap_mrb_run_script(request_rec *r, mrb_script *script, void *data,
+    mrb_int default_result, const char *what)
 {
-    mrb_run  run;
-    int      rc;
+    mrb_interp  *interp;
+    mrb_run      run;
+    int          rc;
+
+    interp = ap_mrb_interp_take(r);
+    if (interp == NULL) {
+        return HTTP_INTERNAL_SERVER_ERROR;
+    }
 
     mrb_run_init(&run, r, default_result);
     run.data = data;
 
     rc = mrb_script_run(interp, script, &run);
+    mrb_interp_give_back(interp);
+
     if (rc == 0 && ap_mrb_valid_result(run.result)) {
         return (int) run.result;
     }
@@ -184,18 +187,12 @@ ap_mrb_run_phase(request_rec *r, ap_mrb_phase phase, ap_mrb_order order,
     ap_mrb_dir_conf  *dconf = ap_get_module_config(r->per_dir_config,
                                                    &mruby_module);
     mrb_script       *script = dconf->hooks[phase][order];
-    mrb_interp       *interp;
 
     if (script == NULL) {
         return DECLINED;
     }
 
-    interp = ap_mrb_thread_interp(r);
-    if (interp == NULL) {
-        return HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    return ap_mrb_run_script(r, interp, script, NULL, default_result,
+    return ap_mrb_run_script(r, script, NULL, default_result,
                              ap_mrb_hook_names[phase][order]);
 }
 
@@ -253,8 +250,6 @@ AP_MRB_DEFINE_INSERT(AP_MRB_LAST, last)
 static int
 ap_mrb_native_handler(request_rec *r, ap_mrb_dir_conf *dconf)
 {
-    mrb_interp  *interp;
-
     if (dconf->handler_code == NULL) {
         ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, "handler "
                       AP_MRB_HANDLER_NATIVE " without mrubyHandlerCode for "
@@ -262,12 +257,7 @@ ap_mrb_native_handler(request_rec *r, ap_mrb_dir_conf *dconf)
         return HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    interp = ap_mrb_thread_interp(r);
-    if (interp == NULL) {
-        return HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    return ap_mrb_run_script(r, interp, dconf->handler_code, NULL, OK,
+    return ap_mrb_run_script(r, dconf->handler_code, NULL, OK,
                              "mrubyHandlerCode");
 }
 
@@ -281,7 +271,6 @@ static int
 ap_mrb_script_handler(request_rec *r, ap_mrb_dir_conf *dconf)
 {
     mrb_script  *script;
-    mrb_interp  *interp;
     char         err[1024];
 
     if (dconf->handler_enable != 1) {
@@ -308,13 +297,7 @@ ap_mrb_script_handler(request_rec *r, ap_mrb_dir_conf *dconf)
         return HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    interp = ap_mrb_thread_interp(r);
-    if (interp == NULL) {
-        return HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    return ap_mrb_run_script(r, interp, script, NULL, OK,
-                             AP_MRB_HANDLER_SCRIPT);
+    return ap_mrb_run_script(r, script, NULL, OK, AP_MRB_HANDLER_SCRIPT);
 }
 
 

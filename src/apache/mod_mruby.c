@@ -197,15 +197,28 @@ ap_mrb_post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
 }
 
 
+static apr_status_t
+ap_mrb_child_exit(void *data)
+{
+    mrb_interp_close_idle();
+    return APR_SUCCESS;
+}
+
+
 /*
- * Every thread runs the child_init scripts in its interpreter when it
- * creates it.  A prefork child has one thread, the one calling this hook:
- * create its interpreter now, so the scripts run as the child starts.
+ * Every interpreter runs the child_init scripts when it is created, on the
+ * first script that finds none idle.  A prefork child serves one request
+ * at a time: create its interpreter now, so the scripts run as the child
+ * starts.
  */
 static void
 ap_mrb_child_init(apr_pool_t *pchild, server_rec *s)
 {
-    int  threaded;
+    mrb_interp  *interp;
+    int          threaded;
+
+    apr_pool_cleanup_register(pchild, NULL, ap_mrb_child_exit,
+                              apr_pool_cleanup_null);
 
     if (!ap_mrb_has_scripts(s, AP_MRB_CHILD_INIT)) {
         return;
@@ -214,7 +227,10 @@ ap_mrb_child_init(apr_pool_t *pchild, server_rec *s)
     if (ap_mpm_query(AP_MPMQ_IS_THREADED, &threaded) == APR_SUCCESS
         && threaded == AP_MPMQ_NOT_SUPPORTED)
     {
-        (void) ap_mrb_thread_interp(NULL);
+        interp = ap_mrb_interp_take(NULL);
+        if (interp != NULL) {
+            mrb_interp_give_back(interp);
+        }
     }
 }
 

@@ -1,10 +1,12 @@
 /*
- * The interpreter: creation, the per-thread instance, the procs it has
- * loaded, and the top-level state a request script must not leave behind.
+ * The interpreter: creation, the process's idle interpreters, the procs it
+ * has loaded, and the top-level state a request script must not leave
+ * behind.
  */
 
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +22,7 @@
 #include <mruby/throw.h>
 #include <mruby/variable.h>
 
+#include "mrb_alloc.h"
 #include "mrb_interp.h"
 #include "mrb_interp_core.h"
 #include "mrb_redis.h"
@@ -64,6 +67,8 @@ struct mrb_interp_s {
     mrb_interp_loaded  *loaded;
     size_t              nloaded;
     mrb_value           procs;
+
+    mrb_interp         *next_idle;  /* mrb_interp_take's idle list */
 
     unsigned            sealed:1;
     unsigned            removed:1;  /* a run removed a global: sizes lie */
@@ -270,7 +275,7 @@ mrb_interp_open(const mrb_server *server, void *log_target, char *err,
         return NULL;
     }
 
-    mrb = mrb_open();
+    mrb = mrb_alloc_open();
     if (mrb == NULL) {
         snprintf(err, errlen, "mruby: mrb_open() failed");
         free(interp);
@@ -315,36 +320,11 @@ mrb_interp_close(mrb_interp *interp)
 }
 
 
-static pthread_key_t    interp_key;
-static pthread_once_t   interp_key_once = PTHREAD_ONCE_INIT;
-static __thread mrb_interp  *interp_of_thread;
-
-
-static void
-interp_thread_exit(void *interp)
-{
-    mrb_interp_close(interp);
-}
-
-
-static void
-interp_key_create(void)
-{
-    pthread_key_create(&interp_key, interp_thread_exit);
-}
-
-
 mrb_interp *
-mrb_interp_for_thread(const mrb_server *server, void *log_target,
+mrb_interp_new(const mrb_server *server, void *log_target,
     mrb_interp_init_pt init, void *arg, char *err, size_t errlen)
 {
-    mrb_interp  *interp = interp_of_thread;
-
-    if (interp != NULL) {
-        return interp;
-    }
-
-    pthread_once(&interp_key_once, interp_key_create);
+    mrb_interp  *interp;
 
     interp = mrb_interp_open(server, log_target, err, errlen);
     if (interp == NULL) {
@@ -356,17 +336,90 @@ mrb_interp_for_thread(const mrb_server *server, void *log_target,
     }
 
     mrb_interp_seal(interp);
-
-    interp_of_thread = interp;
-    pthread_setspecific(interp_key, interp);
     return interp;
 }
 
 
-mrb_interp *
-mrb_interp_current(void)
+/*
+ * The process's idle interpreters.  The one given back last waits in
+ * idle_hot, so a take and a give-back are one atomic exchange each when
+ * runs do not overlap; the others wait in a stack, the one given back
+ * last on top.  The lock covers a push or a pop, never a run.
+ */
+static _Atomic(mrb_interp *)  idle_hot;
+static pthread_mutex_t        idle_lock = PTHREAD_MUTEX_INITIALIZER;
+static mrb_interp            *idle_top;
+
+
+static MRB_NOINLINE mrb_interp *
+interp_take_slow(const mrb_server *server, void *log_target,
+    mrb_interp_init_pt init, void *arg, char *err, size_t errlen)
 {
-    return interp_of_thread;
+    mrb_interp  *interp;
+
+    pthread_mutex_lock(&idle_lock);
+
+    interp = idle_top;
+    if (interp != NULL) {
+        idle_top = interp->next_idle;
+    }
+
+    pthread_mutex_unlock(&idle_lock);
+
+    if (interp != NULL) {
+        return interp;
+    }
+
+    return mrb_interp_new(server, log_target, init, arg, err, errlen);
+}
+
+
+mrb_interp *
+mrb_interp_take(const mrb_server *server, void *log_target,
+    mrb_interp_init_pt init, void *arg, char *err, size_t errlen)
+{
+    mrb_interp  *interp = atomic_exchange(&idle_hot, NULL);
+
+    if (interp != NULL) {
+        return interp;
+    }
+
+    return interp_take_slow(server, log_target, init, arg, err, errlen);
+}
+
+
+void
+mrb_interp_give_back(mrb_interp *interp)
+{
+    mrb_interp  *none = NULL;
+
+    if (atomic_compare_exchange_strong(&idle_hot, &none, interp)) {
+        return;
+    }
+
+    pthread_mutex_lock(&idle_lock);
+    interp->next_idle = idle_top;
+    idle_top = interp;
+    pthread_mutex_unlock(&idle_lock);
+}
+
+
+void
+mrb_interp_close_idle(void)
+{
+    mrb_interp  *interp, *next;
+
+    mrb_interp_close(atomic_exchange(&idle_hot, NULL));
+
+    pthread_mutex_lock(&idle_lock);
+    interp = idle_top;
+    idle_top = NULL;
+    pthread_mutex_unlock(&idle_lock);
+
+    for ( /* void */ ; interp != NULL; interp = next) {
+        next = interp->next_idle;
+        mrb_interp_close(interp);
+    }
 }
 
 

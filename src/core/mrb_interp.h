@@ -1,6 +1,7 @@
 /*
- * The interpreter: one mrb_state per worker (thread under Apache, process
- * under nginx), created once and shared by every script and request it runs.
+ * The interpreter: an mrb_state created once and reused by every script and
+ * request it runs (one per nginx worker process; under Apache, as many per
+ * process as it runs scripts at once, lent to each run).
  *
  * Server neutral: nothing here knows Apache or nginx.  An adapter describes
  * its server with an mrb_server and reaches its request through mrb_run.
@@ -100,16 +101,26 @@ mrb_interp *mrb_interp_open(const mrb_server *server, void *log_target,
 void mrb_interp_close(mrb_interp *interp);
 
 /*
- * The calling thread's interpreter, created on first use: opened, given to
- * init (which runs the startup scripts), then sealed.  Closed when the
- * thread exits.  Never NULL unless creation failed (then err says why).
+ * A new interpreter, opened, given to init (which runs the startup
+ * scripts), then sealed.  NULL if creation failed (then err says why).
  */
-mrb_interp *mrb_interp_for_thread(const mrb_server *server, void *log_target,
+mrb_interp *mrb_interp_new(const mrb_server *server, void *log_target,
     mrb_interp_init_pt init, void *arg, char *err, size_t errlen);
 
-/* The calling thread's interpreter if it has one yet, or NULL: what every
- * request looks up before it asks mrb_interp_for_thread to create one. */
-mrb_interp *mrb_interp_current(void);
+/*
+ * Interpreters lent to runs (Apache, where a process serves from many
+ * threads): mrb_interp_take gives the calling thread the idle interpreter
+ * given back last, or a new one from mrb_interp_new; the thread gives it
+ * back when its run is over.  A process needs as many interpreters as it
+ * runs scripts at once, and those few stay warm in the CPU caches however
+ * many threads the server spreads its requests over.
+ */
+mrb_interp *mrb_interp_take(const mrb_server *server, void *log_target,
+    mrb_interp_init_pt init, void *arg, char *err, size_t errlen);
+void mrb_interp_give_back(mrb_interp *interp);
+
+/* Closes the idle interpreters, when the process exits. */
+void mrb_interp_close_idle(void);
 
 /*
  * Records the top-level state (globals, top-level constants and instance

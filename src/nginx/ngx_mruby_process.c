@@ -92,9 +92,9 @@ ngx_mruby_init_worker(ngx_mruby_process_t *p, ngx_mruby_main_conf_t *mcf,
     ctx.process = p;
     ctx.conf = mcf;
 
-    p->interp = mrb_interp_for_thread(p->server, cycle->log,
-                                      ngx_mruby_init_worker_scripts, &ctx,
-                                      err, sizeof(err));
+    p->interp = mrb_interp_new(p->server, cycle->log,
+                               ngx_mruby_init_worker_scripts, &ctx,
+                               err, sizeof(err));
 
     if (p->interp == NULL) {
         /* the worker serves on: each script run fails and says why */
