@@ -1,4 +1,4 @@
-"""Scripts share one interpreter per worker thread but not their state;
+"""Scripts share the interpreters of their process but not their state;
 edits apply without a restart; threads run scripts in parallel."""
 
 import concurrent.futures
@@ -202,9 +202,9 @@ def test_64_concurrent_sleeps_run_in_parallel(apache):
     assert elapsed < 3.2, f"64 x 100 ms took {elapsed:.2f} s"
 
 
-def test_interpreter_per_thread_is_reused(apache):
-    """A thread's interpreter lives across requests: what child_init put
-    there is the same object every time."""
+def test_interpreter_is_reused(apache):
+    """An interpreter lives across requests: what child_init put there is
+    the same object every time."""
     a = one_interpreter_apache(apache, """
 mrubyChildInitMiddleCode '$born = Apache::Scoreboard.new.pid.to_s + ":" + rand(1000000000).to_s'
 <Location /born>
@@ -213,3 +213,42 @@ mrubyChildInitMiddleCode '$born = Apache::Scoreboard.new.pid.to_s + ":" + rand(1
 """)
     seen = {a.get("/born").text for _ in range(5)}
     assert len(seen) == 1
+
+
+# One event child with many threads, for counting its interpreters.
+ONE_EVENT_CHILD = ("StartServers 1\nServerLimit 1\nThreadsPerChild 32\n"
+                   "ThreadLimit 32\nMaxRequestWorkers 32\n"
+                   "MinSpareThreads 1\nMaxSpareThreads 32\n")
+
+
+def test_threads_share_as_many_interpreters_as_run_at_once(apache):
+    """A threaded child makes as many interpreters as it runs scripts at
+    once, not one per thread: requests one after another, each on a new
+    connection (so on whichever thread the MPM picks), all run in one
+    interpreter; eight overlapping requests need eight; after them, no new
+    one is made.  child_init runs once per interpreter made."""
+    a = apache("""
+mrubyChildInitMiddleCode 'Apache.errlogger Apache::APLOG_NOTICE, "interpreter made"'
+<Location /hello>
+    mrubyHandlerMiddleCode 'Apache.rputs "hello"'
+</Location>
+<Location /sleep>
+    mrubyHandlerMiddleCode 'Apache.sleep 1; Apache.rputs "slept"'
+</Location>
+""", mpm="event", mpm_conf=ONE_EVENT_CHILD)
+
+    def made():
+        return a.error_log().count("interpreter made")
+
+    for _ in range(40):
+        assert requests.get(a.url("/hello"), timeout=10).text == "hello"
+    assert made() == 1
+
+    fetch = lambda _: requests.get(a.url("/sleep"), timeout=30).text
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        assert list(pool.map(fetch, range(8))) == ["slept"] * 8
+    assert made() == 8
+
+    for _ in range(40):
+        assert requests.get(a.url("/hello"), timeout=10).text == "hello"
+    assert made() == 8
