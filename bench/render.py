@@ -286,13 +286,11 @@ def render(results, doc_path, img_dir):
           "requests does to an interpreter's process. This is the figure "
           "the target (< 1 MB) is judged on.")
         w("- **apache-event**: the event MPM of the throughput table (2 "
-          "children x 128 threads), 100 connections, a shorter run. Each "
-          "thread creates its interpreter on its first request, and the "
-          "event MPM hands requests to the most recently idle thread, so "
-          "threads deep in the idle stack get their first request (and "
-          "their interpreter) late: the curve climbs in steps as the number "
-          "of interpreters grows, then stays flat. Not a per-request "
-          "growth; shown for the memory a threaded server ends up using.")
+          "children x 128 threads), 100 connections, a shorter run. A "
+          "child makes an interpreter when a script finds none idle, so it "
+          "has as many as its threads ran scripts at the same moment; a "
+          "step in the curve is a new interpreter, not a per-request "
+          "growth. Shown for the memory a threaded server ends up using.")
         w("- **nginx**: 2 workers (one interpreter each), 100 connections.\n")
         w("| server | mode | requests | largest growth of a worker |")
         w("|---|---|---:|---:|")
