@@ -182,30 +182,28 @@ file_read(const char *path, size_t *len, mrb_file_id *id, char *err,
 
 /*
  * Parses and generates code in mrb; returns the proc, or NULL with
- * "name:line: message" in err.
+ * "name:line: message" in err.  The context lives on the stack: under
+ * `never` this runs on every request, and mrbc_context_new() and
+ * mrbc_filename() would allocate it and a copy of the name each time.  The
+ * parser interns the name; what it allocates in the context (the names of
+ * the top level's local variables) mrbc_cleanup_local_variables() frees.
  */
 static struct RProc *
 code_compile(mrb_state *mrb, const char *src, size_t len, const char *name,
     int line, char *err, size_t errlen)
 {
-    mrbc_context             *cxt;
+    mrbc_context              cxt = { 0 };
     struct mrb_parser_state  *p;
     struct RProc             *proc = NULL;
 
-    cxt = mrbc_context_new(mrb);
-    if (cxt == NULL) {
-        snprintf(err, errlen, "%s: out of memory compiling", name);
-        return NULL;
-    }
-
-    cxt->capture_errors = TRUE;
-    cxt->no_exec = TRUE;
-    mrbc_filename(mrb, cxt, name);
+    cxt.capture_errors = TRUE;
+    cxt.no_exec = TRUE;
+    cxt.filename = (char *) name;
     if (line > 1) {
-        cxt->lineno = (uint16_t) line;
+        cxt.lineno = (uint16_t) line;
     }
 
-    p = mrb_parse_nstring(mrb, src, len, cxt);
+    p = mrb_parse_nstring(mrb, src, len, &cxt);
 
     if (p == NULL) {
         snprintf(err, errlen, "%s: out of memory compiling", name);
@@ -224,7 +222,7 @@ code_compile(mrb_state *mrb, const char *src, size_t len, const char *name,
     if (p != NULL) {
         mrb_parser_free(p);
     }
-    mrbc_context_free(mrb, cxt);
+    mrbc_cleanup_local_variables(mrb, &cxt);
     mrb->exc = NULL;
     return proc;
 }

@@ -1,0 +1,245 @@
+/*
+ * The interpreter's allocator (mrb_alloc.h).
+ *
+ * mruby gives an allocator no size when it frees or reallocates a block:
+ * malloc_usable_size() tells which blocks are large enough to keep.  The
+ * kept blocks live in front of the mrb_state, in the block that holds it:
+ * mrb_open_core() asks for the state first (with no mrb_state yet) and
+ * mrb_close() frees it last, so they are made and freed with the
+ * interpreter, without a call of their own.
+ */
+
+#include <malloc.h>
+#include <stdalign.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mrb_alloc.h"
+
+#ifdef __SANITIZE_ADDRESS__
+#include <sanitizer/asan_interface.h>
+#define block_poison(p, n)    ASAN_POISON_MEMORY_REGION(p, n)
+#define block_unpoison(p, n)  ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define block_poison(p, n)
+#define block_unpoison(p, n)
+#endif
+
+/* Out of line: interp_allocf then tail-calls them without a frame. */
+#define MRB_ALLOC_NOINLINE  __attribute__((noinline))
+
+
+/* Freed large blocks, kept for reuse; sizes are malloc_usable_size(). */
+typedef struct {
+    void      *block[MRB_ALLOC_KEEP_BLOCKS];
+    size_t     size[MRB_ALLOC_KEEP_BLOCKS];
+    unsigned   count;
+    size_t     bytes;
+} mrb_alloc_keep;
+
+typedef struct {
+    mrb_alloc_keep                       keep;
+    alignas(max_align_t) unsigned char   state[];   /* the mrb_state */
+} mrb_alloc_head;
+
+
+static mrb_alloc_head *
+head_of(mrb_state *mrb)
+{
+    return (mrb_alloc_head *) ((unsigned char *) mrb
+                               - offsetof(mrb_alloc_head, state));
+}
+
+
+static mrb_alloc_keep *
+keep_of(mrb_state *mrb)
+{
+    return &head_of(mrb)->keep;
+}
+
+
+static int
+keep_has_room(const mrb_alloc_keep *keep, size_t size)
+{
+    return size >= MRB_ALLOC_KEEP_MIN && size <= MRB_ALLOC_KEEP_MAX
+           && keep->count < MRB_ALLOC_KEEP_BLOCKS
+           && keep->bytes + size <= MRB_ALLOC_KEEP_BYTES;
+}
+
+
+static void
+keep_put(mrb_alloc_keep *keep, void *p, size_t size)
+{
+    block_poison(p, size);
+    keep->block[keep->count] = p;
+    keep->size[keep->count] = size;
+    keep->count++;
+    keep->bytes += size;
+}
+
+
+/*
+ * The smallest kept block that holds size bytes, taken out; NULL if none.
+ * A block serves only requests of at least half its size, so that a small
+ * request does not take the block a large one needs next.
+ */
+static void *
+keep_take(mrb_alloc_keep *keep, size_t size)
+{
+    unsigned  i, best = keep->count;
+    void     *p;
+
+    for (i = 0; i < keep->count; i++) {
+        if (keep->size[i] >= size && keep->size[i] / 2 <= size
+            && (best == keep->count || keep->size[i] < keep->size[best]))
+        {
+            best = i;
+        }
+    }
+
+    if (best == keep->count) {
+        return NULL;
+    }
+
+    p = keep->block[best];
+    block_unpoison(p, keep->size[best]);
+    keep->bytes -= keep->size[best];
+    keep->count--;
+    keep->block[best] = keep->block[keep->count];
+    keep->size[best] = keep->size[keep->count];
+    return p;
+}
+
+
+static MRB_ALLOC_NOINLINE void *
+block_alloc(mrb_alloc_keep *keep, size_t size)
+{
+    void  *p;
+
+    if (size >= MRB_ALLOC_KEEP_MIN && keep->count > 0) {
+        p = keep_take(keep, size);
+        if (p != NULL) {
+            return p;
+        }
+    }
+
+    return malloc(size);
+}
+
+
+/* Returns NULL, for interp_allocf's tail call. */
+static MRB_ALLOC_NOINLINE void *
+block_free(mrb_alloc_keep *keep, void *p)
+{
+    size_t  size;
+
+    if (p == NULL) {
+        return NULL;
+    }
+
+    size = malloc_usable_size(p);
+    if (keep_has_room(keep, size)) {
+        keep_put(keep, p, size);
+    } else {
+        free(p);
+    }
+
+    return NULL;
+}
+
+
+/*
+ * The code generator shrinks its 1 kB arrays to their final size: copied
+ * to a small block instead, the large one is kept for the next compile
+ * rather than split.
+ */
+static MRB_ALLOC_NOINLINE void *
+block_realloc(mrb_alloc_keep *keep, void *p, size_t size)
+{
+    size_t  old;
+    void   *q;
+
+    if (size < MRB_ALLOC_KEEP_MIN) {
+        old = malloc_usable_size(p);
+        if (keep_has_room(keep, old)) {
+            q = malloc(size);
+            if (q == NULL) {
+                return NULL;
+            }
+            memcpy(q, p, size);
+            keep_put(keep, p, old);
+            return q;
+        }
+    }
+
+    return realloc(p, size);
+}
+
+
+static MRB_ALLOC_NOINLINE void *
+state_alloc(size_t size)
+{
+    mrb_alloc_head  *head;
+
+    head = malloc(offsetof(mrb_alloc_head, state) + size);
+    if (head == NULL) {
+        return NULL;
+    }
+
+    memset(&head->keep, 0, sizeof(mrb_alloc_keep));
+    return head->state;
+}
+
+
+/* mrb_close() is done with mrb: frees it and the blocks kept.  NULL. */
+static MRB_ALLOC_NOINLINE void *
+state_free(mrb_state *mrb)
+{
+    mrb_alloc_keep  *keep = keep_of(mrb);
+    unsigned         i;
+
+    for (i = 0; i < keep->count; i++) {
+        free(keep->block[i]);
+    }
+
+    free(head_of(mrb));
+    return NULL;
+}
+
+
+/*
+ * What mruby calls for every allocation: kept to a dispatch with no frame of
+ * its own, each case a tail call.
+ */
+static void *
+interp_allocf(mrb_state *mrb, void *p, size_t size, void *ud)
+{
+    if (size == 0) {
+        return p == mrb ? state_free(mrb) : block_free(keep_of(mrb), p);
+    }
+
+    if (p == NULL) {
+        return mrb != NULL ? block_alloc(keep_of(mrb), size)
+                           : state_alloc(size);
+    }
+
+    return block_realloc(keep_of(mrb), p, size);
+}
+
+
+mrb_state *
+mrb_alloc_open(void)
+{
+    return mrb_open_allocf(interp_allocf, NULL);
+}
+
+
+unsigned
+mrb_alloc_kept(mrb_state *mrb, size_t *bytes)
+{
+    mrb_alloc_keep  *keep = keep_of(mrb);
+
+    *bytes = keep->bytes;
+    return keep->count;
+}
