@@ -11,16 +11,15 @@ fail_open = true    # fleet mode, Redis down: let requests through
 
 # Counts the request in; 503 above threshold.  This runs on every request,
 # so it is written out here rather than called as a method: in mruby a
-# method call costs about as much as the counting itself (and a constant
-# looked up once is a local after).
-limiter = AccessLimiter
-r = limiter::REQUEST
+# method call costs about as much as the counting itself, and every constant
+# looked up costs too (hence both handles under one).
+r, counts = AccessLimiter::HANDLES
 unless r.sub_request?
   file = r.filename
   count = if redis
-            limiter.fleet_in(file, redis, lease, fail_open)
+            AccessLimiter.fleet_in(file, redis, lease, fail_open)
           else
-            limiter::COUNTS.hold(file)
+            counts.hold(file)
           end
 
   if count

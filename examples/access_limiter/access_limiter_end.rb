@@ -2,9 +2,8 @@
 # mruby_log_handler) of the files to limit.  Counts the request out (503s
 # included: they were counted in too).  A request counted in Redis holds no
 # count under its file name, so release says which way it was counted.
-limiter = AccessLimiter
-r = limiter::REQUEST
-unless r.sub_request?
-  file = r.filename
-  limiter.fleet_out(file) unless limiter::COUNTS.release(file)
-end
+# Neither server runs the log phase for a sub-request, so unlike the access
+# phase this one need not ask r.sub_request?.
+r, counts = AccessLimiter::HANDLES
+file = r.filename
+AccessLimiter.fleet_out(file) unless counts.release(file)

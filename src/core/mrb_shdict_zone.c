@@ -57,14 +57,39 @@ shd_now(shd_clock *clk)
 }
 
 
+/* The last len (< 8) bytes of a key as one word.  Fixed-size reads only: a
+ * memcpy of a variable length is a libc call that cost more than the rest
+ * of the hash.  With len known (the hash mixes it in), the two overlapping
+ * reads, or the first, middle and last byte, cover every byte. */
+static inline uint64_t
+shd_hash_tail(const char *p, size_t len)
+{
+    uint32_t  lo, hi;
+
+    if (len >= 4) {
+        memcpy(&lo, p, 4);
+        memcpy(&hi, p + len - 4, 4);
+        return ((uint64_t) hi << 32) | lo;
+    }
+
+    if (len > 0) {
+        return ((uint64_t) (unsigned char) p[0] << 16)
+               | ((uint64_t) (unsigned char) p[len / 2] << 8)
+               | (unsigned char) p[len - 1];
+    }
+
+    return 0;
+}
+
+
 /* A word-at-a-time multiplicative hash; good enough for a chained table and
  * much cheaper than a byte-at-a-time one on paths and URLs. */
-static uint32_t
-shd_hash_more(uint32_t seed, const char *p, size_t len)
+uint32_t
+mrb_shdict_hash(const char *p, size_t len)
 {
     uint64_t  h, w;
 
-    h = seed ^ ((uint64_t) len * 0x9e3779b97f4a7c15ull);
+    h = 0x2545f491u ^ ((uint64_t) len * 0x9e3779b97f4a7c15ull);
 
     while (len >= 8) {
         memcpy(&w, p, 8);
@@ -74,8 +99,7 @@ shd_hash_more(uint32_t seed, const char *p, size_t len)
         len -= 8;
     }
 
-    w = 0;
-    memcpy(&w, p, len);
+    w = shd_hash_tail(p, len);
     h = (h ^ w) * 0x94d049bb133111ebull;
     h ^= h >> 29;
     h *= 0xbf58476d1ce4e5b9ull;
@@ -84,10 +108,18 @@ shd_hash_more(uint32_t seed, const char *p, size_t len)
 }
 
 
-uint32_t
-mrb_shdict_hash(const char *key, size_t len)
+/* The hash of a ledger entry: its key's hash mixed with the owner's
+ * identity, rather than the owner's bytes hashed after the key's (hold and
+ * release both need it). */
+static uint32_t
+shd_ledger_hash(uint32_t hash, const mrb_shdict_owner *o)
 {
-    return shd_hash_more(0x2545f491u, key, len);
+    uint64_t  h;
+
+    h = (((uint64_t) hash << 32) | o->pid) ^ (o->start * 0x9e3779b97f4a7c15ull);
+    h *= 0xbf58476d1ce4e5b9ull;
+
+    return (uint32_t) (h >> 32);
 }
 
 
@@ -489,14 +521,20 @@ shd_entry_publish(mrb_shdict_zone *z, shd_entry *e, uint32_t hash,
 
 
 /* Held counts: dead owners are looked for at most once per interval, by
- * whichever call comes first. */
+ * whichever call comes first.  Every hold and release asks, so the question
+ * is answered here, inline: a call into shd_sweep, whose frame holds its
+ * table of owners, cost more than the answer. */
 
 static size_t shd_sweep(mrb_shdict_zone *z, int force);
 
 static inline void
 shd_sweep_maybe(mrb_shdict_zone *z)
 {
-    if (__atomic_load_n(&z->nledgers, __ATOMIC_RELAXED) != 0) {
+    shd_clock  clk = { 0 };
+
+    if (__atomic_load_n(&z->nledgers, __ATOMIC_RELAXED) != 0
+        && __atomic_load_n(&z->next_sweep, __ATOMIC_RELAXED) <= shd_now(&clk))
+    {
         shd_sweep(z, 0);
     }
 }
@@ -526,16 +564,11 @@ shd_sweep(mrb_shdict_zone *z, int force)
     shd_entry         *l, *p;
     mrb_shdict_owner   o, owners[SHD_SWEEP_MAX];
 
-    if (!force
-        && __atomic_load_n(&z->next_sweep, __ATOMIC_RELAXED) > shd_now(&clk))
-    {
-        return 0;
-    }
-
     if (mrb_shdict_zone_lock(z) != 0) {
         return 0;
     }
 
+    /* another process may have swept since the caller looked */
     if (!force && z->next_sweep > shd_now(&clk)) {
         mrb_shdict_zone_unlock(z);
         return 0;
@@ -613,9 +646,10 @@ mrb_shdict_zone_sweep(mrb_shdict_zone *z)
 static int
 shd_rebuild_keep(mrb_shdict_zone *z, shd_off off, size_t capacity)
 {
-    size_t      klen;
-    uint32_t    hash;
-    shd_entry  *e;
+    size_t             klen;
+    uint32_t           hash;
+    shd_entry         *e;
+    mrb_shdict_owner   o;
 
     e = shd_entry_at(z, off);
 
@@ -640,8 +674,8 @@ shd_rebuild_keep(mrb_shdict_zone *z, shd_off off, size_t capacity)
         }
 
         klen = e->klen - SHD_OWNER_LEN;
-        hash = shd_hash_more(mrb_shdict_hash(e->data, klen), e->data + klen,
-                             SHD_OWNER_LEN);
+        shd_owner_unpack(e->data + klen, &o);
+        hash = shd_ledger_hash(mrb_shdict_hash(e->data, klen), &o);
 
         if (hash != e->hash
             || shd_find(z, hash, e->data, klen, e->data + klen) != NULL)
@@ -1157,7 +1191,7 @@ mrb_shdict_zone_hold(mrb_shdict_zone *z, const char *key, size_t klen,
     mrb_shdict_owner_self(&self);
     shd_owner_pack(&self, owner);
     hash = mrb_shdict_hash(key, klen);
-    lhash = shd_hash_more(hash, owner, SHD_OWNER_LEN);
+    lhash = shd_ledger_hash(hash, &self);
 
     if (mrb_shdict_zone_lock(z) != 0) {
         return MRB_SHDICT_LOCK_FAILED;
@@ -1252,7 +1286,7 @@ mrb_shdict_zone_release(mrb_shdict_zone *z, const char *key, size_t klen,
     mrb_shdict_owner_self(&self);
     shd_owner_pack(&self, owner);
     hash = mrb_shdict_hash(key, klen);
-    lhash = shd_hash_more(hash, owner, SHD_OWNER_LEN);
+    lhash = shd_ledger_hash(hash, &self);
 
     if (mrb_shdict_zone_lock(z) != 0) {
         return MRB_SHDICT_LOCK_FAILED;

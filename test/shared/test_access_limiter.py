@@ -49,10 +49,10 @@ def install(server, threshold=2, redis=None, fail_open=True):
 
 
 def start_apache(apache, mpm="event", sleep=2, docroot=None, loglevel="info",
-                 **settings):
+                 modules=(), extra_conf="", **settings):
     """Apache with the example's apache.conf as written (paths to our copy
     of the scripts), a slow sleep.php, and /count."""
-    a = apache(start=False, mpm=mpm, loglevel=loglevel)
+    a = apache(start=False, mpm=mpm, loglevel=loglevel, modules=modules)
     d = install(a, **settings)
     a.write("sleep.rb", f'Apache.sleep {sleep}\nApache.rputs "loaded"\n')
     a.write("count.rb", COUNT)
@@ -63,7 +63,7 @@ def start_apache(apache, mpm="event", sleep=2, docroot=None, loglevel="info",
         # fleet members share one document tree, as real ones would
         conf += (f"\nDocumentRoot {docroot}\n<Directory {docroot}>\n"
                  "  Require all granted\n</Directory>\n")
-    a.conf = conf + "\n<Location /count>\n  mrubyHandlerMiddle {dir}/count.rb\n</Location>\n"
+    a.conf = conf + "\n<Location /count>\n  mrubyHandlerMiddle {dir}/count.rb\n</Location>\n" + extra_conf
     a.write_doc("access_limiter/sleep.php", "<?php sleep(3); ?>")
     a.write_doc("access_limiter/fast.php", "fast")
     a.start()
@@ -142,6 +142,26 @@ def test_seed_config_apache_ten_at_once(apache, mpm):
     # not limited: another file, and the same file once the two are done
     assert a.get("/access_limiter/fast.php").status_code == 200
     assert a.get("/access_limiter/sleep.php").status_code == 200
+
+
+def test_sub_request_not_counted_apache(apache):
+    """A page that includes a limited file (an SSI sub-request, which runs
+    the access phase but never the log phase) leaves no count behind."""
+    a = start_apache(apache, modules=["include"], extra_conf="""
+<Location /access_limiter/page.shtml>
+  Options +Includes
+  SetOutputFilter INCLUDES
+</Location>
+""")
+    a.write_doc("access_limiter/page.shtml",
+                '<!--#include virtual="fast.php" -->\n')
+    for _ in range(3):
+        r = a.get("/access_limiter/page.shtml")
+        assert (r.status_code, r.text) == (200, "fast\n")
+    f = os.path.join(a.docroot, "access_limiter", "fast.php")
+    assert count(a, f) == "nil"
+    assert a.get("/access_limiter/fast.php").status_code == 200
+    assert count(a, f) == "0"
 
 
 def test_same_scripts_nginx_ten_at_once(nginx):
