@@ -12,8 +12,9 @@ fail_open = true    # fleet mode, Redis down: let requests through
 # Counts the request in; 503 above threshold.  This runs on every request,
 # so it is written out here rather than called as a method: in mruby a
 # method call costs about as much as the counting itself, and every constant
-# looked up costs too (hence both handles under one).
-r, counts = AccessLimiter::HANDLES
+# looked up costs too: hence the request handle, the dictionary and the
+# server class (Server) all from one constant.
+r, counts, server = AccessLimiter::HANDLES
 unless r.sub_request?
   file = r.filename
   count = if redis
@@ -26,15 +27,15 @@ unless r.sub_request?
     # every request: info, so that a busy server does not write an error
     # log line per request (Apache logs notice whatever its LogLevel); the
     # line is built only when the level is on
-    if Server.log_level?(Server::LOG_INFO)
-      Server.errlogger Server::LOG_INFO,
+    if server.log_level?(server::LOG_INFO)
+      server.errlogger server::LOG_INFO,
                        "access_limiter: file:#{file} counter:#{count}"
     end
 
     if count > threshold
-      Server.errlogger Server::LOG_NOTICE, "access_limiter: file:#{file} " \
+      server.errlogger server::LOG_NOTICE, "access_limiter: file:#{file} " \
                        "reached threshold: #{threshold}: return 503"
-      Server.return Server::HTTP_SERVICE_UNAVAILABLE
+      server.return server::HTTP_SERVICE_UNAVAILABLE
     end
   end
 end

@@ -20,11 +20,11 @@ Server = get_server_class
 
 module AccessLimiter
   # Made once per worker, used by every request: a handle to the request
-  # being served (it keeps no request of its own, so one does for all) and
-  # the dictionary, both under one constant: a request script pays for each
-  # constant it looks up.
+  # being served (it keeps no request of its own, so one does for all), the
+  # dictionary and the server class, all under one constant: a request
+  # script pays for each constant it looks up.
   COUNTS    = Server::SharedDict.new("access_limiter")
-  HANDLES   = [Server::Request.new, COUNTS].freeze
+  HANDLES   = [Server::Request.new, COUNTS, Server].freeze
 
   FLEET     = "\0fleet\0"   # this process took a fleet count for a file
   REDIS_AT  = "\0redis"     # where the fleet counts are, for the log phase
