@@ -879,6 +879,35 @@ script_proc_uncached(mrb_interp *interp, mrb_script *script, char *err,
 
 
 /*
+ * Under `never` every run leaves its proc and bytecode as garbage.  A minor
+ * GC that finds a run in progress promotes its proc to the old generation,
+ * where it stays until a major GC, some 300,000 runs later; meanwhile each
+ * minor GC's threshold rises with them, and with it the garbage that piles
+ * up between two minor GCs, bytecode in malloc'd memory: the malloc arena
+ * grows in steps and keeps what it took.  A full GC every
+ * SCRIPT_NEVER_GC_RUNS runs of the process keeps the old generation as it
+ * was; the minor GCs, with less to go through, then pay for it.  With
+ * several interpreters each gets its share in proportion to its runs, as
+ * its garbage does.
+ */
+#define SCRIPT_NEVER_GC_RUNS  1000
+
+static _Atomic unsigned  script_never_runs;
+
+
+static void
+script_never_collect(mrb_state *mrb)
+{
+    if (atomic_fetch_add_explicit(&script_never_runs, 1,
+                                  memory_order_relaxed)
+        % SCRIPT_NEVER_GC_RUNS == SCRIPT_NEVER_GC_RUNS - 1)
+    {
+        mrb_full_gc(mrb);
+    }
+}
+
+
+/*
  * A run that may have to compile or load its script first, which leaves
  * objects in the GC arena too.
  */
@@ -888,10 +917,12 @@ script_run_loading(mrb_interp *interp, mrb_script *script, mrb_run *run)
     mrb_state     *mrb = mrb_interp_state(interp);
     struct RProc  *proc;
     int            ai, rc;
+    int            uncached = script->policy == MRB_CACHE_NEVER
+                              && script->is_file;
 
     ai = mrb_gc_arena_save(mrb);
 
-    if (script->policy == MRB_CACHE_NEVER && script->is_file) {
+    if (uncached) {
         proc = script_proc_uncached(interp, script, run->error,
                                     sizeof(run->error));
     } else {
@@ -905,6 +936,10 @@ script_run_loading(mrb_interp *interp, mrb_script *script, mrb_run *run)
 
     if (rc == 0 && run->want_value) {
         mrb_gc_protect(mrb, run->value);
+    }
+
+    if (uncached) {
+        script_never_collect(mrb);
     }
 
     return rc;
