@@ -21,7 +21,7 @@
 #include "mrb_shdict_zone.h"
 
 #define SHD_MAGIC         0x6d727364u        /* "mrsd" */
-#define SHD_VERSION       1u
+#define SHD_VERSION       2u
 #define SHD_PAGE_SIZE     4096u
 #define SHD_NCLASSES      11
 #define SHD_SMALL_MAX     2048u              /* larger entries take pages */
@@ -66,7 +66,8 @@ typedef struct {
  * A key and its value.  The key bytes follow the header, then the value
  * bytes (8 for Integer and Float, none for true and false).  A ledger entry
  * (SHD_ENTRY_HELD) is keyed by its parent's key followed by the owner's
- * identity (SHD_OWNER_LEN bytes); its value is the Integer that owner holds.
+ * identity (SHD_OWNER_LEN bytes); its value is the Integer that owner holds
+ * (0: idle, kept for the owner's next hold).
  */
 typedef struct {
     uint16_t  tag;       /* SHD_TAG_ENTRY once complete */
@@ -111,7 +112,8 @@ struct mrb_shdict_zone_s {
     shd_off           ledgers;    /* ledger entries */
     uint32_t          nentries;   /* user entries, including expired ones
                                      not yet removed */
-    uint32_t          nledgers;
+    uint32_t          nledgers;   /* ledger entries, idle ones included */
+    uint32_t          nidle;      /* idle ledgers (holding 0) */
     uint64_t          next_sweep; /* ms: when dead owners are next looked for */
     uint64_t          evictions;
 };

@@ -338,19 +338,69 @@ shd_ledger_parent(mrb_shdict_zone *z, shd_entry *l)
 }
 
 
-/* Removes ledger l; parent (may be NULL) loses a pin and, when none is left,
- * goes back on the LRU list. */
+/*
+ * Ledgers pin their parent while they hold a count: it leaves the LRU list
+ * (never evicted) and loses its expiry.  A ledger whose count falls to 0 is
+ * kept, idle, rather than freed: the same process holding the same key again
+ * (the next request for a file) then finds it instead of allocating one.
+ * An idle ledger pins nothing and shows nowhere; the sweep frees the idle
+ * ones, and so does an allocation that finds the zone full, before it
+ * evicts anything.
+ */
+
+static void
+shd_pin(mrb_shdict_zone *z, shd_entry *parent)
+{
+    if (parent->pins++ == 0) {
+        shd_lru_unlink(z, parent);
+        parent->expires = 0;
+    }
+}
+
+
+/* parent may be NULL */
+static void
+shd_unpin(mrb_shdict_zone *z, shd_entry *parent)
+{
+    if (parent != NULL && parent->pins != 0 && --parent->pins == 0) {
+        shd_lru_push(z, parent);
+    }
+}
+
+
+/* Removes ledger l; if it held a count, parent (may be NULL) loses its pin. */
 static void
 shd_ledger_remove(mrb_shdict_zone *z, shd_entry *l, shd_entry *parent)
 {
+    if (shd_int_of(l) == 0) {
+        z->nidle--;
+
+    } else {
+        shd_unpin(z, parent);
+    }
+
     shd_list_unlink(z, &z->ledgers, NULL, l);
     shd_hash_unlink(z, l);
     z->nledgers--;
     l->tag = 0;
     shd_slab_free(z, shd_offset(z, l));
+}
 
-    if (parent != NULL && parent->pins != 0 && --parent->pins == 0) {
-        shd_lru_push(z, parent);
+
+/* Frees every idle ledger. */
+static void
+shd_idle_free(mrb_shdict_zone *z)
+{
+    shd_off     off, next;
+    shd_entry  *l;
+
+    for (off = z->ledgers; off != 0 && z->nidle != 0; off = next) {
+        l = shd_entry_at(z, off);
+        next = l->next;
+
+        if (shd_int_of(l) == 0) {
+            shd_ledger_remove(z, l, NULL);
+        }
     }
 }
 
@@ -403,9 +453,9 @@ shd_lookup(mrb_shdict_zone *z, uint32_t hash, const char *key, size_t klen,
 }
 
 
-/* Memory for a new entry, evicting least recently used entries while evict
- * allows.  An entry the caller still needs must be off the LRU list
- * meanwhile. */
+/* Memory for a new entry, freeing the idle ledgers and then evicting least
+ * recently used entries while evict allows.  An entry the caller still needs
+ * must be off the LRU list meanwhile. */
 static shd_entry *
 shd_entry_alloc(mrb_shdict_zone *z, size_t size, int evict,
     mrb_shdict_rc *rc)
@@ -422,6 +472,12 @@ shd_entry_alloc(mrb_shdict_zone *z, size_t size, int evict,
 
         if (off != 0) {
             return shd_entry_at(z, off);
+        }
+
+        /* idle ledgers are nobody's data: they go first, evict or not */
+        if (z->nidle != 0) {
+            shd_idle_free(z);
+            continue;
         }
 
         if (!evict || z->lru_tail == 0) {
@@ -576,13 +632,21 @@ shd_sweep(mrb_shdict_zone *z, int force)
 
     z->next_sweep = shd_now(&clk) + MRB_SHDICT_SWEEP_INTERVAL;
 
+    /* the idle ledgers go; the owners of the others are collected */
     n = 0;
 
-    for (off = z->ledgers; off != 0 && n < SHD_SWEEP_MAX; off = l->next) {
+    for (off = z->ledgers; off != 0; off = next) {
         l = shd_entry_at(z, off);
+        next = l->next;
+
+        if (shd_int_of(l) == 0) {
+            shd_ledger_remove(z, l, NULL);
+            continue;
+        }
+
         shd_owner_unpack(l->data + l->klen - SHD_OWNER_LEN, &o);
 
-        if (!shd_owner_in(owners, n, &o)) {
+        if (n < SHD_SWEEP_MAX && !shd_owner_in(owners, n, &o)) {
             owners[n++] = o;
         }
     }
@@ -623,8 +687,8 @@ shd_sweep(mrb_shdict_zone *z, int force)
             shd_int_store(p, shd_int_of(p) - shd_int_of(l));
         }
 
+        removed += (shd_int_of(l) != 0);
         shd_ledger_remove(z, l, p);
-        removed++;
     }
 
     mrb_shdict_zone_unlock(z);
@@ -669,7 +733,10 @@ shd_rebuild_keep(mrb_shdict_zone *z, shd_off off, size_t capacity)
     }
 
     if (e->flags & SHD_ENTRY_HELD) {
-        if (e->klen <= SHD_OWNER_LEN || e->type != MRB_SHDICT_INTEGER) {
+        /* an idle ledger is dropped: it is only kept for speed */
+        if (e->klen <= SHD_OWNER_LEN || e->type != MRB_SHDICT_INTEGER
+            || shd_int_of(e) == 0)
+        {
             return 0;
         }
 
@@ -718,6 +785,7 @@ shd_rebuild(mrb_shdict_zone *z)
     z->ledgers = 0;
     z->nentries = 0;
     z->nledgers = 0;
+    z->nidle = 0;
 
     shd_slab_rebuild(z, shd_rebuild_keep);
 
@@ -733,10 +801,7 @@ shd_rebuild(mrb_shdict_zone *z)
             continue;
         }
 
-        if (p->pins++ == 0) {
-            shd_lru_unlink(z, p);
-            p->expires = 0;
-        }
+        shd_pin(z, p);
     }
 }
 
@@ -1166,6 +1231,7 @@ mrb_shdict_zone_flush(mrb_shdict_zone *z)
     z->ledgers = 0;
     z->nentries = 0;
     z->nledgers = 0;
+    z->nidle = 0;
 
     mrb_shdict_zone_unlock(z);
     return MRB_SHDICT_OK;
@@ -1226,18 +1292,13 @@ mrb_shdict_zone_hold(mrb_shdict_zone *z, const char *key, size_t klen,
 
     if (l == NULL) {
         /* pinned first: the ledger's allocation may evict */
-        if (p->pins++ == 0) {
-            shd_lru_unlink(z, p);
-            p->expires = 0;
-        }
+        shd_pin(z, p);
 
         l = shd_entry_alloc(z, sizeof(shd_entry) + klen + SHD_OWNER_LEN + 8, 1,
                             &rc);
 
         if (l == NULL) {
-            if (--p->pins == 0) {
-                shd_lru_push(z, p);
-            }
+            shd_unpin(z, p);
             if (created) {
                 shd_entry_remove(z, p);
             }
@@ -1257,6 +1318,11 @@ mrb_shdict_zone_hold(mrb_shdict_zone *z, const char *key, size_t klen,
         shd_hash_link(z, l);
         shd_list_push(z, &z->ledgers, NULL, l);
         z->nledgers++;
+
+    } else if (shd_int_of(l) == 0) {
+        /* this process's idle ledger for key: holding again */
+        shd_pin(z, p);
+        z->nidle--;
     }
 
     shd_int_store(p, pv);
@@ -1297,15 +1363,20 @@ mrb_shdict_zone_release(mrb_shdict_zone *z, const char *key, size_t klen,
     l = shd_find(z, lhash, key, klen, owner);
     take = 0;
 
+    /* an idle ledger holds nothing */
+    if (l != NULL && shd_int_of(l) == 0) {
+        l = NULL;
+    }
+
     if (l != NULL) {
         held = shd_int_of(l);
         take = (n < held) ? n : held;
+        shd_int_store(l, held - take);
 
         if (take == held) {
-            shd_ledger_remove(z, l, p);
-
-        } else {
-            shd_int_store(l, held - take);
+            /* kept, idle, for this process's next hold of key */
+            z->nidle++;
+            shd_unpin(z, p);
         }
     }
 
@@ -1340,7 +1411,8 @@ mrb_shdict_zone_stats(mrb_shdict_zone *z, mrb_shdict_stats *st)
 
     st->evictions = z->evictions;
     st->recoveries = z->recoveries;
-    st->ledgers = z->nledgers;
+    st->ledgers = z->nledgers - z->nidle;
+    st->idle_ledgers = z->nidle;
     st->free_pages = shd_slab_free_pages(z);
 
     mrb_shdict_zone_unlock(z);

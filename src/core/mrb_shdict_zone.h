@@ -116,6 +116,9 @@ mrb_shdict_rc mrb_shdict_zone_flush(mrb_shdict_zone *z);
  * process dies, what it held is withdrawn from the key by the next call on
  * the zone after the sweep interval.  A held key is kept out of the LRU list
  * (never evicted) and does not expire.  *total is the key's value after.
+ * A ledger that release brings to 0 stays, idle, for the process's next hold
+ * of the key (which then allocates nothing) until the next sweep or until
+ * an allocation finds the zone full.
  */
 mrb_shdict_rc mrb_shdict_zone_hold(mrb_shdict_zone *z, const char *key,
     size_t klen, int64_t n, int64_t *total);
@@ -123,7 +126,7 @@ mrb_shdict_rc mrb_shdict_zone_release(mrb_shdict_zone *z, const char *key,
     size_t klen, int64_t n, int64_t *total);
 
 /* Withdraws the holds of dead processes now, whatever the interval; returns
- * how many ledger entries it removed. */
+ * how many holds (ledger entries with a count) it withdrew. */
 size_t mrb_shdict_zone_sweep(mrb_shdict_zone *z);
 
 /*
@@ -137,7 +140,8 @@ void mrb_shdict_zone_unlock(mrb_shdict_zone *z);
 typedef struct {
     uint64_t  evictions;
     uint32_t  recoveries;
-    uint32_t  ledgers;
+    uint32_t  ledgers;        /* ledger entries holding a count */
+    uint32_t  idle_ledgers;   /* ledger entries kept at 0 for the next hold */
     size_t    free_pages;
 } mrb_shdict_stats;
 

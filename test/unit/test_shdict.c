@@ -681,6 +681,65 @@ TEST(held_keys_are_never_evicted)
 }
 
 
+TEST(idle_ledgers)
+{
+    int                i;
+    char               key[64], val[200];
+    int64_t            total;
+    mrb_shdict_zone   *z;
+    mrb_shdict_stats   st;
+
+    z = zone_new(MRB_SHDICT_MIN_SIZE);
+    REQUIRE(z != NULL);
+
+    /* released to 0, the ledger stays, idle; it holds nothing */
+    CHECK_EQ(mrb_shdict_zone_hold(z, "f", 1, 1, &total), MRB_SHDICT_OK);
+    CHECK_EQ(mrb_shdict_zone_release(z, "f", 1, 1, &total), MRB_SHDICT_OK);
+    mrb_shdict_zone_stats(z, &st);
+    CHECK_EQ(st.ledgers, 0);
+    CHECK_EQ(st.idle_ledgers, 1);
+    CHECK_EQ(mrb_shdict_zone_release(z, "f", 1, 1, &total),
+             MRB_SHDICT_NOT_FOUND);
+    CHECK_EQ(get_int(z, "f"), 0);
+
+    /* held again through it */
+    CHECK_EQ(mrb_shdict_zone_hold(z, "f", 1, 2, &total), MRB_SHDICT_OK);
+    CHECK_EQ(total, 2);
+    mrb_shdict_zone_stats(z, &st);
+    CHECK_EQ(st.ledgers, 1);
+    CHECK_EQ(st.idle_ledgers, 0);
+    CHECK_EQ(mrb_shdict_zone_release(z, "f", 1, 2, &total), MRB_SHDICT_OK);
+    CHECK_EQ(total, 0);
+
+    /* the sweep frees it, and counts no hold withdrawn */
+    CHECK_EQ(mrb_shdict_zone_sweep(z), 0);
+    mrb_shdict_zone_stats(z, &st);
+    CHECK_EQ(st.idle_ledgers, 0);
+
+    /* an idle ledger pins nothing: its key is evicted like any other */
+    CHECK_EQ(mrb_shdict_zone_hold(z, "f", 1, 1, &total), MRB_SHDICT_OK);
+    CHECK_EQ(mrb_shdict_zone_release(z, "f", 1, 1, &total), MRB_SHDICT_OK);
+    memset(val, 'v', sizeof(val));
+    for (i = 0; i < 2000; i++) {
+        snprintf(key, sizeof(key), "key%d", i);
+        CHECK_EQ(set_str(z, key, val, sizeof(val), 0, 0), MRB_SHDICT_OK);
+    }
+    CHECK(!has(z, "f"));
+
+    /* a full zone frees the idle ledgers rather than fail: many files
+     * counted in and out, as a busy limiter does */
+    for (i = 0; i < 2000; i++) {
+        snprintf(key, sizeof(key), "/var/www/html/some/longer/path/%d.php", i);
+        CHECK_EQ(mrb_shdict_zone_hold(z, key, strlen(key), 1, &total),
+                 MRB_SHDICT_OK);
+        CHECK_EQ(mrb_shdict_zone_release(z, key, strlen(key), 1, &total),
+                 MRB_SHDICT_OK);
+    }
+
+    zone_free(z);
+}
+
+
 /* Forks a child that holds key n times and then either exits, dies by
  * SIGKILL, or waits; returns its pid once the holds are made. */
 static pid_t
