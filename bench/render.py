@@ -43,7 +43,10 @@ def throughput_table(rows, ref_label):
            "|---|---:|---|---:|---|---:|---:|"]
     for r in rows:
         if "rps" in r:
-            runs = ", ".join(f"{x:,.0f}" for x in r.get("rps_runs", []))
+            vals = r.get("rps_runs", [])
+            runs = (", ".join(f"{x:,.0f}" for x in vals) if len(vals) <= 8
+                    else f"{len(vals)} runs, {min(vals):,.0f}-"
+                         f"{max(vals):,.0f}")
             if r.get("failed_runs"):
                 runs += f" ({r['failed_runs']} failed: {r['error']})"
             rr = r.get("ratio_runs") or []
@@ -144,9 +147,11 @@ def render(results, doc_path, img_dir):
           f"connections, {p.get('threads')} wrk thread(s) (wrk and the "
           f"server share the 2 cores; one wrk thread measured as fast as "
           f"two), {p.get('warmup')} s warm-up then {p.get('seconds')} s "
-          f"measured per configuration, {p.get('rounds')} interleaved "
-          f"rounds (each round restarts every server, in a rotated order); "
-          f"the table shows the median and every run.")
+          f"measured per configuration, {p.get('rounds')} rounds; in each "
+          f"round every configuration is measured right next to a run of "
+          f"the reference of its own (the reference first in even rounds, "
+          f"second in odd ones), every server started afresh, in a rotated "
+          f"order; the table shows the median and every run.")
         if p.get("quick"):
             w("- **This was a quick smoke run (BENCH_QUICK=1): the numbers "
               "are indicative only.**")
@@ -155,9 +160,11 @@ def render(results, doc_path, img_dir):
       "configuration loads only the modules "
       "it needs (the references run without mod_mruby). nginx: 2 workers, "
       "no access log.")
-    w("- Ratios are paired: in each round a configuration's req/s is "
-      "divided by the reference's req/s of the same round; the table shows "
-      "the median of those ratios and their range over the rounds.")
+    w("- Ratios are paired: a configuration's req/s is divided by the "
+      "req/s of the reference run next to it, seconds apart (this shared "
+      "2-core VM drifts by several percent over the minutes a round takes); "
+      "the table shows the median of those ratios and their range over the "
+      "rounds. The reference row shows all its runs.")
     w("- Other work on the machine: before each measurement the runner "
       "waits (up to 90 s; 10 s in a quick run) until the CPU is idle, and "
       "during it counts the CPU used by processes other than the server "

@@ -17,8 +17,9 @@ worker RSS over 60,000 requests), rss (RSS over 1,000,000 requests per
 mode), memory (what one interpreter adds to an Apache child), limiter
 (seed 002's table), incr (SharedDict#incr under 2-process contention).
 
-Environment: BENCH_SECONDS (per measurement, default 10), BENCH_ROUNDS
-(interleaved rounds, median taken, default 5), BENCH_WARMUP (seconds,
+Environment: BENCH_SECONDS (per measurement, default 6), BENCH_ROUNDS
+(rounds, each config measured next to a reference run of its own, median
+of the ratios taken, default 5), BENCH_WARMUP (seconds,
 default 2), BENCH_THREADS (wrk threads, default 1: wrk and the server share
 the machine's 2 cores; 1 measured slightly faster than 2 for both servers),
 BENCH_CONNECTIONS (default 100), BENCH_RSS_REQUESTS (default 1,000,000),
@@ -54,7 +55,7 @@ def env_num(name, default, kind=int):
     return kind(v) if v else default
 
 
-SECONDS = env_num("BENCH_SECONDS", 2 if QUICK else 10)
+SECONDS = env_num("BENCH_SECONDS", 2 if QUICK else 6)
 ROUNDS = env_num("BENCH_ROUNDS", 1 if QUICK else 5)
 WARMUP = env_num("BENCH_WARMUP", 1 if QUICK else 2)
 THREADS = env_num("BENCH_THREADS", 1)
@@ -461,55 +462,77 @@ def measure_once(cfg):
 
 
 def throughput(configs, ref_key):
-    """ROUNDS interleaved rounds over configs.  A config's ratio is the
-    median over rounds of its req/s divided by the reference's req/s of
-    the same round (pairs measured minutes apart share the machine's
-    drift).  A config that fails to start is not tried again; one that
-    fails a run is, and its failures are reported."""
-    runs = {c.key: {} for c in configs}      # key -> {round: result}
+    """ROUNDS rounds over configs.  Each config is measured right next to a
+    measurement of the reference of its own (the reference first in even
+    rounds, second in odd ones), and its ratio is the median over rounds of
+    its req/s divided by that neighbour's: a pair is seconds apart, while
+    the machine (a shared 2-core VM) drifts by several percent over the
+    minutes a round takes.  A config that fails to start is not tried
+    again; one that fails a run is, and its failures are reported."""
+    ref = next(c for c in configs if c.key == ref_key)
+    others = [c for c in configs if c.key != ref_key]
+    runs = {c.key: {} for c in others}       # key -> {round: result}
+    pair_ref = {c.key: {} for c in others}   # key -> {round: ref's result}
+    ref_runs = []
     errors = {c.key: [] for c in configs}
     dead = set()
     for rnd in range(ROUNDS):
         # Rotate the order so no config always runs first or last.
-        order = configs[rnd % len(configs):] + configs[:rnd % len(configs)]
+        order = others[rnd % len(others):] + others[:rnd % len(others)]
         for cfg in order:
-            if cfg.key in dead:
+            if cfg.key in dead or ref_key in dead:
                 continue
-            res = measure(cfg)
-            tag = f"  [{rnd + 1}/{ROUNDS}] {cfg.label}"
-            if "error" in res:
-                errors[cfg.key].append(res["error"])
-                if not res.get("requests"):  # never served: stop trying
-                    dead.add(cfg.key)
-                log(f"{tag}: {res['error']}")
-                continue
-            runs[cfg.key][rnd] = res
-            log(f"{tag}: {res['rps']:.0f} req/s")
-    ref = runs.get(ref_key, {})
-    rows = []
-    for cfg in configs:
-        row = {"key": cfg.key, "label": cfg.label, "note": cfg.note,
-               "path": cfg.path}
-        if errors[cfg.key]:
-            row["error"] = errors[cfg.key][0]
-            row["failed_runs"] = len(errors[cfg.key])
-        rs = runs[cfg.key]
-        if rs:
-            vals = list(rs.values())
-            row["rps_runs"] = [r["rps"] for r in vals]
-            row["rps"] = statistics.median(row["rps_runs"])
-            row["p99_ms"] = statistics.median(r.get("p99_ms", 0)
-                                              for r in vals)
-            row["background"] = max(r.get("background", 0) for r in vals)
-            row["others_cores"] = max(r.get("others_cores", 0)
-                                      for r in vals)
-            row["attempts"] = sum(r.get("attempts", 1) for r in vals)
-            pairs = [rs[n]["rps"] / ref[n]["rps"] for n in rs if n in ref]
-            if pairs:
-                row["ratio_runs"] = pairs
-                row["ratio"] = statistics.median(pairs)
+            pair = (ref, cfg) if rnd % 2 == 0 else (cfg, ref)
+            got = {}
+            for c in pair:
+                res = measure(c)
+                tag = f"  [{rnd + 1}/{ROUNDS}] {c.label}"
+                if "error" in res:
+                    errors[c.key].append(res["error"])
+                    if not res.get("requests"):  # never served: stop trying
+                        dead.add(c.key)
+                    log(f"{tag}: {res['error']}")
+                    continue
+                got[c.key] = res
+                log(f"{tag}: {res['rps']:.0f} req/s")
+            if ref_key in got:
+                ref_runs.append(got[ref_key])
+            if cfg.key in got:
+                runs[cfg.key][rnd] = got[cfg.key]
+                if ref_key in got:
+                    pair_ref[cfg.key][rnd] = got[ref_key]
+    rows = [throughput_row(ref, ref_runs, errors[ref_key])]
+    if ref_runs:
+        rows[0]["ratio_runs"] = [1.0] * len(ref_runs)
+        rows[0]["ratio"] = 1.0
+    for cfg in others:
+        row = throughput_row(cfg, list(runs[cfg.key].values()),
+                             errors[cfg.key])
+        rs, refs = runs[cfg.key], pair_ref[cfg.key]
+        pairs = [rs[n]["rps"] / refs[n]["rps"] for n in rs if n in refs]
+        if pairs:
+            row["ratio_runs"] = pairs
+            row["ratio"] = statistics.median(pairs)
         rows.append(row)
     return rows
+
+
+def throughput_row(cfg, vals, errors):
+    """A table row: cfg's measurements summed up (ratios added by the
+    caller)."""
+    row = {"key": cfg.key, "label": cfg.label, "note": cfg.note,
+           "path": cfg.path}
+    if errors:
+        row["error"] = errors[0]
+        row["failed_runs"] = len(errors)
+    if vals:
+        row["rps_runs"] = [r["rps"] for r in vals]
+        row["rps"] = statistics.median(row["rps_runs"])
+        row["p99_ms"] = statistics.median(r.get("p99_ms", 0) for r in vals)
+        row["background"] = max(r.get("background", 0) for r in vals)
+        row["others_cores"] = max(r.get("others_cores", 0) for r in vals)
+        row["attempts"] = sum(r.get("attempts", 1) for r in vals)
+    return row
 
 
 # ---------------------------------------------------------------------------
