@@ -207,9 +207,14 @@ ap_mrb_child_exit(void *data)
 
 /*
  * Every interpreter runs the child_init scripts when it is created, on the
- * first script that finds none idle.  A prefork child serves one request
- * at a time: create its interpreter now, so the scripts run as the child
- * starts.
+ * first script that finds none idle.
+ *
+ * A threaded child joins its threads before it destroys pchild: the idle
+ * interpreters are closed then, so that their finalizers run.  A prefork
+ * child serves one request at a time: its interpreter is created now, so
+ * the scripts run as the child starts, and left to the exit, because
+ * SIGTERM ends a prefork child from its signal handler, where freeing
+ * memory and running finalizers is not safe.
  */
 static void
 ap_mrb_child_init(apr_pool_t *pchild, server_rec *s)
@@ -217,16 +222,15 @@ ap_mrb_child_init(apr_pool_t *pchild, server_rec *s)
     mrb_interp  *interp;
     int          threaded;
 
-    apr_pool_cleanup_register(pchild, NULL, ap_mrb_child_exit,
-                              apr_pool_cleanup_null);
-
-    if (!ap_mrb_has_scripts(s, AP_MRB_CHILD_INIT)) {
+    if (ap_mpm_query(AP_MPMQ_IS_THREADED, &threaded) != APR_SUCCESS
+        || threaded != AP_MPMQ_NOT_SUPPORTED)
+    {
+        apr_pool_cleanup_register(pchild, NULL, ap_mrb_child_exit,
+                                  apr_pool_cleanup_null);
         return;
     }
 
-    if (ap_mpm_query(AP_MPMQ_IS_THREADED, &threaded) == APR_SUCCESS
-        && threaded == AP_MPMQ_NOT_SUPPORTED)
-    {
+    if (ap_mrb_has_scripts(s, AP_MRB_CHILD_INIT)) {
         interp = ap_mrb_interp_take(NULL);
         if (interp != NULL) {
             mrb_interp_give_back(interp);

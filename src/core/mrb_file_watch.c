@@ -90,22 +90,6 @@ static pthread_once_t  watch_atfork_once = PTHREAD_ONCE_INIT;
 static char            watch_why[256];
 static char            watch_failure[256];
 
-/*
- * Each thread asks through an epoll instance of its own, registered on the
- * queue: threads asking the queue's own descriptor all at once make its
- * reference count bounce between cores (370 ns a call with two threads,
- * against 125 ns through a thread's own epoll).  The kernel puts the queue
- * on every such epoll's ready list when it queues an event, before the
- * change that caused it returns, so no event is missed either way.
- */
-typedef struct {
-    int       fd;
-    unsigned  instance;    /* of the queue it is registered on */
-} mrb_watch_poller;
-
-static pthread_key_t   watch_poller_key;
-static pthread_once_t  watch_poller_once = PTHREAD_ONCE_INIT;
-static int             watch_poller_key_ok;
 
 
 /*
@@ -440,87 +424,59 @@ watch_drain_locked(void)
 }
 
 
-static void
-watch_poller_free(void *data)
+void
+mrb_file_watch_poller_close(mrb_file_watch_poller *poller)
 {
-    mrb_watch_poller  *poller = data;
-
-    close(poller->fd);
-    free(poller);
-}
-
-
-static void
-watch_poller_key_create(void)
-{
-    watch_poller_key_ok = pthread_key_create(&watch_poller_key,
-                                             watch_poller_free) == 0;
-}
-
-
-/* This thread's epoll on the queue fd, or -1 (then the queue is asked). */
-static int
-watch_poller(int fd)
-{
-    mrb_watch_poller    *poller;
-    struct epoll_event   ev;
-    unsigned             instance;
-
-    pthread_once(&watch_poller_once, watch_poller_key_create);
-    if (!watch_poller_key_ok) {
-        return -1;
+    if (poller->fd >= 0) {
+        close(poller->fd);
+        poller->fd = -1;
     }
+}
+
+
+/* poller's epoll on the queue fd, made or remade for the queue of now;
+ * -1 if it cannot be made (then the queue is asked). */
+static int
+watch_poller(mrb_file_watch_poller *poller, int fd)
+{
+    struct epoll_event  ev;
+    unsigned            instance;
 
     instance = atomic_load_explicit(&watch.instance, memory_order_acquire);
-    poller = pthread_getspecific(watch_poller_key);
-
-    if (poller != NULL && poller->instance == instance) {
+    if (poller->fd >= 0 && poller->instance == instance) {
         return poller->fd;
     }
 
-    if (poller == NULL) {
-        poller = malloc(sizeof(mrb_watch_poller));
-        if (poller == NULL) {
-            return -1;
-        }
-    } else {
-        close(poller->fd);
-    }
+    mrb_file_watch_poller_close(poller);
 
-    poller->instance = instance;
     poller->fd = epoll_create1(EPOLL_CLOEXEC);
+    if (poller->fd < 0) {
+        return -1;
+    }
 
     ev.events = EPOLLIN;
     ev.data.u64 = 0;
 
-    if (poller->fd < 0
-        || epoll_ctl(poller->fd, EPOLL_CTL_ADD, fd, &ev) != 0
-        || pthread_setspecific(watch_poller_key, poller) != 0)
-    {
-        if (poller->fd >= 0) {
-            close(poller->fd);
-        }
-        if (pthread_getspecific(watch_poller_key) == poller) {
-            pthread_setspecific(watch_poller_key, NULL);
-        }
-        free(poller);
+    if (epoll_ctl(poller->fd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+        mrb_file_watch_poller_close(poller);
         return -1;
     }
 
+    poller->instance = instance;
     return poller->fd;
 }
 
 
 /* Whether the queue holds events (or cannot tell). */
 static int
-watch_pending(int fd)
+watch_pending(mrb_file_watch_poller *poller, int fd)
 {
     struct epoll_event  ev;
-    int                 poller = watch_poller(fd);
+    int                 epfd = watch_poller(poller, fd);
     int                 n;
 
-    if (poller >= 0) {
-        return epoll_wait(poller, &ev, 1, 0) != 0;
+    if (epfd >= 0) {
+        return epoll_wait(epfd, &ev, 1, 0) != 0;
     }
 
     return ioctl(fd, FIONREAD, &n) != 0 || n > 0;
@@ -528,7 +484,7 @@ watch_pending(int fd)
 
 
 uint64_t
-mrb_file_watch_epoch(void)
+mrb_file_watch_epoch(mrb_file_watch_poller *poller)
 {
     int  fd = atomic_load_explicit(&watch.fd, memory_order_acquire);
 
@@ -536,7 +492,7 @@ mrb_file_watch_epoch(void)
         return 0;
     }
 
-    if (watch_pending(fd)) {
+    if (watch_pending(poller, fd)) {
         pthread_mutex_lock(&watch.lock);
         if (!watch.failed) {
             watch_drain_locked();

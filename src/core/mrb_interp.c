@@ -24,6 +24,7 @@
 
 #include "mrb_alloc.h"
 #include "mrb_interp.h"
+#include "mrb_file_watch.h"
 #include "mrb_interp_core.h"
 #include "mrb_redis.h"
 #include "mrb_shdict.h"
@@ -69,6 +70,7 @@ struct mrb_interp_s {
     mrb_value           procs;
 
     mrb_interp         *next_idle;  /* mrb_interp_take's idle list */
+    mrb_file_watch_poller  watch;   /* how its runs ask the file watch */
 
     unsigned            sealed:1;
     unsigned            removed:1;  /* a run removed a global: sizes lie */
@@ -284,6 +286,7 @@ mrb_interp_open(const mrb_server *server, void *log_target, char *err,
 
     interp->head.mrb = mrb;
     interp->head.server = server;
+    interp->watch.fd = -1;
     interp->head.log_target = log_target;
     mrb->ud = interp;
 
@@ -312,6 +315,7 @@ mrb_interp_close(mrb_interp *interp)
     }
 
     mrb_close(interp->head.mrb);
+    mrb_file_watch_poller_close(&interp->watch);
     free(interp->loaded);
     free(interp->globals.syms);
     free(interp->constants.syms);
@@ -433,6 +437,13 @@ mrb_interp_request(mrb_state *mrb)
     }
 
     return run->request;
+}
+
+
+mrb_file_watch_poller *
+mrb_interp_file_watch(mrb_interp *interp)
+{
+    return &interp->watch;
 }
 
 

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <mruby.h>
 #include <mruby/proc.h>
+#include "mrb_file_watch.h"
 #include "mrb_interp.h"
 
 /*
@@ -37,6 +38,9 @@ int mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run);
 
 /* Tells the top-level cleanup that a global was removed. */
 void mrb_interp_global_removed(mrb_interp *interp);
+
+/* How interp's runs ask the file watch for its epoch. */
+mrb_file_watch_poller *mrb_interp_file_watch(mrb_interp *interp);
 
 /* The proc loaded for script id at generation, or NULL. */
 struct RProc *mrb_interp_proc(mrb_interp *interp, unsigned id,

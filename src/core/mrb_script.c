@@ -650,7 +650,7 @@ script_proc_toplevel(mrb_state *mrb, struct RProc *proc)
  * so no change after it can go unnoticed.
  */
 static uint64_t
-script_watch_epoch(mrb_script *script)
+script_watch_epoch(mrb_interp *interp, mrb_script *script)
 {
     pid_t     watcher = atomic_load_explicit(&script->watched_by,
                                              memory_order_acquire);
@@ -660,7 +660,7 @@ script_watch_epoch(mrb_script *script)
         return 0;
     }
 
-    epoch = mrb_file_watch_epoch();
+    epoch = mrb_file_watch_epoch(mrb_interp_file_watch(interp));
     return (pid_t) (epoch >> 32) == watcher ? epoch : 0;
 }
 
@@ -691,7 +691,7 @@ script_watch_start(mrb_interp *interp, mrb_script *script)
         return;
     }
 
-    epoch = mrb_file_watch_epoch();
+    epoch = mrb_file_watch_epoch(mrb_interp_file_watch(interp));
     if (epoch != 0) {
         atomic_store_explicit(&script->watched_by, (pid_t) (epoch >> 32),
                               memory_order_release);
@@ -716,7 +716,7 @@ script_proc_current(mrb_interp *interp, mrb_script *script, int watch,
     int                  fresh;
 
     version = atomic_load_explicit(&script->compiled, memory_order_acquire);
-    *epoch = watch ? script_watch_epoch(script) : 0;
+    *epoch = watch ? script_watch_epoch(interp, script) : 0;
     *verify = 0;
     *proc = NULL;
 

@@ -42,7 +42,8 @@ watch_write(const char *rel, const char *text, const char *mode)
 }
 
 
-static char  watch_why[256];
+static char                   watch_why[256];
+static mrb_file_watch_poller  watch_poller = MRB_FILE_WATCH_POLLER_INIT;
 
 
 static int
@@ -88,42 +89,42 @@ TEST(file_watch_sees_edits_renames_and_link_switches)
     uint64_t  e;
 
     REQUIRE(watch_setup() == 0);
-    CHECK_EQ(mrb_file_watch_epoch(), 0);
+    CHECK_EQ(mrb_file_watch_epoch(&watch_poller), 0);
     REQUIRE(watch_add(watch_file("current/e.rb")) == 0);
 
-    e = mrb_file_watch_epoch();
+    e = mrb_file_watch_epoch(&watch_poller);
     CHECK(e != 0);
     CHECK_EQ(e >> 32, getpid());
-    CHECK_EQ(mrb_file_watch_epoch(), e);
+    CHECK_EQ(mrb_file_watch_epoch(&watch_poller), e);
 
     /* the file edited in place */
     watch_write("current/e.rb", "one, edited", "w");
-    CHECK(mrb_file_watch_epoch() != e);
-    e = mrb_file_watch_epoch();
+    CHECK(mrb_file_watch_epoch(&watch_poller) != e);
+    e = mrb_file_watch_epoch(&watch_poller);
 
     /* a new file renamed over it */
     watch_write("r1/e.rb.new", "one, renamed in", "w");
     REQUIRE(rename(watch_file("r1/e.rb.new"), watch_file("r1/e.rb")) == 0);
-    CHECK(mrb_file_watch_epoch() != e);
-    e = mrb_file_watch_epoch();
+    CHECK(mrb_file_watch_epoch(&watch_poller) != e);
+    e = mrb_file_watch_epoch(&watch_poller);
 
     /* the new inode is watched too */
     watch_write("r1/e.rb", "one, edited again", "w");
-    CHECK(mrb_file_watch_epoch() != e);
-    e = mrb_file_watch_epoch();
+    CHECK(mrb_file_watch_epoch(&watch_poller) != e);
+    e = mrb_file_watch_epoch(&watch_poller);
 
     /* the link switched to another release */
     REQUIRE(symlink("r2", watch_file("current.new")) == 0);
     REQUIRE(rename(watch_file("current.new"), watch_file("current")) == 0);
-    CHECK(mrb_file_watch_epoch() != e);
-    e = mrb_file_watch_epoch();
+    CHECK(mrb_file_watch_epoch(&watch_poller) != e);
+    e = mrb_file_watch_epoch(&watch_poller);
 
     watch_write("r2/e.rb", "two, edited", "w");
-    CHECK(mrb_file_watch_epoch() != e);
-    e = mrb_file_watch_epoch();
+    CHECK(mrb_file_watch_epoch(&watch_poller) != e);
+    e = mrb_file_watch_epoch(&watch_poller);
 
     watch_teardown();
-    CHECK(mrb_file_watch_epoch() != e);
+    CHECK(mrb_file_watch_epoch(&watch_poller) != e);
 }
 
 
@@ -133,14 +134,14 @@ TEST(file_watch_ignores_what_the_path_does_not_depend_on)
 
     REQUIRE(watch_setup() == 0);
     REQUIRE(watch_add(watch_file("current/e.rb")) == 0);
-    e = mrb_file_watch_epoch();
+    e = mrb_file_watch_epoch(&watch_poller);
 
     /* a log written next to the script, another file, the old release */
     watch_write("r1/access.log", "GET /\n", "a");
     watch_write("r1/access.log", "GET /\n", "a");
     watch_write("r2/e.rb", "two, edited", "w");
     watch_write("other.rb", "other", "w");
-    CHECK_EQ(mrb_file_watch_epoch(), e);
+    CHECK_EQ(mrb_file_watch_epoch(&watch_poller), e);
 
     watch_teardown();
 }
@@ -162,17 +163,17 @@ TEST(file_watch_is_not_inherited_by_a_child)
 
     REQUIRE(watch_setup() == 0);
     REQUIRE(watch_add(watch_file("current/e.rb")) == 0);
-    CHECK(mrb_file_watch_epoch() != 0);
+    CHECK(mrb_file_watch_epoch(&watch_poller) != 0);
 
     pid = fork();
     REQUIRE(pid >= 0);
     if (pid == 0) {
         /* nothing to trust until the child watches for itself */
-        if (mrb_file_watch_epoch() != 0) {
+        if (mrb_file_watch_epoch(&watch_poller) != 0) {
             _exit(1);
         }
         if (watch_add(watch_file("current/e.rb")) != 0
-            || mrb_file_watch_epoch() >> 32 != (uint64_t) getpid())
+            || mrb_file_watch_epoch(&watch_poller) >> 32 != (uint64_t) getpid())
         {
             _exit(2);
         }
@@ -181,15 +182,16 @@ TEST(file_watch_is_not_inherited_by_a_child)
 
     REQUIRE(waitpid(pid, &status, 0) == pid);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    CHECK(mrb_file_watch_epoch() >> 32 == (uint64_t) getpid());
+    CHECK(mrb_file_watch_epoch(&watch_poller) >> 32 == (uint64_t) getpid());
 
     watch_teardown();
 }
 
 
 /*
- * Threads ask through epolls of their own: each must see an edit made
- * just before it asks, however long its epoll has been idle.
+ * Callers ask through epolls of their own, here one per thread: each must
+ * see an edit made just before it asks, however long its epoll has been
+ * idle.
  */
 #define WATCH_ROUNDS  10
 
@@ -199,18 +201,20 @@ static uint64_t           watch_seen[WATCH_ROUNDS];
 static void *
 watch_asker(void *arg)
 {
-    long  me = (long) arg;
-    int   round;
+    mrb_file_watch_poller  poller = MRB_FILE_WATCH_POLLER_INIT;
+    long                   me = (long) arg;
+    int                    round;
 
-    mrb_file_watch_epoch();
+    mrb_file_watch_epoch(&poller);
     for (round = 0; round < WATCH_ROUNDS; round++) {
         pthread_barrier_wait(&watch_barrier);
         if (round % 2 == me) {
-            watch_seen[round] = mrb_file_watch_epoch();
+            watch_seen[round] = mrb_file_watch_epoch(&poller);
         }
         pthread_barrier_wait(&watch_barrier);
     }
 
+    mrb_file_watch_poller_close(&poller);
     return NULL;
 }
 
@@ -229,7 +233,7 @@ TEST(file_watch_each_thread_sees_an_edit_at_once)
     REQUIRE(pthread_create(&t[1], NULL, watch_asker, (void *) 1L) == 0);
 
     for (round = 0; round < WATCH_ROUNDS; round++) {
-        before[round] = mrb_file_watch_epoch();
+        before[round] = mrb_file_watch_epoch(&watch_poller);
         snprintf(text, sizeof(text), "version %d", round);
         watch_write("current/e.rb", text, "w");
         pthread_barrier_wait(&watch_barrier);
