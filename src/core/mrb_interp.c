@@ -24,7 +24,6 @@
 
 #include "mrb_alloc.h"
 #include "mrb_interp.h"
-#include "mrb_file_watch.h"
 #include "mrb_interp_core.h"
 #include "mrb_redis.h"
 #include "mrb_shdict.h"
@@ -286,8 +285,8 @@ mrb_interp_open(const mrb_server *server, void *log_target, char *err,
 
     interp->head.mrb = mrb;
     interp->head.server = server;
-    interp->watch.fd = -1;
     interp->head.log_target = log_target;
+    interp->watch.fd = -1;
     mrb->ud = interp;
 
     interp->procs = mrb_ary_new(mrb);
