@@ -1,0 +1,56 @@
+/*
+ * One way to give Ruby a class: a table of methods, one of constants, and
+ * one walker for each (as Lua's luaL_Reg and luaL_setfuncs).  A class's
+ * whole Ruby surface then reads as one table, the same in the core, in
+ * src/lib and in both adapters, and the docs can be checked against it.
+ *
+ * Every table ends with its *_END entry (a NULL name).
+ */
+
+#ifndef MRB_API_H
+#define MRB_API_H
+
+#include <mruby.h>
+
+/* A Ruby method written in C. */
+typedef struct {
+    const char  *name;
+    mrb_func_t   func;
+    mrb_aspec    aspec;
+} mrb_api_method;
+
+#define MRB_API_METHOD_END  { NULL, NULL, 0 }
+
+/* An Integer constant. */
+typedef struct {
+    const char  *name;
+    mrb_int      value;
+} mrb_api_const;
+
+#define MRB_API_CONST_END  { NULL, 0 }
+
+/* The methods of m as instance methods of c. */
+void mrb_api_define_methods(mrb_state *mrb, struct RClass *c,
+    const mrb_api_method *m);
+
+/* The methods of m as class (singleton) methods of c: Nginx.rputs. */
+void mrb_api_define_class_methods(mrb_state *mrb, struct RClass *c,
+    const mrb_api_method *m);
+
+/* The constants of k in c. */
+void mrb_api_define_consts(mrb_state *mrb, struct RClass *c,
+    const mrb_api_const *k);
+
+/*
+ * Class outer::name (under Object when outer is NULL), a subclass of super
+ * (Object when NULL), with the instance methods of m (none when NULL).
+ */
+struct RClass *mrb_api_define_class(mrb_state *mrb, struct RClass *outer,
+    const char *name, struct RClass *super, const mrb_api_method *m);
+
+/* Module outer::name (under Object when outer is NULL) with the module
+ * functions of m (none when NULL): callable as Name.f and, included, as f. */
+struct RClass *mrb_api_define_module(mrb_state *mrb, struct RClass *outer,
+    const char *name, const mrb_api_method *m);
+
+#endif /* MRB_API_H */
