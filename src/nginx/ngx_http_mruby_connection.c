@@ -45,11 +45,11 @@ ngx_http_mruby_server_path(mrb_state *mrb, mrb_value self)
 }
 
 
-static const ngx_mruby_method_t  ngx_http_mruby_server_methods[] = {
+static const mrb_api_method  ngx_http_mruby_server_methods[] = {
     { "document_root", ngx_http_mruby_document_root, MRB_ARGS_NONE() },
     { "realpath_root", ngx_http_mruby_server_realpath_root, MRB_ARGS_NONE() },
     { "path", ngx_http_mruby_server_path, MRB_ARGS_NONE() },
-    ngx_mruby_null_method
+    MRB_API_METHOD_END
 };
 
 
@@ -58,6 +58,6 @@ ngx_http_mruby_connection_define(mrb_state *mrb, struct RClass *nginx)
 {
     ngx_mruby_define_connection(mrb, nginx);
 
-    ngx_mruby_define_class(mrb, nginx, "Server",
-                           ngx_http_mruby_server_methods);
+    mrb_api_define_class(mrb, nginx, "Server", NULL,
+                         ngx_http_mruby_server_methods);
 }

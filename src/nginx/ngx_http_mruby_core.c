@@ -331,7 +331,7 @@ ngx_http_mruby_configure(mrb_state *mrb, mrb_value self)
 }
 
 
-static const ngx_mruby_method_t  ngx_http_mruby_class_methods[] = {
+static const mrb_api_method  ngx_http_mruby_class_methods[] = {
     { "send_header", ngx_http_mruby_send_header, MRB_ARGS_OPT(1) },
     { "status_code=", ngx_http_mruby_set_status, MRB_ARGS_REQ(1) },
     { "status_code", ngx_http_mruby_get_status, MRB_ARGS_NONE() },
@@ -339,7 +339,15 @@ static const ngx_mruby_method_t  ngx_http_mruby_class_methods[] = {
     { "nginx_version", ngx_http_mruby_nginx_version, MRB_ARGS_NONE() },
     { "server_version", ngx_http_mruby_server_version, MRB_ARGS_NONE() },
     { "configure", ngx_http_mruby_configure, MRB_ARGS_NONE() },
-    ngx_mruby_null_method
+    MRB_API_METHOD_END
+};
+
+
+/* the http module's codes, beside the ones it shares with stream */
+static const mrb_api_const  ngx_http_mruby_consts[] = {
+    { "HTTPS_CERT_ERROR", NGX_HTTPS_CERT_ERROR },
+    { "HTTPS_NO_CERT", NGX_HTTPS_NO_CERT },
+    MRB_API_CONST_END
 };
 
 
@@ -347,13 +355,9 @@ static void
 ngx_http_mruby_define(mrb_state *mrb, struct RClass *nginx)
 {
     ngx_mruby_define_codes(mrb, nginx);
+    mrb_api_define_consts(mrb, nginx, ngx_http_mruby_consts);
 
-    mrb_define_const(mrb, nginx, "HTTPS_CERT_ERROR",
-                     mrb_fixnum_value(NGX_HTTPS_CERT_ERROR));
-    mrb_define_const(mrb, nginx, "HTTPS_NO_CERT",
-                     mrb_fixnum_value(NGX_HTTPS_NO_CERT));
-
-    ngx_mruby_define_class_methods(mrb, nginx, ngx_http_mruby_class_methods);
+    mrb_api_define_class_methods(mrb, nginx, ngx_http_mruby_class_methods);
 
     ngx_http_mruby_request_define(mrb, nginx);
     ngx_http_mruby_headers_define(mrb, nginx);

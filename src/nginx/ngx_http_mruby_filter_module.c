@@ -395,18 +395,18 @@ ngx_http_mruby_filter_set_body(mrb_state *mrb, mrb_value self)
 }
 
 
-static const ngx_mruby_method_t  ngx_http_mruby_filter_methods[] = {
+static const mrb_api_method  ngx_http_mruby_filter_methods[] = {
     { "body", ngx_http_mruby_filter_body, MRB_ARGS_NONE() },
     { "body=", ngx_http_mruby_filter_set_body, MRB_ARGS_REQ(1) },
     { "output", ngx_http_mruby_filter_body, MRB_ARGS_NONE() },
     { "output=", ngx_http_mruby_filter_set_body, MRB_ARGS_REQ(1) },
-    ngx_mruby_null_method
+    MRB_API_METHOD_END
 };
 
 
 void
 ngx_http_mruby_filter_define(mrb_state *mrb, struct RClass *nginx)
 {
-    ngx_mruby_define_class(mrb, nginx, "Filter",
-                           ngx_http_mruby_filter_methods);
+    mrb_api_define_class(mrb, nginx, "Filter", NULL,
+                         ngx_http_mruby_filter_methods);
 }

@@ -675,30 +675,30 @@ ngx_http_mruby_headers_out_all(mrb_state *mrb, mrb_value self)
 }
 
 
-static const ngx_mruby_method_t  ngx_http_mruby_headers_in_methods[] = {
+static const mrb_api_method  ngx_http_mruby_headers_in_methods[] = {
     { "[]", ngx_http_mruby_headers_in_get, MRB_ARGS_REQ(1) },
     { "[]=", ngx_http_mruby_headers_in_set, MRB_ARGS_REQ(2) },
     { "delete", ngx_http_mruby_headers_in_delete, MRB_ARGS_REQ(1) },
     { "all", ngx_http_mruby_headers_in_all, MRB_ARGS_NONE() },
-    ngx_mruby_null_method
+    MRB_API_METHOD_END
 };
 
 
-static const ngx_mruby_method_t  ngx_http_mruby_headers_out_methods[] = {
+static const mrb_api_method  ngx_http_mruby_headers_out_methods[] = {
     { "[]", ngx_http_mruby_headers_out_get, MRB_ARGS_REQ(1) },
     { "[]=", ngx_http_mruby_headers_out_set_m, MRB_ARGS_REQ(2) },
     { "delete", ngx_http_mruby_headers_out_delete, MRB_ARGS_REQ(1) },
     { "all", ngx_http_mruby_headers_out_all, MRB_ARGS_NONE() },
-    ngx_mruby_null_method
+    MRB_API_METHOD_END
 };
 
 
 void
 ngx_http_mruby_headers_define(mrb_state *mrb, struct RClass *nginx)
 {
-    ngx_mruby_define_class(mrb, nginx, "Headers_in",
-                           ngx_http_mruby_headers_in_methods);
+    mrb_api_define_class(mrb, nginx, "Headers_in", NULL,
+                         ngx_http_mruby_headers_in_methods);
 
-    ngx_mruby_define_class(mrb, nginx, "Headers_out",
-                           ngx_http_mruby_headers_out_methods);
+    mrb_api_define_class(mrb, nginx, "Headers_out", NULL,
+                         ngx_http_mruby_headers_out_methods);
 }

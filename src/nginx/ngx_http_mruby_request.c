@@ -426,7 +426,7 @@ ngx_http_mruby_request_sub_request(mrb_state *mrb, mrb_value self)
 }
 
 
-static const ngx_mruby_method_t  ngx_http_mruby_request_methods[] = {
+static const mrb_api_method  ngx_http_mruby_request_methods[] = {
     { "uri", ngx_http_mruby_request_uri, MRB_ARGS_NONE() },
     { "uri=", ngx_http_mruby_request_set_uri, MRB_ARGS_REQ(1) },
     { "args", ngx_http_mruby_request_args, MRB_ARGS_NONE() },
@@ -456,13 +456,13 @@ static const ngx_mruby_method_t  ngx_http_mruby_request_methods[] = {
     { "headers_in", ngx_http_mruby_request_headers_in, MRB_ARGS_NONE() },
     { "headers_out", ngx_http_mruby_request_headers_out, MRB_ARGS_NONE() },
     { "sub_request?", ngx_http_mruby_request_sub_request, MRB_ARGS_NONE() },
-    ngx_mruby_null_method
+    MRB_API_METHOD_END
 };
 
 
 void
 ngx_http_mruby_request_define(mrb_state *mrb, struct RClass *nginx)
 {
-    ngx_mruby_define_class(mrb, nginx, "Request",
-                           ngx_http_mruby_request_methods);
+    mrb_api_define_class(mrb, nginx, "Request", NULL,
+                         ngx_http_mruby_request_methods);
 }

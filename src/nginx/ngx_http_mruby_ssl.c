@@ -339,7 +339,7 @@ ngx_http_mruby_ssl_set_certificate_key_data(mrb_state *mrb, mrb_value self)
 }
 
 
-static const ngx_mruby_method_t  ngx_http_mruby_ssl_methods[] = {
+static const mrb_api_method  ngx_http_mruby_ssl_methods[] = {
     { "servername", ngx_http_mruby_ssl_servername, MRB_ARGS_NONE() },
     { "certificate=", ngx_http_mruby_ssl_set_certificate, MRB_ARGS_REQ(1) },
     { "certificate_key=", ngx_http_mruby_ssl_set_certificate_key,
@@ -348,14 +348,14 @@ static const ngx_mruby_method_t  ngx_http_mruby_ssl_methods[] = {
       MRB_ARGS_REQ(1) },
     { "certificate_key_data=", ngx_http_mruby_ssl_set_certificate_key_data,
       MRB_ARGS_REQ(1) },
-    ngx_mruby_null_method
+    MRB_API_METHOD_END
 };
 
 
 void
 ngx_http_mruby_ssl_define(mrb_state *mrb, struct RClass *nginx)
 {
-    ngx_mruby_define_class(mrb, nginx, "SSL", ngx_http_mruby_ssl_methods);
+    mrb_api_define_class(mrb, nginx, "SSL", NULL, ngx_http_mruby_ssl_methods);
 }
 
 

@@ -429,18 +429,18 @@ ngx_http_mruby_var_respond_to_missing(mrb_state *mrb, mrb_value self)
 }
 
 
-static const ngx_mruby_method_t  ngx_http_mruby_var_methods[] = {
+static const mrb_api_method  ngx_http_mruby_var_methods[] = {
     { "method_missing", ngx_http_mruby_var_method_missing, MRB_ARGS_ANY() },
     { "respond_to_missing?", ngx_http_mruby_var_respond_to_missing,
       MRB_ARGS_ANY() },
     { "set", ngx_http_mruby_var_set, MRB_ARGS_REQ(2) },
     { "exist?", ngx_http_mruby_var_exist, MRB_ARGS_REQ(1) },
-    ngx_mruby_null_method
+    MRB_API_METHOD_END
 };
 
 
 void
 ngx_http_mruby_var_define(mrb_state *mrb, struct RClass *nginx)
 {
-    ngx_mruby_define_class(mrb, nginx, "Var", ngx_http_mruby_var_methods);
+    mrb_api_define_class(mrb, nginx, "Var", NULL, ngx_http_mruby_var_methods);
 }

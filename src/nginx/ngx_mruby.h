@@ -15,6 +15,7 @@
 
 #include <mruby.h>
 
+#include "mrb_api.h"
 #include "mrb_interp.h"
 #include "mrb_script.h"
 
@@ -160,26 +161,6 @@ ngx_int_t ngx_mruby_run(ngx_mruby_process_t *p, ngx_mruby_script_t *s,
 
 
 /* ngx_mruby_core.c */
-
-/* A Ruby method written in C, in a table for ngx_mruby_define_class(). */
-typedef struct {
-    const char   *name;
-    mrb_func_t    func;
-    mrb_aspec     aspec;
-} ngx_mruby_method_t;
-
-#define ngx_mruby_null_method  { NULL, NULL, 0 }
-
-/*
- * Class outer::name with the methods of a table that ends with
- * ngx_mruby_null_method.
- */
-void ngx_mruby_define_class(mrb_state *mrb, struct RClass *outer,
-    const char *name, const ngx_mruby_method_t *m);
-
-/* The methods of such a table as class methods of c (Nginx.send_header). */
-void ngx_mruby_define_class_methods(mrb_state *mrb, struct RClass *c,
-    const ngx_mruby_method_t *m);
 
 /* Writes msg at an MRB_LOG_* level to log. */
 void ngx_mruby_log(ngx_log_t *log, int level, const char *msg, size_t len);

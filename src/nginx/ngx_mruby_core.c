@@ -1,7 +1,7 @@
 /*
- * The parts of the Ruby API that the http and stream modules share: classes
- * from method tables, the error log as mruby sees it, constants, and the
- * client connection.
+ * The parts of the Ruby API that the http and stream modules share: the
+ * error log as mruby sees it, constants (one table), and the client
+ * connection.
  */
 
 #include "ngx_mruby.h"
@@ -27,62 +27,33 @@ ngx_mruby_log_enabled(ngx_log_t *log, int level)
 }
 
 
-void
-ngx_mruby_define_class(mrb_state *mrb, struct RClass *outer,
-    const char *name, const ngx_mruby_method_t *m)
-{
-    struct RClass  *c;
+/* nginx's return codes and log levels, the same in http and stream */
+static const mrb_api_const  ngx_mruby_codes[] = {
+    { "OK", NGX_OK },
+    { "ERROR", NGX_ERROR },
+    { "AGAIN", NGX_AGAIN },
+    { "BUSY", NGX_BUSY },
+    { "DONE", NGX_DONE },
+    { "DECLINED", NGX_DECLINED },
+    { "ABORT", NGX_ABORT },
 
-    c = mrb_define_class_under(mrb, outer, name, mrb->object_class);
-
-    for ( /* void */ ; m->name != NULL; m++) {
-        mrb_define_method(mrb, c, m->name, m->func, m->aspec);
-    }
-}
-
-
-void
-ngx_mruby_define_class_methods(mrb_state *mrb, struct RClass *c,
-    const ngx_mruby_method_t *m)
-{
-    for ( /* void */ ; m->name != NULL; m++) {
-        mrb_define_class_method(mrb, c, m->name, m->func, m->aspec);
-    }
-}
+    { "LOG_STDERR", NGX_LOG_STDERR },
+    { "LOG_EMERG", NGX_LOG_EMERG },
+    { "LOG_ALERT", NGX_LOG_ALERT },
+    { "LOG_CRIT", NGX_LOG_CRIT },
+    { "LOG_ERR", NGX_LOG_ERR },
+    { "LOG_WARN", NGX_LOG_WARN },
+    { "LOG_NOTICE", NGX_LOG_NOTICE },
+    { "LOG_INFO", NGX_LOG_INFO },
+    { "LOG_DEBUG", NGX_LOG_DEBUG },
+    MRB_API_CONST_END
+};
 
 
 void
 ngx_mruby_define_codes(mrb_state *mrb, struct RClass *c)
 {
-    static const struct {
-        const char  *name;
-        mrb_int      value;
-    } codes[] = {
-        { "OK", NGX_OK },
-        { "ERROR", NGX_ERROR },
-        { "AGAIN", NGX_AGAIN },
-        { "BUSY", NGX_BUSY },
-        { "DONE", NGX_DONE },
-        { "DECLINED", NGX_DECLINED },
-        { "ABORT", NGX_ABORT },
-
-        { "LOG_STDERR", NGX_LOG_STDERR },
-        { "LOG_EMERG", NGX_LOG_EMERG },
-        { "LOG_ALERT", NGX_LOG_ALERT },
-        { "LOG_CRIT", NGX_LOG_CRIT },
-        { "LOG_ERR", NGX_LOG_ERR },
-        { "LOG_WARN", NGX_LOG_WARN },
-        { "LOG_NOTICE", NGX_LOG_NOTICE },
-        { "LOG_INFO", NGX_LOG_INFO },
-        { "LOG_DEBUG", NGX_LOG_DEBUG }
-    };
-
-    ngx_uint_t  i;
-
-    for (i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
-        mrb_define_const(mrb, c, codes[i].name,
-                         mrb_fixnum_value(codes[i].value));
-    }
+    mrb_api_define_consts(mrb, c, ngx_mruby_codes);
 }
 
 
@@ -136,18 +107,18 @@ ngx_mruby_conn_local_port(mrb_state *mrb, mrb_value self)
 }
 
 
-static const ngx_mruby_method_t  ngx_mruby_connection_methods[] = {
+static const mrb_api_method  ngx_mruby_connection_methods[] = {
     { "remote_ip", ngx_mruby_conn_remote_ip, MRB_ARGS_NONE() },
     { "remote_port", ngx_mruby_conn_remote_port, MRB_ARGS_NONE() },
     { "local_ip", ngx_mruby_conn_local_ip, MRB_ARGS_NONE() },
     { "local_port", ngx_mruby_conn_local_port, MRB_ARGS_NONE() },
-    ngx_mruby_null_method
+    MRB_API_METHOD_END
 };
 
 
 void
 ngx_mruby_define_connection(mrb_state *mrb, struct RClass *outer)
 {
-    ngx_mruby_define_class(mrb, outer, "Connection",
-                           ngx_mruby_connection_methods);
+    mrb_api_define_class(mrb, outer, "Connection", NULL,
+                         ngx_mruby_connection_methods);
 }

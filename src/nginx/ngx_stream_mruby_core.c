@@ -99,10 +99,10 @@ ngx_mruby_connection(mrb_state *mrb)
 }
 
 
-static const ngx_mruby_method_t  ngx_stream_mruby_class_methods[] = {
+static const mrb_api_method  ngx_stream_mruby_class_methods[] = {
     { "log", ngx_stream_mruby_log_m, MRB_ARGS_REQ(2) },
     { "errlogger", ngx_stream_mruby_log_m, MRB_ARGS_REQ(2) },
-    ngx_mruby_null_method
+    MRB_API_METHOD_END
 };
 
 
@@ -113,12 +113,11 @@ ngx_stream_mruby_define(mrb_state *mrb, struct RClass *nginx)
 
     ngx_mruby_define_codes(mrb, nginx);
 
-    stream = mrb_define_class_under(mrb, nginx, "Stream", mrb->object_class);
+    stream = mrb_api_define_class(mrb, nginx, "Stream", NULL, NULL);
 
     ngx_mruby_define_codes(mrb, stream);
 
-    ngx_mruby_define_class_methods(mrb, stream,
-                                   ngx_stream_mruby_class_methods);
+    mrb_api_define_class_methods(mrb, stream, ngx_stream_mruby_class_methods);
 
     ngx_mruby_define_connection(mrb, stream);
 }
