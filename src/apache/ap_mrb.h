@@ -17,6 +17,7 @@
 
 #include <mruby.h>
 
+#include "mrb_api.h"
 #include "mrb_interp.h"
 #include "mrb_script.h"
 

@@ -121,14 +121,9 @@ ap_mrb_server_build(mrb_state *mrb, mrb_value self)
 }
 
 
-typedef struct {
-    const char  *name;
-    mrb_int      value;
-} ap_mrb_const;
-
 #define AP_MRB_CONST(name)  { #name, name }
 
-static const ap_mrb_const ap_mrb_consts[] = {
+static const mrb_api_const  ap_mrb_consts[] = {
     AP_MRB_CONST(OK),
     AP_MRB_CONST(DECLINED),
     AP_MRB_CONST(DONE),
@@ -194,25 +189,22 @@ static const ap_mrb_const ap_mrb_consts[] = {
     AP_MRB_CONST(AUTH_USER_NOT_FOUND),
     AP_MRB_CONST(AUTH_GENERAL_ERROR),
 
-    { NULL, 0 }
+    MRB_API_CONST_END
+};
+
+
+static const mrb_api_method  ap_mrb_class_methods[] = {
+    { "sleep", ap_mrb_sleep, MRB_ARGS_REQ(1) },
+    { "syslogger", ap_mrb_syslogger, MRB_ARGS_ARG(1, 1) },
+    { "server_version", ap_mrb_server_version, MRB_ARGS_NONE() },
+    { "server_build", ap_mrb_server_build, MRB_ARGS_NONE() },
+    MRB_API_METHOD_END
 };
 
 
 void
 ap_mrb_define_apache(mrb_state *mrb, struct RClass *apache)
 {
-    const ap_mrb_const  *c;
-
-    for (c = ap_mrb_consts; c->name != NULL; c++) {
-        mrb_define_const(mrb, apache, c->name, mrb_int_value(mrb, c->value));
-    }
-
-    mrb_define_class_method(mrb, apache, "sleep", ap_mrb_sleep,
-                            MRB_ARGS_REQ(1));
-    mrb_define_class_method(mrb, apache, "syslogger", ap_mrb_syslogger,
-                            MRB_ARGS_ARG(1, 1));
-    mrb_define_class_method(mrb, apache, "server_version",
-                            ap_mrb_server_version, MRB_ARGS_NONE());
-    mrb_define_class_method(mrb, apache, "server_build", ap_mrb_server_build,
-                            MRB_ARGS_NONE());
+    mrb_api_define_consts(mrb, apache, ap_mrb_consts);
+    mrb_api_define_class_methods(mrb, apache, ap_mrb_class_methods);
 }

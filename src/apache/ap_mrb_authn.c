@@ -173,36 +173,32 @@ ap_mrb_authn_set_rethash(mrb_state *mrb, mrb_value self)
 }
 
 
+static const mrb_api_method  ap_mrb_authn_methods[] = {
+    { "user", ap_mrb_authn_user, MRB_ARGS_NONE() },
+    { "password", ap_mrb_authn_password, MRB_ARGS_NONE() },
+    { "realm", ap_mrb_authn_realm, MRB_ARGS_NONE() },
+    { "rethash", ap_mrb_authn_rethash, MRB_ARGS_NONE() },
+    { "rethash=", ap_mrb_authn_set_rethash, MRB_ARGS_REQ(1) },
+    MRB_API_METHOD_END
+};
+
+
+static const mrb_api_const  ap_mrb_authn_results[] = {
+    { "AUTH_DENIED", AUTH_DENIED },
+    { "AUTH_GRANTED", AUTH_GRANTED },
+    { "AUTH_USER_FOUND", AUTH_USER_FOUND },
+    { "AUTH_USER_NOT_FOUND", AUTH_USER_NOT_FOUND },
+    { "AUTH_GENERAL_ERROR", AUTH_GENERAL_ERROR },
+    MRB_API_CONST_END
+};
+
+
 void
 ap_mrb_define_authn(mrb_state *mrb, struct RClass *apache)
 {
-    static const struct {
-        const char  *name;
-        mrb_int      value;
-    } results[] = {
-        { "AUTH_DENIED", AUTH_DENIED },
-        { "AUTH_GRANTED", AUTH_GRANTED },
-        { "AUTH_USER_FOUND", AUTH_USER_FOUND },
-        { "AUTH_USER_NOT_FOUND", AUTH_USER_NOT_FOUND },
-        { "AUTH_GENERAL_ERROR", AUTH_GENERAL_ERROR }
-    };
     struct RClass  *c;
-    size_t          i;
 
-    c = mrb_define_class_under(mrb, apache, "AuthnProvider",
-                               mrb->object_class);
-
-    mrb_define_method(mrb, c, "user", ap_mrb_authn_user, MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "password", ap_mrb_authn_password,
-                      MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "realm", ap_mrb_authn_realm, MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "rethash", ap_mrb_authn_rethash,
-                      MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "rethash=", ap_mrb_authn_set_rethash,
-                      MRB_ARGS_REQ(1));
-
-    for (i = 0; i < sizeof(results) / sizeof(results[0]); i++) {
-        mrb_define_const(mrb, c, results[i].name,
-                         mrb_int_value(mrb, results[i].value));
-    }
+    c = mrb_api_define_class(mrb, apache, "AuthnProvider", NULL,
+                             ap_mrb_authn_methods);
+    mrb_api_define_consts(mrb, c, ap_mrb_authn_results);
 }

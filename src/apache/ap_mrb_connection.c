@@ -80,30 +80,23 @@ ap_mrb_conn_id(mrb_state *mrb, mrb_value self)
 }
 
 
+static const mrb_api_method  ap_mrb_connection_methods[] = {
+    { "remote_ip", ap_mrb_conn_remote_ip, MRB_ARGS_NONE() },
+    { "remote_port", ap_mrb_conn_remote_port, MRB_ARGS_NONE() },
+    { "local_ip", ap_mrb_conn_local_ip, MRB_ARGS_NONE() },
+    { "local_port", ap_mrb_conn_local_port, MRB_ARGS_NONE() },
+    { "remote_host", ap_mrb_conn_remote_host, MRB_ARGS_NONE() },
+    { "keepalives", ap_mrb_conn_keepalives, MRB_ARGS_NONE() },
+    { "keepalive?", ap_mrb_conn_keepalive, MRB_ARGS_NONE() },
+    { "aborted?", ap_mrb_conn_aborted, MRB_ARGS_NONE() },
+    { "id", ap_mrb_conn_id, MRB_ARGS_NONE() },
+    MRB_API_METHOD_END
+};
+
+
 void
 ap_mrb_define_connection(mrb_state *mrb, struct RClass *apache)
 {
-    static const struct {
-        const char  *name;
-        mrb_func_t   fn;
-    } methods[] = {
-        { "remote_ip", ap_mrb_conn_remote_ip },
-        { "remote_port", ap_mrb_conn_remote_port },
-        { "local_ip", ap_mrb_conn_local_ip },
-        { "local_port", ap_mrb_conn_local_port },
-        { "remote_host", ap_mrb_conn_remote_host },
-        { "keepalives", ap_mrb_conn_keepalives },
-        { "keepalive?", ap_mrb_conn_keepalive },
-        { "aborted?", ap_mrb_conn_aborted },
-        { "id", ap_mrb_conn_id }
-    };
-    struct RClass  *c;
-    size_t          i;
-
-    c = mrb_define_class_under(mrb, apache, "Connection", mrb->object_class);
-
-    for (i = 0; i < sizeof(methods) / sizeof(methods[0]); i++) {
-        mrb_define_method(mrb, c, methods[i].name, methods[i].fn,
-                          MRB_ARGS_NONE());
-    }
+    mrb_api_define_class(mrb, apache, "Connection", NULL,
+                         ap_mrb_connection_methods);
 }

@@ -430,29 +430,24 @@ ap_mrb_filter_is_output(mrb_state *mrb, mrb_value self)
 }
 
 
+static const mrb_api_method  ap_mrb_filter_methods[] = {
+    { "body", ap_mrb_filter_body, MRB_ARGS_NONE() },
+    { "flatten", ap_mrb_filter_body, MRB_ARGS_NONE() },
+    { "body=", ap_mrb_filter_set_body, MRB_ARGS_REQ(1) },
+    { "puts", ap_mrb_filter_puts, MRB_ARGS_REQ(1) },
+    { "insert_tail", ap_mrb_filter_puts, MRB_ARGS_REQ(1) },
+    { "insert_head", ap_mrb_filter_insert_head, MRB_ARGS_REQ(1) },
+    { "cleanup", ap_mrb_filter_cleanup, MRB_ARGS_NONE() },
+    { "length", ap_mrb_filter_length, MRB_ARGS_NONE() },
+    { "size", ap_mrb_filter_length, MRB_ARGS_NONE() },
+    { "empty?", ap_mrb_filter_is_empty, MRB_ARGS_NONE() },
+    { "output?", ap_mrb_filter_is_output, MRB_ARGS_NONE() },
+    MRB_API_METHOD_END
+};
+
+
 void
 ap_mrb_define_filter(mrb_state *mrb, struct RClass *apache)
 {
-    struct RClass  *c;
-
-    c = mrb_define_class_under(mrb, apache, "Filter", mrb->object_class);
-
-    mrb_define_method(mrb, c, "body", ap_mrb_filter_body, MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "flatten", ap_mrb_filter_body, MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "body=", ap_mrb_filter_set_body,
-                      MRB_ARGS_REQ(1));
-    mrb_define_method(mrb, c, "puts", ap_mrb_filter_puts, MRB_ARGS_REQ(1));
-    mrb_define_method(mrb, c, "insert_tail", ap_mrb_filter_puts,
-                      MRB_ARGS_REQ(1));
-    mrb_define_method(mrb, c, "insert_head", ap_mrb_filter_insert_head,
-                      MRB_ARGS_REQ(1));
-    mrb_define_method(mrb, c, "cleanup", ap_mrb_filter_cleanup,
-                      MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "length", ap_mrb_filter_length,
-                      MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "size", ap_mrb_filter_length, MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "empty?", ap_mrb_filter_is_empty,
-                      MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "output?", ap_mrb_filter_is_output,
-                      MRB_ARGS_NONE());
+    mrb_api_define_class(mrb, apache, "Filter", NULL, ap_mrb_filter_methods);
 }

@@ -84,55 +84,45 @@ ap_mrb_finfo_exists(mrb_state *mrb, mrb_value self)
 }
 
 
+static const mrb_api_method  ap_mrb_finfo_methods[] = {
+    { "filetype", ap_mrb_finfo_filetype, MRB_ARGS_NONE() },
+    { "size", ap_mrb_finfo_size, MRB_ARGS_NONE() },
+    { "mode", ap_mrb_finfo_mode, MRB_ARGS_NONE() },
+    { "user", ap_mrb_finfo_user, MRB_ARGS_NONE() },
+    { "group", ap_mrb_finfo_group, MRB_ARGS_NONE() },
+    { "inode", ap_mrb_finfo_inode, MRB_ARGS_NONE() },
+    { "device", ap_mrb_finfo_device, MRB_ARGS_NONE() },
+    { "nlink", ap_mrb_finfo_nlink, MRB_ARGS_NONE() },
+    { "atime", ap_mrb_finfo_atime, MRB_ARGS_NONE() },
+    { "mtime", ap_mrb_finfo_mtime, MRB_ARGS_NONE() },
+    { "ctime", ap_mrb_finfo_ctime, MRB_ARGS_NONE() },
+    { "fname", ap_mrb_finfo_fname, MRB_ARGS_NONE() },
+    { "file?", ap_mrb_finfo_is_file, MRB_ARGS_NONE() },
+    { "directory?", ap_mrb_finfo_is_directory, MRB_ARGS_NONE() },
+    { "exist?", ap_mrb_finfo_exists, MRB_ARGS_NONE() },
+    MRB_API_METHOD_END
+};
+
+
+static const mrb_api_const  ap_mrb_finfo_types[] = {
+    { "APR_NOFILE", APR_NOFILE },
+    { "APR_REG", APR_REG },
+    { "APR_DIR", APR_DIR },
+    { "APR_CHR", APR_CHR },
+    { "APR_BLK", APR_BLK },
+    { "APR_PIPE", APR_PIPE },
+    { "APR_LNK", APR_LNK },
+    { "APR_SOCK", APR_SOCK },
+    { "APR_UNKFILE", APR_UNKFILE },
+    MRB_API_CONST_END
+};
+
+
 void
 ap_mrb_define_finfo(mrb_state *mrb, struct RClass *apache)
 {
-    static const struct {
-        const char  *name;
-        mrb_func_t   fn;
-    } methods[] = {
-        { "filetype", ap_mrb_finfo_filetype },
-        { "size", ap_mrb_finfo_size },
-        { "mode", ap_mrb_finfo_mode },
-        { "user", ap_mrb_finfo_user },
-        { "group", ap_mrb_finfo_group },
-        { "inode", ap_mrb_finfo_inode },
-        { "device", ap_mrb_finfo_device },
-        { "nlink", ap_mrb_finfo_nlink },
-        { "atime", ap_mrb_finfo_atime },
-        { "mtime", ap_mrb_finfo_mtime },
-        { "ctime", ap_mrb_finfo_ctime },
-        { "fname", ap_mrb_finfo_fname },
-        { "file?", ap_mrb_finfo_is_file },
-        { "directory?", ap_mrb_finfo_is_directory },
-        { "exist?", ap_mrb_finfo_exists }
-    };
-    static const struct {
-        const char  *name;
-        mrb_int      value;
-    } types[] = {
-        { "APR_NOFILE", APR_NOFILE },
-        { "APR_REG", APR_REG },
-        { "APR_DIR", APR_DIR },
-        { "APR_CHR", APR_CHR },
-        { "APR_BLK", APR_BLK },
-        { "APR_PIPE", APR_PIPE },
-        { "APR_LNK", APR_LNK },
-        { "APR_SOCK", APR_SOCK },
-        { "APR_UNKFILE", APR_UNKFILE }
-    };
     struct RClass  *c;
-    size_t          i;
 
-    c = mrb_define_class_under(mrb, apache, "Finfo", mrb->object_class);
-
-    for (i = 0; i < sizeof(methods) / sizeof(methods[0]); i++) {
-        mrb_define_method(mrb, c, methods[i].name, methods[i].fn,
-                          MRB_ARGS_NONE());
-    }
-
-    for (i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
-        mrb_define_const(mrb, c, types[i].name,
-                         mrb_int_value(mrb, types[i].value));
-    }
+    c = mrb_api_define_class(mrb, apache, "Finfo", NULL, ap_mrb_finfo_methods);
+    mrb_api_define_consts(mrb, c, ap_mrb_finfo_types);
 }

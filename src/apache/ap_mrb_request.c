@@ -393,16 +393,10 @@ ap_mrb_reverse_proxy(mrb_state *mrb, mrb_value self)
 }
 
 
-typedef struct {
-    const char      *name;
-    mrb_func_t       get;
-    mrb_func_t       set;
-} ap_mrb_attr;
-
 #define AP_MRB_RW(name)  { #name, ap_mrb_get_##name, ap_mrb_set_##name }
 #define AP_MRB_RO(name)  { #name, ap_mrb_get_##name, NULL }
 
-static const ap_mrb_attr ap_mrb_request_attrs[] = {
+static const mrb_api_attr  ap_mrb_request_attrs[] = {
     AP_MRB_RW(the_request),
     AP_MRB_RW(protocol),
     AP_MRB_RW(user),
@@ -440,36 +434,27 @@ static const ap_mrb_attr ap_mrb_request_attrs[] = {
     AP_MRB_RO(subprocess_env),
     AP_MRB_RO(finfo),
 
-    { NULL, NULL, NULL }
+    MRB_API_ATTR_END
+};
+
+
+static const mrb_api_method  ap_mrb_request_methods[] = {
+    { "main?", ap_mrb_is_main, MRB_ARGS_NONE() },
+    { "sub_request?", ap_mrb_is_sub_request, MRB_ARGS_NONE() },
+    { "prev?", ap_mrb_is_internal_redirect, MRB_ARGS_NONE() },
+    { "internal_redirect?", ap_mrb_is_internal_redirect, MRB_ARGS_NONE() },
+    { "log", ap_mrb_request_log, MRB_ARGS_REQ(2) },
+    { "reverse_proxy", ap_mrb_reverse_proxy, MRB_ARGS_REQ(1) },
+    MRB_API_METHOD_END
 };
 
 
 void
 ap_mrb_define_request(mrb_state *mrb, struct RClass *apache)
 {
-    struct RClass      *c;
-    const ap_mrb_attr  *a;
-    char                setter[64];
+    struct RClass  *c;
 
-    c = mrb_define_class_under(mrb, apache, "Request", mrb->object_class);
-
-    for (a = ap_mrb_request_attrs; a->name != NULL; a++) {
-        mrb_define_method(mrb, c, a->name, a->get, MRB_ARGS_NONE());
-
-        if (a->set != NULL) {
-            apr_snprintf(setter, sizeof(setter), "%s=", a->name);
-            mrb_define_method(mrb, c, setter, a->set, MRB_ARGS_REQ(1));
-        }
-    }
-
-    mrb_define_method(mrb, c, "main?", ap_mrb_is_main, MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "sub_request?", ap_mrb_is_sub_request,
-                      MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "prev?", ap_mrb_is_internal_redirect,
-                      MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "internal_redirect?",
-                      ap_mrb_is_internal_redirect, MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "log", ap_mrb_request_log, MRB_ARGS_REQ(2));
-    mrb_define_method(mrb, c, "reverse_proxy", ap_mrb_reverse_proxy,
-                      MRB_ARGS_REQ(1));
+    c = mrb_api_define_class(mrb, apache, "Request", NULL,
+                             ap_mrb_request_methods);
+    mrb_api_define_attrs(mrb, c, ap_mrb_request_attrs);
 }

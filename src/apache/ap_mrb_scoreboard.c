@@ -239,33 +239,26 @@ ap_mrb_sb_pid(mrb_state *mrb, mrb_value self)
 }
 
 
+static const mrb_api_method  ap_mrb_scoreboard_methods[] = {
+    { "busy_worker", ap_mrb_sb_busy_worker, MRB_ARGS_NONE() },
+    { "idle_worker", ap_mrb_sb_idle_worker, MRB_ARGS_NONE() },
+    { "total_access", ap_mrb_sb_total_access, MRB_ARGS_NONE() },
+    { "total_kbyte", ap_mrb_sb_total_kbyte, MRB_ARGS_NONE() },
+    { "status", ap_mrb_sb_status, MRB_ARGS_NONE() },
+    { "counter", ap_mrb_sb_counter, MRB_ARGS_NONE() },
+    { "uptime", ap_mrb_sb_uptime, MRB_ARGS_NONE() },
+    { "restart_time", ap_mrb_sb_restart_time, MRB_ARGS_NONE() },
+    { "server_limit", ap_mrb_sb_server_limit, MRB_ARGS_NONE() },
+    { "thread_limit", ap_mrb_sb_thread_limit, MRB_ARGS_NONE() },
+    { "loadavg", ap_mrb_sb_loadavg, MRB_ARGS_NONE() },
+    { "pid", ap_mrb_sb_pid, MRB_ARGS_NONE() },
+    MRB_API_METHOD_END
+};
+
+
 void
 ap_mrb_define_scoreboard(mrb_state *mrb, struct RClass *apache)
 {
-    static const struct {
-        const char  *name;
-        mrb_func_t   fn;
-    } methods[] = {
-        { "busy_worker", ap_mrb_sb_busy_worker },
-        { "idle_worker", ap_mrb_sb_idle_worker },
-        { "total_access", ap_mrb_sb_total_access },
-        { "total_kbyte", ap_mrb_sb_total_kbyte },
-        { "status", ap_mrb_sb_status },
-        { "counter", ap_mrb_sb_counter },
-        { "uptime", ap_mrb_sb_uptime },
-        { "restart_time", ap_mrb_sb_restart_time },
-        { "server_limit", ap_mrb_sb_server_limit },
-        { "thread_limit", ap_mrb_sb_thread_limit },
-        { "loadavg", ap_mrb_sb_loadavg },
-        { "pid", ap_mrb_sb_pid }
-    };
-    struct RClass  *c;
-    size_t          i;
-
-    c = mrb_define_class_under(mrb, apache, "Scoreboard", mrb->object_class);
-
-    for (i = 0; i < sizeof(methods) / sizeof(methods[0]); i++) {
-        mrb_define_method(mrb, c, methods[i].name, methods[i].fn,
-                          MRB_ARGS_NONE());
-    }
+    mrb_api_define_class(mrb, apache, "Scoreboard", NULL,
+                         ap_mrb_scoreboard_methods);
 }

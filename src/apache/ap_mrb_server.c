@@ -59,45 +59,38 @@ AP_MRB_SERVER_INT(limit_req_fieldsize, s->limit_req_fieldsize)
 AP_MRB_SERVER_INT(limit_req_fields, s->limit_req_fields)
 
 
+#define AP_MRB_M(name)  { #name, ap_mrb_server_##name, MRB_ARGS_NONE() }
+
+static const mrb_api_method  ap_mrb_server_methods[] = {
+    AP_MRB_M(hostname),
+    AP_MRB_M(admin),
+    AP_MRB_M(scheme),
+    AP_MRB_M(error_fname),
+    AP_MRB_M(path),
+    AP_MRB_M(defn_name),
+    AP_MRB_M(document_root),
+    AP_MRB_M(port),
+    AP_MRB_M(defn_line_number),
+    AP_MRB_M(loglevel),
+    AP_MRB_M(timeout),
+    AP_MRB_M(keep_alive),
+    AP_MRB_M(keep_alive_timeout),
+    AP_MRB_M(keep_alive_max),
+    AP_MRB_M(is_virtual),
+    AP_MRB_M(limit_req_line),
+    AP_MRB_M(limit_req_fieldsize),
+    AP_MRB_M(limit_req_fields),
+
+    /* the original mod_mruby's names */
+    { "server_hostname", ap_mrb_server_hostname, MRB_ARGS_NONE() },
+    { "server_admin", ap_mrb_server_admin, MRB_ARGS_NONE() },
+
+    MRB_API_METHOD_END
+};
+
+
 void
 ap_mrb_define_server(mrb_state *mrb, struct RClass *apache)
 {
-    static const struct {
-        const char  *name;
-        mrb_func_t   fn;
-    } methods[] = {
-#define AP_MRB_M(name)  { #name, ap_mrb_server_##name }
-        AP_MRB_M(hostname),
-        AP_MRB_M(admin),
-        AP_MRB_M(scheme),
-        AP_MRB_M(error_fname),
-        AP_MRB_M(path),
-        AP_MRB_M(defn_name),
-        AP_MRB_M(document_root),
-        AP_MRB_M(port),
-        AP_MRB_M(defn_line_number),
-        AP_MRB_M(loglevel),
-        AP_MRB_M(timeout),
-        AP_MRB_M(keep_alive),
-        AP_MRB_M(keep_alive_timeout),
-        AP_MRB_M(keep_alive_max),
-        AP_MRB_M(is_virtual),
-        AP_MRB_M(limit_req_line),
-        AP_MRB_M(limit_req_fieldsize),
-        AP_MRB_M(limit_req_fields)
-#undef AP_MRB_M
-    };
-    struct RClass  *c;
-    size_t          i;
-
-    c = mrb_define_class_under(mrb, apache, "Server", mrb->object_class);
-
-    for (i = 0; i < sizeof(methods) / sizeof(methods[0]); i++) {
-        mrb_define_method(mrb, c, methods[i].name, methods[i].fn,
-                          MRB_ARGS_NONE());
-    }
-
-    /* the original mod_mruby's names */
-    mrb_define_alias(mrb, c, "server_hostname", "hostname");
-    mrb_define_alias(mrb, c, "server_admin", "admin");
+    mrb_api_define_class(mrb, apache, "Server", NULL, ap_mrb_server_methods);
 }

@@ -203,38 +203,51 @@ ap_mrb_table_all(mrb_state *mrb, mrb_value self)
 }
 
 
+/* the methods live in a common superclass */
+static const mrb_api_method  ap_mrb_table_methods[] = {
+    { "[]", ap_mrb_table_aref, MRB_ARGS_REQ(1) },
+    { "[]=", ap_mrb_table_aset, MRB_ARGS_REQ(2) },
+    { "add", ap_mrb_table_add, MRB_ARGS_REQ(2) },
+    { "delete", ap_mrb_table_delete, MRB_ARGS_REQ(1) },
+    { "all", ap_mrb_table_all, MRB_ARGS_NONE() },
+    MRB_API_METHOD_END
+};
+
+
+/* each subclass knows only which table of the request it reads */
+static const struct {
+    const char  *name;
+    mrb_func_t   init;
+} ap_mrb_table_classes[] = {
+    { "Headers_in", ap_mrb_headers_in_init },
+    { "Headers_out", ap_mrb_headers_out_init },
+    { "Err_headers_out", ap_mrb_err_headers_out_init },
+    { "Notes", ap_mrb_notes_init },
+    { "Subprocess_env", ap_mrb_subprocess_env_init },
+    { "Env", ap_mrb_env_init }
+};
+
+
 void
 ap_mrb_define_tables(mrb_state *mrb, struct RClass *apache)
 {
-    static const struct {
-        const char  *name;
-        mrb_func_t   init;
-    } classes[] = {
-        { "Headers_in", ap_mrb_headers_in_init },
-        { "Headers_out", ap_mrb_headers_out_init },
-        { "Err_headers_out", ap_mrb_err_headers_out_init },
-        { "Notes", ap_mrb_notes_init },
-        { "Subprocess_env", ap_mrb_subprocess_env_init },
-        { "Env", ap_mrb_env_init }
+    struct RClass   *table, *c;
+    size_t           i;
+    mrb_api_method   init[] = {
+        { "initialize", NULL, MRB_ARGS_NONE() },
+        MRB_API_METHOD_END
     };
-    struct RClass  *table, *c;
-    size_t          i;
 
-    /* the methods live in a common superclass */
-    table = mrb_define_class_under(mrb, apache, "Table", mrb->object_class);
+    table = mrb_api_define_class(mrb, apache, "Table", NULL,
+                                 ap_mrb_table_methods);
     MRB_SET_INSTANCE_TT(table, MRB_TT_DATA);
 
-    mrb_define_method(mrb, table, "[]", ap_mrb_table_aref, MRB_ARGS_REQ(1));
-    mrb_define_method(mrb, table, "[]=", ap_mrb_table_aset, MRB_ARGS_REQ(2));
-    mrb_define_method(mrb, table, "add", ap_mrb_table_add, MRB_ARGS_REQ(2));
-    mrb_define_method(mrb, table, "delete", ap_mrb_table_delete,
-                      MRB_ARGS_REQ(1));
-    mrb_define_method(mrb, table, "all", ap_mrb_table_all, MRB_ARGS_NONE());
-
-    for (i = 0; i < sizeof(classes) / sizeof(classes[0]); i++) {
-        c = mrb_define_class_under(mrb, apache, classes[i].name, table);
+    for (i = 0; i < sizeof(ap_mrb_table_classes)
+                    / sizeof(ap_mrb_table_classes[0]); i++)
+    {
+        init[0].func = ap_mrb_table_classes[i].init;
+        c = mrb_api_define_class(mrb, apache, ap_mrb_table_classes[i].name,
+                                 table, init);
         MRB_SET_INSTANCE_TT(c, MRB_TT_DATA);
-        mrb_define_method(mrb, c, "initialize", classes[i].init,
-                          MRB_ARGS_NONE());
     }
 }

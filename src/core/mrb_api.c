@@ -4,6 +4,8 @@
 
 #include "mrb_api.h"
 
+#include <mruby/string.h>
+
 
 void
 mrb_api_define_methods(mrb_state *mrb, struct RClass *c,
@@ -21,6 +23,28 @@ mrb_api_define_class_methods(mrb_state *mrb, struct RClass *c,
 {
     for ( /* void */ ; m->name != NULL; m++) {
         mrb_define_class_method(mrb, c, m->name, m->func, m->aspec);
+    }
+}
+
+
+void
+mrb_api_define_attrs(mrb_state *mrb, struct RClass *c, const mrb_api_attr *a)
+{
+    int        ai;
+    mrb_value  setter;
+
+    for ( /* void */ ; a->name != NULL; a++) {
+        mrb_define_method(mrb, c, a->name, a->get, MRB_ARGS_NONE());
+
+        if (a->set == NULL) {
+            continue;
+        }
+
+        ai = mrb_gc_arena_save(mrb);
+        setter = mrb_str_cat_lit(mrb, mrb_str_new_cstr(mrb, a->name), "=");
+        mrb_define_method_id(mrb, c, mrb_intern_str(mrb, setter), a->set,
+                             MRB_ARGS_REQ(1));
+        mrb_gc_arena_restore(mrb, ai);
     }
 }
 

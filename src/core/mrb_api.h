@@ -21,6 +21,18 @@ typedef struct {
 
 #define MRB_API_METHOD_END  { NULL, NULL, 0 }
 
+/*
+ * An attribute: name reads it and, when set is not NULL, name= writes it
+ * (one argument).  A class of many fields reads as one list of them.
+ */
+typedef struct {
+    const char  *name;
+    mrb_func_t   get;
+    mrb_func_t   set;
+} mrb_api_attr;
+
+#define MRB_API_ATTR_END  { NULL, NULL, NULL }
+
 /* An Integer constant. */
 typedef struct {
     const char  *name;
@@ -36,6 +48,10 @@ void mrb_api_define_methods(mrb_state *mrb, struct RClass *c,
 /* The methods of m as class (singleton) methods of c: Nginx.rputs. */
 void mrb_api_define_class_methods(mrb_state *mrb, struct RClass *c,
     const mrb_api_method *m);
+
+/* The attributes of a as instance methods of c: name and name=. */
+void mrb_api_define_attrs(mrb_state *mrb, struct RClass *c,
+    const mrb_api_attr *a);
 
 /* The constants of k in c. */
 void mrb_api_define_consts(mrb_state *mrb, struct RClass *c,
