@@ -6,14 +6,10 @@
 
 #include <mruby.h>
 
+#include "mrb_api.h"
 #include "mrb_interp_core.h"
 
-typedef struct {
-    const char  *name;
-    mrb_int      code;
-} mrb_http_status;
-
-static const mrb_http_status  mrb_http_statuses[] = {
+static const mrb_api_const  mrb_http_statuses[] = {
     { "HTTP_CONTINUE", 100 },
     { "HTTP_SWITCHING_PROTOCOLS", 101 },
     { "HTTP_PROCESSING", 102 },
@@ -82,18 +78,12 @@ static const mrb_http_status  mrb_http_statuses[] = {
     { "HTTP_TO_HTTPS", 497 },
     { "HTTP_CLIENT_CLOSED_REQUEST", 499 },
     { "HTTP_SERVER_ERROR", 500 },
+    MRB_API_CONST_END
 };
 
 
 void
 mrb_http_status_define(mrb_state *mrb, struct RClass *server_class)
 {
-    size_t  i;
-
-    for (i = 0; i < sizeof(mrb_http_statuses) / sizeof(mrb_http_statuses[0]);
-         i++)
-    {
-        mrb_define_const(mrb, server_class, mrb_http_statuses[i].name,
-                         mrb_fixnum_value(mrb_http_statuses[i].code));
-    }
+    mrb_api_define_consts(mrb, server_class, mrb_http_statuses);
 }

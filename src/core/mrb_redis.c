@@ -29,6 +29,7 @@
 #include <mruby/hash.h>
 #include <mruby/string.h>
 #include <mruby/variable.h>
+#include "mrb_api.h"
 #include "mrb_redis.h"
 #include "mrb_redis_conn.h"
 
@@ -54,21 +55,6 @@ static void redis_conn_free(mrb_state *mrb, void *p);
 static const mrb_data_type  redis_obj_type = { "Redis", redis_obj_free };
 static const mrb_data_type  redis_conn_type = { "Redis::Connection",
                                                 redis_conn_free };
-
-/* The commands defined as methods; each sends its name and its arguments. */
-static const char  *redis_commands[] = {
-    "append", "auth", "bitcount", "blpop", "brpop", "dbsize", "decr",
-    "decrby", "del", "echo", "exists", "expire", "expireat", "flushall",
-    "flushdb", "get", "getrange", "getset", "hdel", "hexists", "hget",
-    "hgetall", "hincrby", "hkeys", "hlen", "hmget", "hmset", "hset",
-    "hsetnx", "hvals", "incr", "incrby", "incrbyfloat", "info", "keys",
-    "lindex", "llen", "lpop", "lpush", "lrange", "lrem", "lset", "ltrim",
-    "mget", "mset", "persist", "pexpire", "ping", "pttl", "publish", "rename",
-    "rpop", "rpush", "sadd", "scard", "select", "set", "setex", "setnx",
-    "sismember", "smembers", "spop", "srem", "strlen", "ttl", "type",
-    "zadd", "zcard", "zcount", "zincrby", "zrange", "zrangebyscore", "zrank",
-    "zrem", "zremrangebyscore", "zrevrange", "zscore"
-};
 
 
 static void
@@ -619,42 +605,73 @@ redis_port(mrb_state *mrb, mrb_value self)
 }
 
 
+static const mrb_api_method  redis_methods[] = {
+    { "initialize", redis_initialize, MRB_ARGS_OPT(2) | MRB_ARGS_KEY(1, 0) },
+    { "call", redis_call, MRB_ARGS_ANY() },
+    { "pipelined", redis_pipelined, MRB_ARGS_BLOCK() },
+    { "queue", redis_queue, MRB_ARGS_ANY() },
+    { "commit", redis_commit, MRB_ARGS_NONE() },
+    { "close", redis_close, MRB_ARGS_NONE() },
+    { "connected?", redis_connected, MRB_ARGS_NONE() },
+    { "host", redis_host, MRB_ARGS_NONE() },
+    { "port", redis_port, MRB_ARGS_NONE() },
+    { "[]", redis_aref, MRB_ARGS_REQ(1) },
+    { "[]=", redis_aset, MRB_ARGS_REQ(2) },
+    MRB_API_METHOD_END
+};
+
+
+/* The commands callable by name (r.get "k"): each sends its own name. */
+#define REDIS_CMD(name)  { name, redis_named, MRB_ARGS_ANY() }
+
+static const mrb_api_method  redis_command_methods[] = {
+    REDIS_CMD("append"), REDIS_CMD("auth"), REDIS_CMD("bitcount"),
+    REDIS_CMD("blpop"), REDIS_CMD("brpop"), REDIS_CMD("dbsize"),
+    REDIS_CMD("decr"), REDIS_CMD("decrby"), REDIS_CMD("del"),
+    REDIS_CMD("echo"), REDIS_CMD("exists"), REDIS_CMD("expire"),
+    REDIS_CMD("expireat"), REDIS_CMD("flushall"), REDIS_CMD("flushdb"),
+    REDIS_CMD("get"), REDIS_CMD("getrange"), REDIS_CMD("getset"),
+    REDIS_CMD("hdel"), REDIS_CMD("hexists"), REDIS_CMD("hget"),
+    REDIS_CMD("hgetall"), REDIS_CMD("hincrby"), REDIS_CMD("hkeys"),
+    REDIS_CMD("hlen"), REDIS_CMD("hmget"), REDIS_CMD("hmset"),
+    REDIS_CMD("hset"), REDIS_CMD("hsetnx"), REDIS_CMD("hvals"),
+    REDIS_CMD("incr"), REDIS_CMD("incrby"), REDIS_CMD("incrbyfloat"),
+    REDIS_CMD("info"), REDIS_CMD("keys"), REDIS_CMD("lindex"),
+    REDIS_CMD("llen"), REDIS_CMD("lpop"), REDIS_CMD("lpush"),
+    REDIS_CMD("lrange"), REDIS_CMD("lrem"), REDIS_CMD("lset"),
+    REDIS_CMD("ltrim"), REDIS_CMD("mget"), REDIS_CMD("mset"),
+    REDIS_CMD("persist"), REDIS_CMD("pexpire"), REDIS_CMD("ping"),
+    REDIS_CMD("pttl"), REDIS_CMD("publish"), REDIS_CMD("rename"),
+    REDIS_CMD("rpop"), REDIS_CMD("rpush"), REDIS_CMD("sadd"),
+    REDIS_CMD("scard"), REDIS_CMD("select"), REDIS_CMD("set"),
+    REDIS_CMD("setex"), REDIS_CMD("setnx"), REDIS_CMD("sismember"),
+    REDIS_CMD("smembers"), REDIS_CMD("spop"), REDIS_CMD("srem"),
+    REDIS_CMD("strlen"), REDIS_CMD("ttl"), REDIS_CMD("type"),
+    REDIS_CMD("zadd"), REDIS_CMD("zcard"), REDIS_CMD("zcount"),
+    REDIS_CMD("zincrby"), REDIS_CMD("zrange"), REDIS_CMD("zrangebyscore"),
+    REDIS_CMD("zrank"), REDIS_CMD("zrem"), REDIS_CMD("zremrangebyscore"),
+    REDIS_CMD("zrevrange"), REDIS_CMD("zscore"),
+    MRB_API_METHOD_END
+};
+
+
 void
 mrb_redis_define(mrb_state *mrb)
 {
-    size_t          i;
     struct RClass  *c, *base, *conn_error, *conn;
 
-    c = mrb_define_class(mrb, "Redis", mrb->object_class);
+    c = mrb_api_define_class(mrb, NULL, "Redis", NULL, redis_methods);
     MRB_SET_INSTANCE_TT(c, MRB_TT_DATA);
+    mrb_api_define_methods(mrb, c, redis_command_methods);
 
-    base = mrb_define_class_under(mrb, c, "BaseError",
-                                  mrb->eStandardError_class);
-    conn_error = mrb_define_class_under(mrb, c, "ConnectionError", base);
-    mrb_define_class_under(mrb, c, "TimeoutError", conn_error);
-    mrb_define_class_under(mrb, c, "ReplyError", base);
+    base = mrb_api_define_class(mrb, c, "BaseError",
+                                mrb->eStandardError_class, NULL);
+    conn_error = mrb_api_define_class(mrb, c, "ConnectionError", base, NULL);
+    mrb_api_define_class(mrb, c, "TimeoutError", conn_error, NULL);
+    mrb_api_define_class(mrb, c, "ReplyError", base, NULL);
 
     /* holds a kept connection; not for scripts */
-    conn = mrb_define_class_under(mrb, c, "Connection", mrb->object_class);
+    conn = mrb_api_define_class(mrb, c, "Connection", NULL, NULL);
     MRB_SET_INSTANCE_TT(conn, MRB_TT_DATA);
     mrb_undef_class_method(mrb, conn, "new");
-
-    mrb_define_method(mrb, c, "initialize", redis_initialize,
-                      MRB_ARGS_OPT(2) | MRB_ARGS_KEY(1, 0));
-    mrb_define_method(mrb, c, "call", redis_call, MRB_ARGS_ANY());
-    mrb_define_method(mrb, c, "pipelined", redis_pipelined, MRB_ARGS_BLOCK());
-    mrb_define_method(mrb, c, "queue", redis_queue, MRB_ARGS_ANY());
-    mrb_define_method(mrb, c, "commit", redis_commit, MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "close", redis_close, MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "connected?", redis_connected, MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "host", redis_host, MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "port", redis_port, MRB_ARGS_NONE());
-
-    for (i = 0; i < sizeof(redis_commands) / sizeof(redis_commands[0]); i++) {
-        mrb_define_method(mrb, c, redis_commands[i], redis_named,
-                          MRB_ARGS_ANY());
-    }
-
-    mrb_define_method(mrb, c, "[]", redis_aref, MRB_ARGS_REQ(1));
-    mrb_define_method(mrb, c, "[]=", redis_aset, MRB_ARGS_REQ(2));
 }

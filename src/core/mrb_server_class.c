@@ -12,6 +12,7 @@
 #include <mruby/string.h>
 #include <mruby/variable.h>
 
+#include "mrb_api.h"
 #include "mrb_interp_core.h"
 #include "mrb_shdict.h"
 
@@ -174,33 +175,37 @@ kernel_get_server_class(mrb_state *mrb, mrb_value self)
 }
 
 
+static const mrb_api_method  server_class_methods[] = {
+    { "rputs", server_rputs, MRB_ARGS_REQ(1) },
+    { "return", server_return, MRB_ARGS_REQ(1) },
+    { "errlogger", server_errlogger, MRB_ARGS_REQ(2) },
+    { "log", server_errlogger, MRB_ARGS_REQ(2) },
+    { "log_level?", server_log_level_p, MRB_ARGS_REQ(1) },
+    { "module_name", server_module_name, MRB_ARGS_NONE() },
+    { "module_version", server_module_version, MRB_ARGS_NONE() },
+    { "remove_global_variable", server_remove_global_variable,
+      MRB_ARGS_REQ(1) },
+    { "global_remove", server_remove_global_variable, MRB_ARGS_REQ(1) },
+    MRB_API_METHOD_END
+};
+
+
+/* what a script calls to find its server, the same on both */
+static const mrb_api_method  server_kernel_methods[] = {
+    { "server_name", kernel_server_name, MRB_ARGS_NONE() },
+    { "get_server_class", kernel_get_server_class, MRB_ARGS_NONE() },
+    MRB_API_METHOD_END
+};
+
+
 void
 mrb_server_class_define(mrb_state *mrb, const mrb_server *server)
 {
     struct RClass  *c;
 
-    c = mrb_define_class(mrb, server->class_name, mrb->object_class);
-
-    mrb_define_class_method(mrb, c, "rputs", server_rputs, MRB_ARGS_REQ(1));
-    mrb_define_class_method(mrb, c, "return", server_return, MRB_ARGS_REQ(1));
-    mrb_define_class_method(mrb, c, "errlogger", server_errlogger,
-                            MRB_ARGS_REQ(2));
-    mrb_define_class_method(mrb, c, "log", server_errlogger, MRB_ARGS_REQ(2));
-    mrb_define_class_method(mrb, c, "log_level?", server_log_level_p,
-                            MRB_ARGS_REQ(1));
-    mrb_define_class_method(mrb, c, "module_name", server_module_name,
-                            MRB_ARGS_NONE());
-    mrb_define_class_method(mrb, c, "module_version", server_module_version,
-                            MRB_ARGS_NONE());
-    mrb_define_class_method(mrb, c, "remove_global_variable",
-                            server_remove_global_variable, MRB_ARGS_REQ(1));
-    mrb_define_class_method(mrb, c, "global_remove",
-                            server_remove_global_variable, MRB_ARGS_REQ(1));
-
-    mrb_define_method(mrb, mrb->kernel_module, "server_name",
-                      kernel_server_name, MRB_ARGS_NONE());
-    mrb_define_method(mrb, mrb->kernel_module, "get_server_class",
-                      kernel_get_server_class, MRB_ARGS_NONE());
+    c = mrb_api_define_class(mrb, NULL, server->class_name, NULL, NULL);
+    mrb_api_define_class_methods(mrb, c, server_class_methods);
+    mrb_api_define_methods(mrb, mrb->kernel_module, server_kernel_methods);
 
     mrb_http_status_define(mrb, c);
     mrb_shdict_define(mrb, c);

@@ -18,6 +18,7 @@
 #include <mruby/data.h>
 #include <mruby/string.h>
 #include <mruby/variable.h>
+#include "mrb_api.h"
 #include "mrb_shdict.h"
 #include "mrb_shdict_zone.h"
 
@@ -604,36 +605,38 @@ shd_name(mrb_state *mrb, mrb_value self)
 }
 
 
+static const mrb_api_method  shd_methods[] = {
+    { "initialize", shd_initialize, MRB_ARGS_REQ(1) },
+    { "get", shd_get, MRB_ARGS_REQ(1) },
+    { "[]", shd_get, MRB_ARGS_REQ(1) },
+    { "set", shd_set, MRB_ARGS_REQ(2) | MRB_ARGS_KEY(1, 0) },
+    { "[]=", shd_set, MRB_ARGS_REQ(2) },
+    { "safe_set", shd_safe_set, MRB_ARGS_REQ(2) | MRB_ARGS_KEY(1, 0) },
+    { "add", shd_add, MRB_ARGS_REQ(2) | MRB_ARGS_KEY(1, 0) },
+    { "safe_add", shd_add, MRB_ARGS_REQ(2) | MRB_ARGS_KEY(1, 0) },
+    { "incr", shd_incr, MRB_ARGS_ARG(1, 1) | MRB_ARGS_KEY(2, 0) },
+    { "delete", shd_delete, MRB_ARGS_REQ(1) },
+    { "ttl", shd_ttl, MRB_ARGS_REQ(1) },
+    { "keys", shd_keys, MRB_ARGS_NONE() },
+    { "size", shd_size, MRB_ARGS_NONE() },
+    { "flush_all", shd_flush_all, MRB_ARGS_NONE() },
+    { "hold", shd_hold, MRB_ARGS_ARG(1, 1) },
+    { "release", shd_release, MRB_ARGS_ARG(1, 1) },
+    { "name", shd_name, MRB_ARGS_NONE() },
+    MRB_API_METHOD_END
+};
+
+
 void
 mrb_shdict_define(mrb_state *mrb, struct RClass *server_class)
 {
     struct RClass  *c, *error;
 
-    c = mrb_define_class_under(mrb, server_class, "SharedDict",
-                               mrb->object_class);
+    c = mrb_api_define_class(mrb, server_class, "SharedDict", NULL,
+                             shd_methods);
     MRB_SET_INSTANCE_TT(c, MRB_TT_DATA);
 
-    error = mrb_define_class_under(mrb, c, "Error", mrb->eStandardError_class);
-    mrb_define_class_under(mrb, c, "FullError", error);
-
-    mrb_define_method(mrb, c, "initialize", shd_initialize, MRB_ARGS_REQ(1));
-    mrb_define_method(mrb, c, "get", shd_get, MRB_ARGS_REQ(1));
-    mrb_define_method(mrb, c, "[]", shd_get, MRB_ARGS_REQ(1));
-    mrb_define_method(mrb, c, "set", shd_set, MRB_ARGS_REQ(2) | MRB_ARGS_KEY(1, 0));
-    mrb_define_method(mrb, c, "[]=", shd_set, MRB_ARGS_REQ(2));
-    mrb_define_method(mrb, c, "safe_set", shd_safe_set,
-                      MRB_ARGS_REQ(2) | MRB_ARGS_KEY(1, 0));
-    mrb_define_method(mrb, c, "add", shd_add, MRB_ARGS_REQ(2) | MRB_ARGS_KEY(1, 0));
-    mrb_define_method(mrb, c, "safe_add", shd_add,
-                      MRB_ARGS_REQ(2) | MRB_ARGS_KEY(1, 0));
-    mrb_define_method(mrb, c, "incr", shd_incr,
-                      MRB_ARGS_ARG(1, 1) | MRB_ARGS_KEY(2, 0));
-    mrb_define_method(mrb, c, "delete", shd_delete, MRB_ARGS_REQ(1));
-    mrb_define_method(mrb, c, "ttl", shd_ttl, MRB_ARGS_REQ(1));
-    mrb_define_method(mrb, c, "keys", shd_keys, MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "size", shd_size, MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "flush_all", shd_flush_all, MRB_ARGS_NONE());
-    mrb_define_method(mrb, c, "hold", shd_hold, MRB_ARGS_ARG(1, 1));
-    mrb_define_method(mrb, c, "release", shd_release, MRB_ARGS_ARG(1, 1));
-    mrb_define_method(mrb, c, "name", shd_name, MRB_ARGS_NONE());
+    error = mrb_api_define_class(mrb, c, "Error", mrb->eStandardError_class,
+                                 NULL);
+    mrb_api_define_class(mrb, c, "FullError", error, NULL);
 }
