@@ -261,7 +261,8 @@ ngx_http_mruby_get_status(mrb_state *mrb, mrb_value self)
 
 /*
  * Nginx.redirect(uri, code = 302): a URL goes to the client as a
- * redirect with Location; a path ("/...") is an internal redirect.
+ * redirect with Location; a path ("/...") or a named location ("@name")
+ * is an internal redirect.
  */
 static mrb_value
 ngx_http_mruby_redirect(mrb_state *mrb, mrb_value self)
@@ -287,7 +288,7 @@ ngx_http_mruby_redirect(mrb_state *mrb, mrb_value self)
         mrb_raise(mrb, E_RUNTIME_ERROR, "Nginx.redirect: out of memory");
     }
 
-    if (value.data[0] == '/') {
+    if (value.data[0] == '/' || value.data[0] == '@') {
         data->ctx->redirect = value;
         return self;
     }

@@ -128,6 +128,28 @@ ngx_http_mruby_handler(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     phase = ngx_http_mruby_cmd_phase(cmd->post);
 
+    /* refused where it would be accepted and never run */
+
+    if (phase == NGX_HTTP_MRUBY_SERVER_REWRITE
+        && (cf->cmd_type & (NGX_HTTP_LOC_CONF|NGX_HTTP_LIF_CONF)))
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "\"%V\" cannot run in a "
+                           "location: the server rewrite phase comes before "
+                           "a location is chosen (use it at server level, or "
+                           "mruby_rewrite_handler here)", &cmd->name);
+        return NGX_CONF_ERROR;
+    }
+
+    if (phase == NGX_HTTP_MRUBY_REWRITE
+        && (cf->cmd_type & NGX_HTTP_LIF_CONF))
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "\"%V\" cannot run inside "
+                           "\"if\": the location's rewrite script runs before "
+                           "nginx evaluates \"if\" (test the condition in the "
+                           "script)", &cmd->name);
+        return NGX_CONF_ERROR;
+    }
+
     mmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_mruby_module);
     mmcf->handlers |= 1 << phase;
 

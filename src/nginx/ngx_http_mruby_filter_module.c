@@ -160,9 +160,15 @@ ngx_http_mruby_header_filter(ngx_http_request_t *r)
     r->filter_need_in_memory = 1;
     r->allow_ranges = 0;
 
+    /*
+     * The script may make a different body each time: the original's
+     * validators would let a client or cache keep content it has never
+     * seen (sub_filter drops them too).
+     */
     ngx_http_clear_content_length(r);
     ngx_http_clear_accept_ranges(r);
-    ngx_http_weak_etag(r);
+    ngx_http_clear_last_modified(r);
+    ngx_http_clear_etag(r);
 
     return NGX_OK;
 }
@@ -311,9 +317,33 @@ ngx_http_mruby_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 }
 
 
+/*
+ * nginx's not_modified filter comes before ours in the header filter chain
+ * (a filter module of our kind is placed before the copy filter), so it
+ * would answer 304 by the original's ETag or Last-Modified before the body
+ * script has made the body.  A location with a body filter switches it off
+ * before content is made, in the precontent phase.
+ */
+static ngx_int_t
+ngx_http_mruby_filter_precontent(ngx_http_request_t *r)
+{
+    ngx_http_mruby_loc_conf_t  *mlcf;
+
+    mlcf = ngx_http_get_module_loc_conf(r, ngx_http_mruby_module);
+
+    if (mlcf->handlers[NGX_HTTP_MRUBY_BODY_FILTER] != NULL) {
+        r->disable_not_modified = 1;
+    }
+
+    return NGX_DECLINED;
+}
+
+
 static ngx_int_t
 ngx_http_mruby_filter_init(ngx_conf_t *cf)
 {
+    ngx_http_handler_pt         *h;
+    ngx_http_core_main_conf_t   *cmcf;
     ngx_http_mruby_main_conf_t  *mmcf;
 
     mmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_mruby_module);
@@ -326,6 +356,17 @@ ngx_http_mruby_filter_init(ngx_conf_t *cf)
 
         ngx_http_next_body_filter = ngx_http_top_body_filter;
         ngx_http_top_body_filter = ngx_http_mruby_body_filter;
+    }
+
+    if (mmcf->handlers & (1 << NGX_HTTP_MRUBY_BODY_FILTER)) {
+        cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
+
+        h = ngx_array_push(&cmcf->phases[NGX_HTTP_PRECONTENT_PHASE].handlers);
+        if (h == NULL) {
+            return NGX_ERROR;
+        }
+
+        *h = ngx_http_mruby_filter_precontent;
     }
 
     return NGX_OK;

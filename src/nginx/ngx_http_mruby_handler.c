@@ -99,6 +99,17 @@ ngx_http_mruby_send(ngx_http_request_t *r, ngx_http_mruby_ctx_t *ctx,
         if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
             return rc;
         }
+
+    } else if (r->header_only) {
+        /*
+         * Nginx.send_header went first, and the response takes no body
+         * (HEAD, 204, 304, an auth_request subrequest): bytes sent now
+         * would be read as the start of the next response.
+         */
+        ctx->out = NULL;
+        ctx->last_out = &ctx->out;
+        ctx->out_len = 0;
+        return NGX_OK;
     }
 
     if (ctx->out == NULL) {
@@ -120,8 +131,9 @@ ngx_http_mruby_send(ngx_http_request_t *r, ngx_http_mruby_ctx_t *ctx,
 
 
 /*
- * Nginx.redirect "/path": an internal redirect, done once the script has
- * returned (nginx runs the phases of the new URI from within the call).
+ * Nginx.redirect "/path" or "@name": an internal redirect, done once the
+ * script has returned (nginx runs the phases of the new URI from within
+ * the call).
  */
 static ngx_int_t
 ngx_http_mruby_internal_redirect(ngx_http_request_t *r,
@@ -133,14 +145,18 @@ ngx_http_mruby_internal_redirect(ngx_http_request_t *r,
     uri = ctx->redirect;
     ngx_str_null(&args);
 
+    /* ctx is zeroed by either redirect */
+
+    if (uri.data[0] == '@') {
+        return ngx_http_named_location(r, &uri);
+    }
+
     q = ngx_strlchr(uri.data, uri.data + uri.len, '?');
     if (q != NULL) {
         args.data = q + 1;
         args.len = uri.data + uri.len - args.data;
         uri.len = q - uri.data;
     }
-
-    /* ctx is zeroed by the redirect */
 
     return ngx_http_internal_redirect(r, &uri, &args);
 }
@@ -332,6 +348,15 @@ ngx_http_mruby_phase_handler(ngx_http_mruby_access_handler,
                              NGX_HTTP_MRUBY_ACCESS)
 
 
+/* mruby_add_handler: whether the URI names a script (ends in .rb). */
+static ngx_int_t
+ngx_http_mruby_uri_is_script(ngx_http_request_t *r)
+{
+    return r->uri.len >= 4
+           && ngx_strncmp(r->uri.data + r->uri.len - 3, ".rb", 3) == 0;
+}
+
+
 /*
  * mruby_add_handler: the script is the .rb file the URI maps to, cached
  * for the life of the worker with the block's policy.  NULL: not ours.
@@ -346,9 +371,7 @@ ngx_http_mruby_uri_script(ngx_http_request_t *r,
     ngx_file_info_t      fi;
     ngx_mruby_script_t  *s;
 
-    if (r->uri.len < 4
-        || ngx_strncmp(r->uri.data + r->uri.len - 3, ".rb", 3) != 0)
-    {
+    if (!ngx_http_mruby_uri_is_script(r)) {
         return NULL;
     }
 
@@ -460,10 +483,30 @@ ngx_http_mruby_content_run(ngx_http_request_t *r)
 }
 
 
+/*
+ * The body is there: run the script.  A script that declines leaves the
+ * request to the next content handler: step past ours before the phases
+ * run again, or they would start at this handler, whose body is read, and
+ * call it back without end.
+ */
 static void
 ngx_http_mruby_content_body_read(ngx_http_request_t *r)
 {
-    ngx_http_finalize_request(r, ngx_http_mruby_content_run(r));
+    ngx_int_t  rc;
+
+    rc = ngx_http_mruby_content_run(r);
+
+    if (rc != NGX_DECLINED) {
+        ngx_http_finalize_request(r, rc);
+        return;
+    }
+
+    /* the next handler's answer is finalized by the content phase, and
+       that stands for the reference the body reading took */
+
+    r->phase_handler++;
+    r->write_event_handler = ngx_http_core_run_phases;
+    ngx_http_core_run_phases(r);
 }
 
 
@@ -475,7 +518,11 @@ ngx_http_mruby_content_handler(ngx_http_request_t *r)
 
     mlcf = ngx_http_get_module_loc_conf(r, ngx_http_mruby_module);
 
-    if (mlcf->handlers[NGX_HTTP_MRUBY_CONTENT] == NULL && !mlcf->add_handler) {
+    /* no script will run: leave the body to the handler that answers */
+
+    if (mlcf->handlers[NGX_HTTP_MRUBY_CONTENT] == NULL
+        && !(mlcf->add_handler && ngx_http_mruby_uri_is_script(r)))
+    {
         return NGX_DECLINED;
     }
 
