@@ -27,6 +27,7 @@ Environment:
 
 import glob
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -102,15 +103,71 @@ MaxConnectionsPerChild 0
 }
 
 
+# One child process, so that requests sent one after another run in the same
+# interpreter (a child lends the interpreter given back last to the next run).
+ONE_CHILD = {
+    "event": "StartServers 1\nServerLimit 1\nThreadsPerChild 4\n"
+             "ThreadLimit 4\nMinSpareThreads 1\nMaxSpareThreads 4\n"
+             "MaxRequestWorkers 4\nMaxConnectionsPerChild 0\n",
+    "prefork": "StartServers 1\nMinSpareServers 1\nMaxSpareServers 1\n"
+               "ServerLimit 1\nMaxRequestWorkers 1\n"
+               "MaxConnectionsPerChild 0\n",
+}
+
+
 class HarnessError(Exception):
     """A server could not be set up, started or stopped."""
 
 
+# Sockets that hold the ports free_port() handed out, for the life of this
+# process.  Bound with SO_REUSEADDR and never listening, a socket keeps the
+# kernel from giving its port to anyone else (another test's bind to port 0,
+# an outgoing connection), while a server that binds the port with
+# SO_REUSEADDR, as Apache, nginx and redis-server do, can still listen on it.
+_reserved_ports = []
+
+
+def _raise_fd_limit():
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < min(hard, 8192):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8192), hard))
+
+
+_raise_fd_limit()
+
+
 def free_port():
-    """A TCP port on 127.0.0.1 that nobody listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on 127.0.0.1 that nobody listens on, reserved for servers
+    of this process: no other process is given it while this one runs."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.1", 0))
+    _reserved_ports.append(s)
+    return s.getsockname()[1]
+
+
+class UnnoticedWriter:
+    """Changes a file's bytes in place through a shared mapping opened
+    earlier: readers see the new bytes at once, but inotify reports nothing
+    (IN_OPEN came when the mapping was made, IN_CLOSE_WRITE comes only when
+    it is closed).  A script served under `never` (read on every run) shows
+    the change at once and one under a cache policy does not, which tells
+    the policies apart.  Open it before the server first runs the script."""
+
+    def __init__(self, path):
+        import mmap
+        self._file = open(path, "r+b")
+        self._map = mmap.mmap(self._file.fileno(), 0)
+
+    def replace(self, old, new):
+        assert len(old) == len(new)
+        i = self._map.find(old)
+        assert i >= 0, f"{old!r} not in {self._file.name}"
+        self._map[i:i + len(old)] = new
+
+    def close(self):
+        self._map.close()
+        self._file.close()
 
 
 def make_www_dir(prefix):

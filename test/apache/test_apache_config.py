@@ -124,14 +124,29 @@ def test_handler_enable_runs_the_requested_file(apache):
 
 
 def test_handler_enable_scripts_follow_edits_and_policy(apache):
-    a = apache(SCRIPT_HANDLER, docs={"app/v.rb": 'Apache.rputs "1"',
-                                     "app/never/v.rb": 'Apache.rputs "1"'})
-    assert a.get("/app/v.rb").text == "1"
-    assert a.get("/app/never/v.rb").text == "1"
-    a.write_doc("app/v.rb", 'Apache.rputs "22"')
-    a.write_doc("app/never/v.rb", 'Apache.rputs "22"')
-    assert a.get("/app/v.rb").text == "22"
+    # one child: every request below runs where the watch saw the edits
+    a = apache(SCRIPT_HANDLER, mpm_conf=harness.ONE_CHILD["event"],
+               docs={"app/v.rb": 'Apache.rputs "11"',
+                     "app/never/v.rb": 'Apache.rputs "11"'})
+    writers = [harness.UnnoticedWriter(os.path.join(a.docroot, rel))
+               for rel in ("app/v.rb", "app/never/v.rb")]
+    # the first runs put the file under watch
+    for _ in range(3):
+        assert a.get("/app/v.rb").text == "11"
+    assert a.get("/app/never/v.rb").text == "11"
+    # a change no file watch reports: only `never`, which reads the file on
+    # every run, shows it; the cached script is served as compiled
+    for w in writers:
+        w.replace(b"11", b"22")
+    assert a.get("/app/v.rb").text == "11"
     assert a.get("/app/never/v.rb").text == "22"
+    for w in writers:
+        w.close()
+    # an edit the watch sees applies under both
+    a.write_doc("app/v.rb", 'Apache.rputs "333"')
+    a.write_doc("app/never/v.rb", 'Apache.rputs "333"')
+    assert a.get("/app/v.rb").text == "333"
+    assert a.get("/app/never/v.rb").text == "333"
 
 
 def test_sethandler_mruby_script(apache):
@@ -247,7 +262,7 @@ BASIC = """
     AuthBasicProvider mruby
     mrubyAuthnCheckPassword {dir}/check.rb
     Require valid-user
-    mrubyHandlerMiddleCode 'Apache.rputs "welcome " + Apache::Request.new.user'
+    mrubyHandlerMiddleCode 'r = Apache::Request.new; Apache.rputs "welcome #{r.user} to #{r.notes["realm"]}"'
 </Location>
 <Location /secret/error>
     mrubyAuthnCheckPassword {dir}/error.rb
@@ -274,7 +289,8 @@ end
     assert a.get("/secret").status_code == 401
     r = a.get("/secret", auth=("ann", "p:ss w\u00f6rd".encode()))
     assert r.status_code == 200
-    assert r.text == "welcome ann"
+    # the provider saw the container's AuthName
+    assert r.text == "welcome ann to realm one"
     assert a.get("/secret", auth=("ann", "nope")).status_code == 401
     assert a.get("/secret/error", auth=("ann", "x")).status_code == 500
     a.wait_log("mrubyAuthnCheckPassword: RuntimeError: authn broke")

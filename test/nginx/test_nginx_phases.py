@@ -1,10 +1,13 @@
 """ngx_mruby: one test per directive, against a real nginx."""
 
+import os
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+
+import harness
 
 
 def code(ruby):
@@ -322,6 +325,34 @@ def test_cache_flag_never(nginx):
     assert n.get("/").text == "v1"
     n.write("v.rb", 'Nginx.rputs "v2"')
     assert n.get("/").text == "v2"
+
+
+def test_mruby_cache_directive_sets_the_policy(nginx):
+    """mruby_cache stat|off (both `stat`), never and on (`forever`) for the
+    file scripts of a block, told apart by what each sees of two edits:
+    one that no file watch reports (only `never` reads the file on every
+    run) and an ordinary one (everything but `forever` applies it)."""
+    policies = ("stat", "off", "never", "on")
+    n = nginx("\n".join(
+        f"location /{p} {{ mruby_cache {p}; "
+        f"mruby_content_handler {{dir}}/{p}.rb; }}" for p in policies),
+        files={f"{p}.rb": 'Nginx.rputs "11"' for p in policies})
+    writers = {p: harness.UnnoticedWriter(os.path.join(n.dir, f"{p}.rb"))
+               for p in policies}
+    # the first runs put the files under watch
+    for _ in range(3):
+        assert {p: n.get(f"/{p}").text for p in policies} == dict.fromkeys(
+            policies, "11")
+    for w in writers.values():
+        w.replace(b"11", b"22")
+    assert {p: n.get(f"/{p}").text for p in policies} == {
+        "stat": "11", "off": "11", "never": "22", "on": "11"}
+    for w in writers.values():
+        w.close()
+    for p in policies:
+        n.write(f"{p}.rb", 'Nginx.rputs "333"')
+    assert {p: n.get(f"/{p}").text for p in policies} == {
+        "stat": "333", "off": "333", "never": "333", "on": "11"}
 
 
 def test_invalid_policy_is_a_config_error(nginx):
