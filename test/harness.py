@@ -226,6 +226,10 @@ def children_of(pid):
     return sorted(out)
 
 
+# Ruby that gives the pid of the process that runs it (a String).
+PID_RB = 'File.open("/proc/self/stat") { |f| f.read }.split(" ")[0]'
+
+
 def rss_kb(pid):
     """Resident set size of pid in kB (VmRSS), or None if it is gone."""
     try:
@@ -339,6 +343,23 @@ class Server:
 
     def get(self, path="/", **kw):
         return self.request("GET", path, **kw)
+
+    def get_spread(self, path="/", count=16, concurrency=4, **kw):
+        """count GETs of path, concurrency at a time, each on a connection
+        of its own (Connection: close), so that they spread over the worker
+        processes (the session's kept-alive connection reaches one); returns
+        the responses in the order sent."""
+        import concurrent.futures
+        kw.setdefault("timeout", HTTP_TIMEOUT)
+        kw.setdefault("allow_redirects", False)
+        headers = dict(kw.pop("headers", None) or {}, Connection="close")
+
+        def one(_):
+            with requests.Session() as s:
+                s.trust_env = False
+                return s.get(self.url(path), headers=headers, **kw)
+        with concurrent.futures.ThreadPoolExecutor(concurrency) as ex:
+            return list(ex.map(one, range(count)))
 
     def post(self, path="/", **kw):
         return self.request("POST", path, **kw)

@@ -333,11 +333,16 @@ def test_shared_dict(apache):
     a = apache("""
 mrubySharedDict counters 1m
 <Location /count>
-    mrubyHandlerMiddleCode 'd = Apache::SharedDict.new("counters"); Apache.rputs d.incr("hits", 1, init: 0).to_s'
+    mrubyHandlerMiddle {dir}/count.rb
 </Location>
-""", mpm="prefork")
-    counts = [int(a.get("/count").text) for _ in range(5)]
-    assert counts == [1, 2, 3, 4, 5]
+""", mpm="prefork", files={"count.rb": (
+        'd = Apache::SharedDict.new("counters")\n'
+        'Apache.rputs "#{d.incr("hits", 1, init: 0)} #{' + harness.PID_RB
+        + '}"')})
+    answers = [r.text.split() for r in a.get_spread("/count", count=40)]
+    # one counter, whichever child process answered
+    assert sorted(int(n) for n, _ in answers) == list(range(1, 41))
+    assert len({pid for _, pid in answers}) >= 2
 
 
 def test_debian_snippets(apache):

@@ -240,17 +240,19 @@ def test_var(nginx):
     n = nginx("""
 location / {
     set $mine "initial";
+    set $mine2 "initial2";
     mruby_content_handler_code '
         v = Nginx::Var.new
         before = v.mine
         v.mine = "changed"
-        v.set "mine2", "x" rescue nil
-        Nginx.rputs [before, v.mine, v.request_method, v.arg_a.to_s,
+        v.set "mine2", "set by set"
+        Nginx.rputs [before, v.mine, v.mine2, v.request_method, v.arg_a.to_s,
                      v.exist?("mine").to_s, v.exist?("nonesuch").to_s,
                      Nginx::Request.new.var.uri].join("|")
     ';
 }""")
-    assert n.get("/p?a=7").text == "initial|changed|GET|7|true|false|/p"
+    assert n.get("/p?a=7").text == (
+        "initial|changed|set by set|GET|7|true|false|/p")
 
 
 def test_var_set_undeclared_raises(nginx):

@@ -374,10 +374,15 @@ def test_shared_dict_directive(nginx):
 mruby_shared_dict counters 1m;
 server {
     listen 127.0.0.1:{port};
-    location / { mruby_content_handler_code 'd = Nginx::SharedDict.new("counters"); Nginx.rputs d.incr("hits", 1, init: 0).to_s'; }
-}""", workers=2)
-    seen = [int(n.get("/").text) for _ in range(10)]
-    assert seen == list(range(1, 11))
+    location / { mruby_content_handler {dir}/count.rb; }
+}""", workers=2, files={"count.rb": (
+        'd = Nginx::SharedDict.new("counters")\n'
+        'Nginx.rputs "#{d.incr("hits", 1, init: 0)} #{' + harness.PID_RB
+        + '}"')})
+    answers = [r.text.split() for r in n.get_spread("/", count=40)]
+    # one counter, whichever worker answered
+    assert sorted(int(c) for c, _ in answers) == list(range(1, 41))
+    assert len({pid for _, pid in answers}) == 2
 
 
 def test_shared_dict_bad_size_is_a_config_error(nginx):
