@@ -125,7 +125,32 @@ ap_mrb_run_failed(request_rec *r, mrb_script *script, mrb_run *run, int rc,
 }
 
 
-/* Runs one script for request r; what names it in error lines. */
+/*
+ * A request script that has written body bytes has answered, whatever it
+ * returned (the rule on nginx too): a handler that declined would glue its
+ * output to the next handler's response, an earlier phase's to the
+ * handler's.  A handler gives OK; an earlier phase DONE, which ends the
+ * request with what was written.  Declining after output is logged: it
+ * says the script meant something else.
+ */
+static AP_MRB_NOINLINE int
+ap_mrb_answered(request_rec *r, mrb_script *script, mrb_run *run,
+    mrb_int default_result, const char *what)
+{
+    if (run->returned && run->result == DECLINED) {
+        ap_log_rerror(APLOG_MARK, APLOG_WARNING, 0, r, "%s: %s wrote output "
+                      "and returned DECLINED: the output is the response",
+                      what, mrb_script_name(script));
+    }
+
+    return default_result == OK ? OK : DONE;
+}
+
+
+/*
+ * Runs one script for request r; what names it in error lines.  data is
+ * the filter of a filter script, NULL in a request phase.
+ */
 int
 ap_mrb_run_script(request_rec *r, mrb_script *script, void *data,
     mrb_int default_result, const char *what)
@@ -146,6 +171,12 @@ ap_mrb_run_script(request_rec *r, mrb_script *script, void *data,
     mrb_interp_give_back(interp);
 
     if (rc == 0 && ap_mrb_valid_result(run.result)) {
+        if (run.wrote && data == NULL
+            && (run.result == DECLINED || run.result == OK))
+        {
+            return ap_mrb_answered(r, script, &run, default_result, what);
+        }
+
         return (int) run.result;
     }
 

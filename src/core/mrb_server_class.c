@@ -45,6 +45,8 @@ server_write(mrb_state *mrb, mrb_run *run, const char *p, size_t len)
         mrb_raise(mrb, E_RUNTIME_ERROR,
                   "rputs: the response can no longer take a body");
     }
+
+    run->wrote |= (len != 0);
 }
 
 

@@ -163,6 +163,23 @@ ngx_http_mruby_internal_redirect(ngx_http_request_t *r,
 
 
 /*
+ * A script that has written output has answered, whatever it returned (the
+ * rule on Apache too); declining after output says the script meant
+ * something else, so it is logged.
+ */
+static void
+ngx_http_mruby_check_declined_output(ngx_http_request_t *r,
+    ngx_http_mruby_ctx_t *ctx, mrb_run *run)
+{
+    if (run->returned && run->result == NGX_DECLINED && ctx->out != NULL) {
+        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                      "mruby: the script wrote output and returned "
+                      "DECLINED: the output is the response");
+    }
+}
+
+
+/*
  * What a script in a phase before content leaves to nginx: a response it
  * wrote, a redirect, a status code to answer with, or "go on".
  */
@@ -326,6 +343,8 @@ ngx_http_mruby_phase(ngx_http_request_t *r, ngx_http_mruby_phase_e phase)
         return rc;
     }
 
+    ngx_http_mruby_check_declined_output(r, ctx, &run);
+
     return ngx_http_mruby_phase_done(r, ctx, phase, run.result);
 }
 
@@ -439,6 +458,8 @@ ngx_http_mruby_content_run(ngx_http_request_t *r)
     if (status != NGX_OK) {
         return status;
     }
+
+    ngx_http_mruby_check_declined_output(r, ctx, &run);
 
     if (ctx->redirect.len) {
         return ngx_http_mruby_internal_redirect(r, ctx);
