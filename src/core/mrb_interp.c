@@ -27,29 +27,9 @@
 #include "mrb_interp_core.h"
 #include "mrb_redis.h"
 #include "mrb_shdict.h"
+#include "mrb_toplevel.h"
 
 extern const uint8_t mrb_mrblib_irep[];
-
-/*
- * mruby 3.1.0's instance variable table (src/variable.c), which also holds
- * the global variables and the constants of Object.  Read-only here: its
- * size tells in a few nanoseconds whether a script added top-level state.
- */
-struct iv_tbl {
-    int         size;
-    int         alloc;
-    mrb_value  *ptr;
-};
-
-#define IV_DELETED  (1UL << 31)
-#define IV_KEY_P(k) (((k) & ~((uint32_t) IV_DELETED)) != 0)
-
-/* The names a table held when the interpreter was sealed. */
-typedef struct {
-    int         size;
-    mrb_sym    *syms;      /* sorted */
-    int         nsyms;
-} mrb_toplevel_set;
 
 /* The proc loaded for a script: the generation of its bytecode. */
 typedef struct {
@@ -71,145 +51,9 @@ struct mrb_interp_s {
     mrb_interp         *next_idle;  /* mrb_interp_take's idle list */
     mrb_file_watch_poller  watch;   /* how its runs ask the file watch */
 
-    unsigned            sealed:1;
-    unsigned            removed:1;  /* a run removed a global: sizes lie */
-    mrb_toplevel_set    globals;
-    mrb_toplevel_set    constants;
-    mrb_toplevel_set    ivars;
+    struct RClass      *server_class;
+    mrb_toplevel       *toplevel;   /* what runs leave as they found */
 };
-
-
-static int
-iv_size(struct iv_tbl *t)
-{
-    return t ? t->size : 0;
-}
-
-
-/* Calls fn for each live name of t. */
-static void
-iv_each_name(struct iv_tbl *t, void (*fn)(mrb_sym, void *), void *arg)
-{
-    mrb_sym  *keys;
-    int       i;
-
-    if (t == NULL || t->alloc == 0) {
-        return;
-    }
-
-    keys = (mrb_sym *) &t->ptr[t->alloc];
-
-    for (i = 0; i < t->alloc; i++) {
-        if (IV_KEY_P(keys[i])) {
-            fn(keys[i], arg);
-        }
-    }
-}
-
-
-static int
-sym_cmp(const void *a, const void *b)
-{
-    mrb_sym  x = *(const mrb_sym *) a, y = *(const mrb_sym *) b;
-
-    return (x > y) - (x < y);
-}
-
-
-static void
-collect_sym(mrb_sym sym, void *arg)
-{
-    mrb_toplevel_set  *set = arg;
-
-    set->syms[set->nsyms++] = sym;
-}
-
-
-static int
-toplevel_set_record(mrb_toplevel_set *set, struct iv_tbl *t)
-{
-    free(set->syms);
-    set->syms = NULL;
-    set->nsyms = 0;
-    set->size = iv_size(t);
-
-    if (set->size == 0) {
-        return 0;
-    }
-
-    set->syms = malloc(sizeof(mrb_sym) * (size_t) t->alloc);
-    if (set->syms == NULL) {
-        return -1;
-    }
-
-    iv_each_name(t, collect_sym, set);
-    qsort(set->syms, (size_t) set->nsyms, sizeof(mrb_sym), sym_cmp);
-    return 0;
-}
-
-
-static int
-toplevel_set_has(const mrb_toplevel_set *set, mrb_sym sym)
-{
-    return set->nsyms > 0
-           && bsearch(&sym, set->syms, (size_t) set->nsyms, sizeof(mrb_sym),
-                      sym_cmp) != NULL;
-}
-
-
-typedef struct {
-    const mrb_toplevel_set  *base;
-    mrb_sym                  added[64];
-    int                      nadded;
-    int                      more;
-} mrb_toplevel_diff;
-
-
-static void
-diff_sym(mrb_sym sym, void *arg)
-{
-    mrb_toplevel_diff  *d = arg;
-
-    if (toplevel_set_has(d->base, sym)) {
-        return;
-    }
-
-    if (d->nadded == (int) (sizeof(d->added) / sizeof(d->added[0]))) {
-        d->more = 1;
-        return;
-    }
-
-    d->added[d->nadded++] = sym;
-}
-
-
-/*
- * Removes from t the names that are not in base.  Collected first, removed
- * after: the table must not change under the walk.  More than 64 new names
- * take another pass.
- */
-static void
-toplevel_set_restore(mrb_state *mrb, const mrb_toplevel_set *base,
-    struct iv_tbl **tp, mrb_value owner, int is_globals)
-{
-    mrb_toplevel_diff  d;
-    int                i;
-
-    do {
-        d.base = base;
-        d.nadded = 0;
-        d.more = 0;
-        iv_each_name(*tp, diff_sym, &d);
-
-        for (i = 0; i < d.nadded; i++) {
-            if (is_globals) {
-                mrb_gv_remove(mrb, d.added[i]);
-            } else {
-                mrb_iv_remove(mrb, owner, d.added[i]);
-            }
-        }
-    } while (d.more);
-}
 
 
 void
@@ -217,48 +61,34 @@ mrb_interp_seal(mrb_interp *interp)
 {
     mrb_state  *mrb = interp->head.mrb;
 
-    if (toplevel_set_record(&interp->globals, mrb->globals) != 0
-        || toplevel_set_record(&interp->constants, mrb->object_class->iv) != 0
-        || toplevel_set_record(&interp->ivars, mrb->top_self->iv) != 0)
-    {
+    mrb_toplevel_free(mrb, interp->toplevel);
+    interp->toplevel = mrb_toplevel_record(mrb, interp->server_class);
+
+    if (interp->toplevel == NULL) {
         mrb_interp_log(interp, MRB_LOG_ERR,
                        "mruby: out of memory recording the top-level state");
-        return;
     }
-
-    interp->sealed = 1;
 }
 
 
-/* Removes the top-level state added since mrb_interp_seal. */
+#define INTERP_RESTORE_ERRLEN  512
+
+/*
+ * After an outermost request run: puts back the top-level state the run
+ * changed (mrb_toplevel.h).  A failure to (out of memory) is logged; the
+ * run itself has ended by then.
+ */
 static void
-interp_clean_toplevel(mrb_interp *interp)
+interp_restore_toplevel(mrb_interp *interp)
 {
-    mrb_state  *mrb = interp->head.mrb;
+    char  err[INTERP_RESTORE_ERRLEN];
 
-    if (!interp->sealed) {
-        return;
-    }
-
-    /*
-     * The common case, nothing added, costs three loads and compares.  A
-     * removed global and an added one leave the size as it was: a run that
-     * removed one has all globals checked.
-     */
-    if (interp->removed || iv_size(mrb->globals) != interp->globals.size) {
-        toplevel_set_restore(mrb, &interp->globals, &mrb->globals,
-                             mrb_nil_value(), 1);
-        interp->removed = 0;
-    }
-
-    if (iv_size(mrb->object_class->iv) != interp->constants.size) {
-        toplevel_set_restore(mrb, &interp->constants, &mrb->object_class->iv,
-                             mrb_obj_value(mrb->object_class), 0);
-    }
-
-    if (iv_size(mrb->top_self->iv) != interp->ivars.size) {
-        toplevel_set_restore(mrb, &interp->ivars, &mrb->top_self->iv,
-                             mrb_obj_value(mrb->top_self), 0);
+    if (mrb_toplevel_restore(interp->head.mrb, interp->toplevel, err,
+                             sizeof(err)) != 0)
+    {
+        mrb_interp_log(interp, MRB_LOG_ERR,
+                       "mruby: restoring the top-level state after a run "
+                       "failed: %s", err);
     }
 }
 
@@ -292,7 +122,7 @@ mrb_interp_open(const mrb_server *server, void *log_target, char *err,
     interp->procs = mrb_ary_new(mrb);
     mrb_gc_register(mrb, interp->procs);
 
-    mrb_server_class_define(mrb, server);
+    interp->server_class = mrb_server_class_define(mrb, server);
     mrb_redis_define(mrb);
     mrb_load_irep(mrb, mrb_mrblib_irep);
 
@@ -313,12 +143,10 @@ mrb_interp_close(mrb_interp *interp)
         return;
     }
 
+    mrb_toplevel_free(interp->head.mrb, interp->toplevel);
     mrb_close(interp->head.mrb);
     mrb_file_watch_poller_close(&interp->watch);
     free(interp->loaded);
-    free(interp->globals.syms);
-    free(interp->constants.syms);
-    free(interp->ivars.syms);
     free(interp);
 }
 
@@ -449,7 +277,14 @@ mrb_interp_file_watch(mrb_interp *interp)
 void
 mrb_interp_global_removed(mrb_interp *interp)
 {
-    interp->removed = 1;
+    mrb_toplevel_global_removed(interp->toplevel);
+}
+
+
+unsigned long
+mrb_interp_toplevel_restores(mrb_interp *interp)
+{
+    return mrb_toplevel_restores(interp->toplevel);
 }
 
 
@@ -568,7 +403,7 @@ mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run)
     interp->head.run = run->prev;
 
     if (!run->startup && run->prev == NULL) {
-        interp_clean_toplevel(interp);
+        interp_restore_toplevel(interp);
     }
 
     mrb_gc_arena_restore(mrb, ai);
@@ -617,11 +452,35 @@ mrb_interp_proc(mrb_interp *interp, unsigned id, uint32_t generation)
 }
 
 
+typedef struct {
+    mrb_value   procs;
+    mrb_int     id;
+    mrb_value   proc;
+} interp_proc_slot;
+
+
+static mrb_value
+interp_proc_slot_set(mrb_state *mrb, void *arg)
+{
+    interp_proc_slot  *slot = arg;
+
+    mrb_ary_set(mrb, slot->procs, slot->id, slot->proc);
+    return mrb_nil_value();
+}
+
+
+/*
+ * mrb_ary_set raises when out of memory, and the caller may hold a script's
+ * lock or run outside any run (no handler: mruby would abort): protected.
+ */
 int
 mrb_interp_proc_keep(mrb_interp *interp, unsigned id, uint32_t generation,
     struct RProc *proc)
 {
+    mrb_state          *mrb = interp->head.mrb;
     mrb_interp_loaded  *loaded;
+    interp_proc_slot    slot;
+    mrb_bool            failed;
     size_t              n;
 
     if (id >= interp->nloaded) {
@@ -637,8 +496,16 @@ mrb_interp_proc_keep(mrb_interp *interp, unsigned id, uint32_t generation,
         interp->nloaded = n;
     }
 
-    mrb_ary_set(interp->head.mrb, interp->procs, (mrb_int) id,
-                mrb_obj_value(proc));
+    slot.procs = interp->procs;
+    slot.id = (mrb_int) id;
+    slot.proc = mrb_obj_value(proc);
+    mrb_protect_error(mrb, interp_proc_slot_set, &slot, &failed);
+
+    if (failed) {
+        mrb->exc = NULL;
+        return -1;
+    }
+
     interp->loaded[id].proc = proc;
     interp->loaded[id].generation = generation;
     return 0;

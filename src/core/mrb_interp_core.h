@@ -18,8 +18,10 @@
  */
 #define MRB_NOINLINE  __attribute__((noinline))
 
-/* The server class, Kernel#server_name and #get_server_class. */
-void mrb_server_class_define(mrb_state *mrb, const mrb_server *server);
+/* The server class, Kernel#server_name and #get_server_class; returns the
+ * server class. */
+struct RClass *mrb_server_class_define(mrb_state *mrb,
+    const mrb_server *server);
 
 /* Server::HTTP_OK ... HTTP_NETWORK_AUTHENTICATION_REQUIRED. */
 void mrb_http_status_define(mrb_state *mrb, struct RClass *server_class);
@@ -38,6 +40,10 @@ int mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run);
 
 /* Tells the top-level cleanup that a global was removed. */
 void mrb_interp_global_removed(mrb_interp *interp);
+
+/* How many runs of interp left top-level state that had to be put back
+ * (mrb_toplevel.h): a test's way to see that a plain run changes none. */
+unsigned long mrb_interp_toplevel_restores(mrb_interp *interp);
 
 /* How interp's runs ask the file watch for its epoch. */
 mrb_file_watch_poller *mrb_interp_file_watch(mrb_interp *interp);

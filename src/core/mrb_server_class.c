@@ -200,7 +200,7 @@ static const mrb_api_method  server_kernel_methods[] = {
 };
 
 
-void
+struct RClass *
 mrb_server_class_define(mrb_state *mrb, const mrb_server *server)
 {
     struct RClass  *c;
@@ -215,4 +215,6 @@ mrb_server_class_define(mrb_state *mrb, const mrb_server *server)
     if (server->define != NULL) {
         server->define(mrb, c);
     }
+
+    return c;
 }

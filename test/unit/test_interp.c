@@ -10,6 +10,7 @@
 #include <mruby.h>
 #include <mruby/string.h>
 #include "mrb_interp.h"
+#include "mrb_interp_core.h"
 #include "mrb_script.h"
 #include "unit.h"
 
@@ -201,5 +202,108 @@ TEST(interp_stack_overflow_is_an_error_of_the_run)
     interp_out[0] = '\0';
     CHECK_EQ(interp_run_code(interp, "Apache.rputs 'still here'", &run), 0);
     CHECK(strcmp(interp_out, "still here") == 0);
+    mrb_interp_close(interp);
+}
+
+
+/* Runs code as a request and then "probe" as the next one; the probe's
+ * output in interp_out. */
+static int
+interp_run_then(mrb_interp *interp, const char *code, const char *probe)
+{
+    mrb_run  run;
+
+    interp_run_code(interp, code, &run);
+    interp_out[0] = '\0';
+    return interp_run_code(interp, probe, &run);
+}
+
+
+TEST(interp_frozen_top_level_is_unfrozen_and_cleaned)
+{
+    mrb_interp  *interp = interp_sealed();
+    mrb_run      run;
+
+    REQUIRE(interp != NULL);
+
+    /* the cleanup removing @a and X raised FrozenError with no handler:
+     * mruby aborted the process */
+    CHECK_EQ(interp_run_code(interp, "@a = 1; freeze", &run), 0);
+    CHECK_EQ(interp_run_code(interp, "X = 1; Object.freeze", &run), 0);
+    CHECK_EQ(interp_run_code(interp, "Kernel.freeze; Apache.freeze", &run),
+             0);
+
+    interp_out[0] = '\0';
+    CHECK_EQ(interp_run_code(interp,
+                             "@b = 2; Y = 3; class Z; end\n"
+                             "Apache.rputs [@a.inspect, "
+                             "Object.const_defined?(:X), frozen?, "
+                             "Object.frozen?, Kernel.frozen?, "
+                             "Apache.frozen?].inspect", &run), 0);
+    CHECK(strcmp(interp_out, "[\"nil\", false, false, false, false, false]")
+          == 0);
+    mrb_interp_close(interp);
+}
+
+
+TEST(interp_module_constants_and_methods_are_restored)
+{
+    mrb_interp  *interp = interp_sealed();
+
+    REQUIRE(interp != NULL);
+
+    /* the server class constant, reassigned and removed */
+    CHECK_EQ(interp_run_then(interp, "Apache = 5",
+                             "Apache.rputs get_server_class.to_s"), 0);
+    CHECK(strcmp(interp_out, "Apache") == 0);
+    CHECK_EQ(interp_run_then(interp,
+                             "Object.send(:remove_const, :Apache)",
+                             "Apache.rputs Apache::HTTP_OK.to_s"), 0);
+    CHECK(strcmp(interp_out, "200") == 0);
+
+    /* a constant under the server class, and a core class's constant */
+    CHECK_EQ(interp_run_then(interp, "Apache::HTTP_OK = 1; String = 2",
+                             "Apache.rputs \"#{Apache::HTTP_OK} "
+                             "#{String.name}\""), 0);
+    CHECK(strcmp(interp_out, "200 String") == 0);
+
+    /* the module's methods: the server class's and Kernel's */
+    CHECK_EQ(interp_run_then(interp,
+                             "def Apache.rputs(s); end\n"
+                             "module Kernel; def server_name; 'x'; end; "
+                             "def added_to_kernel; end; end",
+                             "Apache.rputs server_name + "
+                             "respond_to?(:added_to_kernel).to_s"), 0);
+    CHECK(strcmp(interp_out, "Testfalse") == 0);
+
+    CHECK_EQ(interp_run_then(interp,
+                             "class << Apache; remove_method :rputs; end",
+                             "Apache.rputs 'back'"), 0);
+    CHECK(strcmp(interp_out, "back") == 0);
+    mrb_interp_close(interp);
+}
+
+
+TEST(interp_plain_runs_restore_nothing)
+{
+    mrb_interp  *interp = interp_sealed();
+    mrb_run      run;
+    int          i;
+
+    REQUIRE(interp != NULL);
+
+    for (i = 0; i < 3; i++) {
+        CHECK_EQ(interp_run_code(interp,
+                                 "x = [1, 'a', :b].map(&:to_s).join\n"
+                                 "Apache.rputs x.upcase + "
+                                 "Apache::HTTP_OK.to_s", &run), 0);
+    }
+
+    CHECK_EQ(mrb_interp_toplevel_restores(interp), 0);
+
+    CHECK_EQ(interp_run_code(interp, "Made = 1", &run), 0);
+    CHECK_EQ(mrb_interp_toplevel_restores(interp), 1);
+    CHECK_EQ(interp_run_code(interp, "Apache.rputs 'a'", &run), 0);
+    CHECK_EQ(mrb_interp_toplevel_restores(interp), 1);
     mrb_interp_close(interp);
 }

@@ -1,0 +1,559 @@
+/*
+ * The top-level state a request run must leave as it found it (see
+ * mrb_toplevel.h for what is put back and what is not).
+ *
+ * Most runs change none of it, so the check after a run must cost next to
+ * nothing: the sizes of the globals and of the main object's instance
+ * variables, five frozen flags, and one memcmp per recorded table of
+ * constants or methods against a copy of its bytes.  Only a run that
+ * changed something pays for the names and values to be compared one by
+ * one, and that part runs under mrb_protect_error: it may raise (out of
+ * memory), and a raise there, with no handler, would abort the process.
+ */
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <mruby.h>
+#include <mruby/array.h>
+#include <mruby/class.h>
+#include <mruby/error.h>
+#include <mruby/proc.h>
+#include <mruby/variable.h>
+#include <mruby/version.h>
+
+#include "mrb_interp_core.h"
+#include "mrb_toplevel.h"
+
+/*
+ * mruby 3.1.0's instance variable table (src/variable.c: globals, constants
+ * and instance variables) and method table (src/class.c) share this head:
+ * alloc 8-byte entries (mrb_value; union mt_ptr) followed by alloc keys.
+ * An iv key is a symbol, IV_DELETED when removed; a method key is the
+ * symbol shifted left by 2 over two flag bits, 0 or 1 when free.  Read
+ * only here.  Another mruby may lay them out otherwise: check both files
+ * before changing this number.
+ */
+#if MRUBY_RELEASE_NO != 30100
+#error "mrb_toplevel.c mirrors mruby 3.1.0's iv and method tables"
+#endif
+
+struct tl_tbl {
+    int      size;
+    int      alloc;
+    void    *ptr;
+};
+
+#define TL_ENTRY      8
+#define TL_KEY        sizeof(uint32_t)
+#define IV_DELETED    (1UL << 31)
+
+typedef enum {
+    TL_GLOBALS,     /* names: added ones removed */
+    TL_IVARS,       /* names: added ones removed */
+    TL_CONSTANTS,   /* names and values */
+    TL_METHODS      /* names and methods */
+} tl_kind;
+
+/* One recorded table. */
+typedef struct {
+    tl_kind          kind;
+    struct RClass   *owner;     /* TL_CONSTANTS, TL_METHODS */
+    mrb_value        self;      /* TL_IVARS, TL_CONSTANTS: whose ivs */
+
+    /* the bytes of the table when last recorded (TL_CONSTANTS,
+     * TL_METHODS): equal bytes at the same address, nothing changed */
+    struct tl_tbl   *tbl;
+    void            *ptr;
+    int              alloc;
+    unsigned char   *copy;
+    size_t           copy_cap;
+
+    /* what it held, sorted by name */
+    int              size;
+    int              n;
+    mrb_sym         *syms;
+    mrb_value       *values;    /* TL_CONSTANTS */
+    mrb_method_t    *methods;   /* TL_METHODS */
+} tl_table;
+
+#define TL_FROZEN_MAX  10
+
+struct mrb_toplevel_s {
+    tl_table         tables[6];
+    int              ntables;
+    struct RBasic   *frozen_obj[TL_FROZEN_MAX];  /* unfrozen after a run */
+    int              nfrozen;
+    mrb_value        keep;        /* the recorded values and procs, for GC */
+    unsigned         removed:1;   /* a run removed a global */
+    unsigned long    restores;
+};
+
+
+static struct tl_tbl *
+tl_current(mrb_state *mrb, const tl_table *t)
+{
+    switch (t->kind) {
+    case TL_GLOBALS:
+        return (struct tl_tbl *) mrb->globals;
+    case TL_IVARS:
+        return (struct tl_tbl *) mrb_obj_ptr(t->self)->iv;
+    case TL_CONSTANTS:
+        return (struct tl_tbl *) t->owner->iv;
+    default:
+        return (struct tl_tbl *) t->owner->mt;
+    }
+}
+
+
+static mrb_sym
+tl_key_sym(tl_kind kind, uint32_t key)
+{
+    if (kind == TL_METHODS) {
+        return (mrb_sym) (key >> 2);
+    }
+
+    return (key & ~((uint32_t) IV_DELETED)) != 0 ? (mrb_sym) key : 0;
+}
+
+
+static int
+sym_cmp(const void *a, const void *b)
+{
+    mrb_sym  x = *(const mrb_sym *) a, y = *(const mrb_sym *) b;
+
+    return (x > y) - (x < y);
+}
+
+
+/* The live names of h into syms (room for h->alloc); returns how many. */
+static int
+tl_names(tl_kind kind, const struct tl_tbl *h, mrb_sym *syms)
+{
+    const uint32_t  *keys;
+    mrb_sym          sym;
+    int              i, n = 0;
+
+    if (h == NULL || h->alloc == 0) {
+        return 0;
+    }
+
+    keys = (const uint32_t *) ((const char *) h->ptr
+                               + (size_t) h->alloc * TL_ENTRY);
+
+    for (i = 0; i < h->alloc; i++) {
+        sym = tl_key_sym(kind, keys[i]);
+        if (sym != 0) {
+            syms[n++] = sym;
+        }
+    }
+
+    return n;
+}
+
+
+static int
+tl_has(const tl_table *t, mrb_sym sym)
+{
+    return t->n > 0
+           && bsearch(&sym, t->syms, (size_t) t->n, sizeof(mrb_sym),
+                      sym_cmp) != NULL;
+}
+
+
+/* Copies the bytes of t's table as they are now; -1 when out of memory
+ * (then the table never looks unchanged: every run compares it by name). */
+static int
+tl_copy_bytes(mrb_state *mrb, tl_table *t)
+{
+    struct tl_tbl  *h = tl_current(mrb, t);
+    size_t          len;
+    unsigned char  *copy;
+
+    t->tbl = h;
+    t->ptr = h != NULL ? h->ptr : NULL;
+    t->alloc = h != NULL ? h->alloc : 0;
+
+    len = (size_t) t->alloc * (TL_ENTRY + TL_KEY);
+
+    if (len > t->copy_cap) {
+        copy = realloc(t->copy, len);
+        if (copy == NULL) {
+            t->tbl = (struct tl_tbl *) &t->tbl;   /* matches no table */
+            return -1;
+        }
+        t->copy = copy;
+        t->copy_cap = len;
+    }
+
+    if (len != 0) {
+        memcpy(t->copy, t->ptr, len);
+    }
+
+    return 0;
+}
+
+
+static int
+tl_bytes_unchanged(mrb_state *mrb, const tl_table *t)
+{
+    struct tl_tbl  *h = tl_current(mrb, t);
+
+    if (h != t->tbl) {
+        return 0;
+    }
+
+    return h == NULL
+           || (h->ptr == t->ptr && h->alloc == t->alloc
+               && memcmp(h->ptr, t->copy,
+                         (size_t) h->alloc * (TL_ENTRY + TL_KEY)) == 0);
+}
+
+
+static int
+tl_table_record(mrb_state *mrb, mrb_toplevel *tl, tl_table *t)
+{
+    struct tl_tbl  *h = tl_current(mrb, t);
+    struct RClass  *c;
+    int             i;
+
+    t->size = h != NULL ? h->size : 0;
+    t->n = 0;
+
+    if (h == NULL || h->alloc == 0) {
+        return t->kind >= TL_CONSTANTS ? tl_copy_bytes(mrb, t) : 0;
+    }
+
+    t->syms = malloc(sizeof(mrb_sym) * (size_t) h->alloc);
+    if (t->syms == NULL) {
+        return -1;
+    }
+
+    t->n = tl_names(t->kind, h, t->syms);
+    qsort(t->syms, (size_t) t->n, sizeof(mrb_sym), sym_cmp);
+
+    if (t->kind == TL_CONSTANTS) {
+        t->values = malloc(sizeof(mrb_value) * (size_t) t->n);
+        if (t->values == NULL) {
+            return -1;
+        }
+
+        for (i = 0; i < t->n; i++) {
+            t->values[i] = mrb_iv_get(mrb, t->self, t->syms[i]);
+            mrb_ary_push(mrb, tl->keep, t->values[i]);
+        }
+
+    } else if (t->kind == TL_METHODS) {
+        t->methods = malloc(sizeof(mrb_method_t) * (size_t) t->n);
+        if (t->methods == NULL) {
+            return -1;
+        }
+
+        for (i = 0; i < t->n; i++) {
+            c = t->owner;
+            t->methods[i] = mrb_method_search_vm(mrb, &c, t->syms[i]);
+            if (!MRB_METHOD_FUNC_P(t->methods[i])
+                && MRB_METHOD_PROC(t->methods[i]) != NULL)
+            {
+                mrb_ary_push(mrb, tl->keep,
+                             mrb_obj_value(MRB_METHOD_PROC(t->methods[i])));
+            }
+        }
+    }
+
+    return t->kind >= TL_CONSTANTS ? tl_copy_bytes(mrb, t) : 0;
+}
+
+
+static void
+tl_add_frozen(mrb_toplevel *tl, struct RBasic *obj)
+{
+    struct RBasic  *sclass = (struct RBasic *) obj->c;
+
+    /* only what is not frozen now gets unfrozen later */
+    if (!MRB_FROZEN_P(obj) && tl->nfrozen < TL_FROZEN_MAX) {
+        tl->frozen_obj[tl->nfrozen++] = obj;
+    }
+
+    /* freeze also freezes an object's singleton class */
+    if (sclass != NULL && sclass->tt == MRB_TT_SCLASS && !MRB_FROZEN_P(sclass)
+        && tl->nfrozen < TL_FROZEN_MAX)
+    {
+        tl->frozen_obj[tl->nfrozen++] = sclass;
+    }
+}
+
+
+static tl_table *
+tl_add(mrb_toplevel *tl, tl_kind kind, struct RClass *owner, mrb_value self)
+{
+    tl_table  *t = &tl->tables[tl->ntables++];
+
+    t->kind = kind;
+    t->owner = owner;
+    t->self = self;
+    return t;
+}
+
+
+mrb_toplevel *
+mrb_toplevel_record(mrb_state *mrb, struct RClass *server_class)
+{
+    mrb_toplevel   *tl;
+    struct RClass  *server_meta;
+    int             i, ai;
+
+    tl = calloc(1, sizeof(mrb_toplevel));
+    if (tl == NULL) {
+        return NULL;
+    }
+
+    ai = mrb_gc_arena_save(mrb);
+    tl->keep = mrb_ary_new(mrb);
+    mrb_gc_register(mrb, tl->keep);
+
+    server_meta = mrb_class_ptr(mrb_singleton_class(mrb,
+                                    mrb_obj_value(server_class)));
+
+    tl_add(tl, TL_GLOBALS, NULL, mrb_nil_value());
+    tl_add(tl, TL_IVARS, NULL, mrb_obj_value(mrb->top_self));
+    tl_add(tl, TL_CONSTANTS, mrb->object_class,
+           mrb_obj_value(mrb->object_class));
+    tl_add(tl, TL_CONSTANTS, server_class, mrb_obj_value(server_class));
+    tl_add(tl, TL_METHODS, mrb->kernel_module, mrb_nil_value());
+    tl_add(tl, TL_METHODS, server_meta, mrb_nil_value());
+
+    for (i = 0; i < tl->ntables; i++) {
+        if (tl_table_record(mrb, tl, &tl->tables[i]) != 0) {
+            mrb_gc_arena_restore(mrb, ai);
+            mrb_toplevel_free(mrb, tl);
+            return NULL;
+        }
+    }
+
+    tl_add_frozen(tl, (struct RBasic *) mrb->top_self);
+    tl_add_frozen(tl, (struct RBasic *) mrb->object_class);
+    tl_add_frozen(tl, (struct RBasic *) mrb->kernel_module);
+    tl_add_frozen(tl, (struct RBasic *) server_class);
+
+    mrb_gc_arena_restore(mrb, ai);
+    return tl;
+}
+
+
+void
+mrb_toplevel_free(mrb_state *mrb, mrb_toplevel *tl)
+{
+    int  i;
+
+    if (tl == NULL) {
+        return;
+    }
+
+    if (mrb_array_p(tl->keep)) {
+        mrb_gc_unregister(mrb, tl->keep);
+    }
+
+    for (i = 0; i < tl->ntables; i++) {
+        free(tl->tables[i].copy);
+        free(tl->tables[i].syms);
+        free(tl->tables[i].values);
+        free(tl->tables[i].methods);
+    }
+
+    free(tl);
+}
+
+
+static int
+tl_unchanged(mrb_state *mrb, const mrb_toplevel *tl)
+{
+    const tl_table  *t;
+    int              i;
+
+    for (i = 0; i < tl->nfrozen; i++) {
+        if (MRB_FROZEN_P(tl->frozen_obj[i])) {
+            return 0;
+        }
+    }
+
+    if (tl->removed) {
+        return 0;
+    }
+
+    for (i = 0; i < tl->ntables; i++) {
+        t = &tl->tables[i];
+
+        if (t->kind < TL_CONSTANTS) {
+            struct tl_tbl  *h = tl_current(mrb, t);
+
+            if ((h != NULL ? h->size : 0) != t->size) {
+                return 0;
+            }
+
+        } else if (!tl_bytes_unchanged(mrb, t)) {
+            return 0;
+        }
+    }
+
+    return 1;
+}
+
+
+/* The names of t's table that were not there when it was recorded. */
+static int
+tl_added(mrb_state *mrb, const tl_table *t, mrb_sym *added, int max)
+{
+    struct tl_tbl  *h = tl_current(mrb, t);
+    const uint32_t *keys;
+    mrb_sym         sym;
+    int             i, n = 0;
+
+    if (h == NULL || h->alloc == 0) {
+        return 0;
+    }
+
+    keys = (const uint32_t *) ((const char *) h->ptr
+                               + (size_t) h->alloc * TL_ENTRY);
+
+    for (i = 0; i < h->alloc && n < max; i++) {
+        sym = tl_key_sym(t->kind, keys[i]);
+        if (sym != 0 && !tl_has(t, sym)) {
+            added[n++] = sym;
+        }
+    }
+
+    return n;
+}
+
+
+#define TL_BATCH  64
+
+/* Removes what was added; collected first, removed after, so that the
+ * table does not change under the walk; a batch at a time. */
+static void
+tl_remove_added(mrb_state *mrb, tl_table *t)
+{
+    mrb_sym  added[TL_BATCH];
+    int      i, n;
+
+    do {
+        n = tl_added(mrb, t, added, TL_BATCH);
+
+        for (i = 0; i < n; i++) {
+            switch (t->kind) {
+            case TL_GLOBALS:
+                mrb_gv_remove(mrb, added[i]);
+                break;
+            case TL_METHODS:
+                mrb_remove_method(mrb, t->owner, added[i]);
+                break;
+            default:
+                mrb_iv_remove(mrb, t->self, added[i]);
+            }
+        }
+    } while (n == TL_BATCH);
+}
+
+
+static void
+tl_restore_recorded(mrb_state *mrb, tl_table *t)
+{
+    struct RClass  *c;
+    mrb_method_t    m;
+    int             i;
+
+    for (i = 0; i < t->n; i++) {
+        if (t->kind == TL_CONSTANTS) {
+            if (!mrb_iv_defined(mrb, t->self, t->syms[i])
+                || !mrb_obj_eq(mrb, mrb_iv_get(mrb, t->self, t->syms[i]),
+                               t->values[i]))
+            {
+                mrb_iv_set(mrb, t->self, t->syms[i], t->values[i]);
+            }
+
+        } else {
+            c = t->owner;
+            m = mrb_method_search_vm(mrb, &c, t->syms[i]);
+
+            if (c != t->owner
+                || memcmp(&m, &t->methods[i], sizeof(mrb_method_t)) != 0)
+            {
+                mrb_define_method_raw(mrb, t->owner, t->syms[i],
+                                      t->methods[i]);
+            }
+        }
+    }
+}
+
+
+static mrb_value
+tl_restore_body(mrb_state *mrb, void *arg)
+{
+    mrb_toplevel  *tl = arg;
+    tl_table      *t;
+    int            i;
+
+    for (i = 0; i < tl->nfrozen; i++) {
+        MRB_UNSET_FROZEN_FLAG(tl->frozen_obj[i]);
+    }
+
+    for (i = 0; i < tl->ntables; i++) {
+        t = &tl->tables[i];
+
+        if (t->kind >= TL_CONSTANTS && tl_bytes_unchanged(mrb, t)) {
+            continue;
+        }
+
+        tl_remove_added(mrb, t);
+
+        if (t->kind >= TL_CONSTANTS) {
+            tl_restore_recorded(mrb, t);
+            tl_copy_bytes(mrb, t);
+        }
+    }
+
+    tl->removed = 0;
+    return mrb_nil_value();
+}
+
+
+int
+mrb_toplevel_restore(mrb_state *mrb, mrb_toplevel *tl, char *err,
+    size_t errlen)
+{
+    mrb_bool   failed;
+    mrb_value  exc;
+
+    if (tl == NULL || tl_unchanged(mrb, tl)) {
+        return 0;
+    }
+
+    tl->restores++;
+
+    exc = mrb_protect_error(mrb, tl_restore_body, tl, &failed);
+    if (failed) {
+        mrb_error_format(mrb, exc, err, errlen);
+        mrb->exc = NULL;
+        return -1;
+    }
+
+    return 0;
+}
+
+
+void
+mrb_toplevel_global_removed(mrb_toplevel *tl)
+{
+    if (tl != NULL) {
+        tl->removed = 1;
+    }
+}
+
+
+unsigned long
+mrb_toplevel_restores(const mrb_toplevel *tl)
+{
+    return tl != NULL ? tl->restores : 0;
+}
