@@ -3,6 +3,10 @@ types, pipelining, errors as exception classes, one kept connection per
 interpreter, reconnection, timeouts.  The scripts are the same under Apache
 and nginx."""
 
+import socket
+import threading
+import time
+
 import pytest
 
 import harness
@@ -95,6 +99,12 @@ port = get_server_class::Request.new.args.to_i
 get_server_class.rputs Redis.new("127.0.0.1", port).call("CLIENT", "ID").to_s
 '''
 
+# /incr?<port>: INCR n through the kept connection.
+INCR = r'''
+port = get_server_class::Request.new.args.to_i
+get_server_class.rputs Redis.new("127.0.0.1", port).incr("n").to_s
+'''
+
 # /down?<port>: what a script sees of a server that is not there.
 DOWN = r'''
 port = get_server_class::Request.new.args.to_i
@@ -149,20 +159,23 @@ def test_connection_kept_per_interpreter(kind, apache, nginx, redis_server):
     """Redis.new on every request, one connection: the same client id each
     time (one worker, one interpreter)."""
     if kind == "apache":
-        s = server(kind, apache, nginx, {"/id": CLIENT_ID}, mpm="prefork",
-                   mpm_conf="StartServers 1\nMinSpareServers 1\n"
-                            "MaxSpareServers 1\nServerLimit 1\n"
-                            "MaxRequestWorkers 1\n")
+        s = server(kind, apache, nginx, {"/id": CLIENT_ID, "/incr": INCR},
+                   mpm="prefork", mpm_conf=harness.ONE_CHILD["prefork"])
     else:
-        s = server(kind, apache, nginx, {"/id": CLIENT_ID})
+        s = server(kind, apache, nginx, {"/id": CLIENT_ID, "/incr": INCR})
     ids = {s.get(f"/id?{redis_server.port}").text for _ in range(10)}
-    assert len(ids) == 1 and ids.pop().isdigit()
+    assert len(ids) == 1
+    before = ids.pop()
+    assert before.isdigit()
 
-    # the server closed it: the next call opens a new one, once
+    # the server closed it: the next call opens a new one and runs once
     redis_server.command("CLIENT", "KILL", "TYPE", "normal")
-    after = s.get(f"/id?{redis_server.port}")
-    assert after.status_code == 200, s.error_log()[-2000:]
-    assert after.text.isdigit()
+    after = s.get(f"/incr?{redis_server.port}")
+    assert (after.status_code, after.text) == (200, "1"), \
+        s.error_log()[-2000:]
+    assert redis_server.command("GET", "n") == "1"
+    after = s.get(f"/id?{redis_server.port}").text
+    assert after.isdigit() and int(after) > int(before)
 
 
 @pytest.mark.parametrize("kind", ["apache", "nginx"])
@@ -194,3 +207,38 @@ Redis.new("127.0.0.1", port).call("NOSUCHCOMMAND")
     assert r.status_code == 500
     assert "NOSUCHCOMMAND" not in r.text.upper()
     s.wait_log("Redis::ReplyError")
+
+
+@pytest.mark.parametrize("kind", ["apache", "nginx"])
+def test_failed_connect_is_not_tried_again_for_a_second(kind, apache, nginx):
+    """After a refused connect, Redis.new fails at once without connecting
+    for one second, then tries again."""
+    s = server(kind, apache, nginx, {"/down": DOWN},
+               **({"mpm": "prefork", "mpm_conf": harness.ONE_CHILD["prefork"]}
+                  if kind == "apache" else {}))
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        port = listener.getsockname()[1]
+        refused = ("Redis::ConnectionError: connect to 127.0.0.1:"
+                   f"{port}: Connection refused")
+        assert s.get(f"/down?{port}").text == refused
+        failed_at = time.monotonic()
+        # now something listens, but the second try within the second
+        # does not connect
+        listener.listen(8)
+        listener.setblocking(False)
+        r = s.get(f"/down?{port}")
+        assert time.monotonic() - failed_at < 1.0, "too slow to tell"
+        assert r.text.startswith("Redis::ConnectionError: "), r.text
+        with pytest.raises(BlockingIOError):
+            listener.accept()
+        # after the second, it connects (and gets no answer from us)
+        time.sleep(1.1)
+        listener.setblocking(True)
+        listener.settimeout(5)
+        t = threading.Thread(target=s.get, args=(f"/down?{port}",))
+        t.start()
+        conn, _ = listener.accept()
+        conn.close()
+        t.join(10)

@@ -4,7 +4,7 @@
  * Runs every registered test (or those named), each in a process of its own
  * (a crash or a hang is that test's failure, and no test sees another's
  * leftovers) under a time limit, and ends with "N passed, M failed"; the
- * exit status is non-zero when a test failed.
+ * exit status is non-zero when a test failed or a name matched no test.
  */
 
 #include <errno.h>
@@ -111,6 +111,21 @@ unit_selected(unit_test *t, int bench, int argc, char **argv)
 }
 
 
+static int
+unit_known(const char *name)
+{
+    unit_test  *t;
+
+    for (t = unit_first; t != NULL; t = t->next) {
+        if (strcmp(t->name, name) == 0) {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+
 /* Runs t in a child process; returns 1 if it passed. */
 static int
 unit_run(unit_test *t)
@@ -180,6 +195,14 @@ main(int argc, char **argv)
         if (unit_run(t)) {
             passed++;
         } else {
+            failed++;
+        }
+    }
+
+    /* a name that matched no test is a failure, not "0 passed" */
+    for (i = 1; i < argc; i++) {
+        if (argv[i][0] != '-' && !unit_known(argv[i])) {
+            printf("no test named %s\n", argv[i]);
             failed++;
         }
     }

@@ -1,0 +1,281 @@
+/*
+ * src/core/mrb_redis_conn.c against a real redis-server on loopback, one
+ * per test: the once-only resend after the server closed a kept
+ * connection, the one-second pause after a failed connect, a connection
+ * made before a fork left to the parent, and timeouts.
+ */
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+#include <hiredis/hiredis.h>
+
+#include "mrb_redis_conn.h"
+#include "unit.h"
+
+
+#define REDIS_SERVER  "/usr/bin/redis-server"
+
+/* A socket bound to a free loopback port, not listening: connects to it
+ * are refused until it listens.  Returns the fd; *port is set. */
+static int
+bound_socket(int *port)
+{
+    struct sockaddr_in  sa;
+    socklen_t           len = sizeof(sa);
+    int                 fd, on = 1;
+
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) {
+        return -1;
+    }
+
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+
+    if (bind(fd, (struct sockaddr *) &sa, sizeof(sa)) != 0
+        || getsockname(fd, (struct sockaddr *) &sa, &len) != 0)
+    {
+        close(fd);
+        return -1;
+    }
+
+    *port = ntohs(sa.sin_port);
+    return fd;
+}
+
+
+/* Starts redis-server on a free port (the reservation socket stays open
+ * and bound: redis binds with SO_REUSEADDR) and waits until it answers. */
+static pid_t
+redis_start(int *port)
+{
+    char         portstr[16];
+    pid_t        pid;
+    int          i;
+    redisContext *probe;
+
+    if (bound_socket(port) < 0) {
+        return -1;
+    }
+
+    snprintf(portstr, sizeof(portstr), "%d", *port);
+    pid = fork();
+
+    if (pid == 0) {
+        freopen("/dev/null", "w", stdout);
+        execl(REDIS_SERVER, REDIS_SERVER, "--bind", "127.0.0.1", "--port",
+              portstr, "--save", "", "--appendonly", "no",
+              "--protected-mode", "no", (char *) NULL);
+        _exit(127);
+    }
+
+    for (i = 0; pid > 0 && i < 200; i++) {
+        probe = redisConnect("127.0.0.1", *port);
+        if (probe != NULL && probe->err == 0) {
+            redisFree(probe);
+            return pid;
+        }
+        redisFree(probe);
+        usleep(25000);
+    }
+
+    return -1;
+}
+
+
+static void
+redis_stop(pid_t pid)
+{
+    if (pid > 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+    }
+}
+
+
+/* One command through c (hiredis' format, words split at spaces): its
+ * Integer reply, or -1. */
+static long long
+conn_integer(mrb_redis_conn *c, const char *fmt, ...)
+{
+    char        *cmd;
+    int          len;
+    va_list      ap;
+    redisReply  *reply;
+    long long    v;
+
+    va_start(ap, fmt);
+    len = redisvFormatCommand(&cmd, fmt, ap);
+    va_end(ap);
+    if (len < 0) {
+        return -1;
+    }
+
+    if (mrb_redis_conn_exec(c, cmd, (size_t) len, 1, &reply)
+        != MRB_REDIS_OK)
+    {
+        redisFreeCommand(cmd);
+        return -1;
+    }
+
+    v = reply->type == REDIS_REPLY_INTEGER ? reply->integer : -1;
+    freeReplyObject(reply);
+    redisFreeCommand(cmd);
+    return v;
+}
+
+
+/* A command on a connection of its own: its Integer reply, or -1 (a
+ * status or string reply gives 0). */
+static long long
+side_command(int port, const char *command)
+{
+    redisContext  *ctx;
+    redisReply    *reply;
+    long long      v = -1;
+
+    ctx = redisConnect("127.0.0.1", port);
+    if (ctx != NULL && ctx->err == 0) {
+        reply = redisCommand(ctx, command);
+        if (reply != NULL) {
+            v = reply->type == REDIS_REPLY_INTEGER ? reply->integer
+              : reply->type == REDIS_REPLY_STRING ? atoll(reply->str) : 0;
+            freeReplyObject(reply);
+        }
+    }
+
+    redisFree(ctx);
+    return v;
+}
+
+
+TEST(redis_conn_resends_once_after_the_server_closed_it)
+{
+    mrb_redis_conn  *c;
+    long long        before, after;
+    int              port;
+    pid_t            server;
+
+    server = redis_start(&port);
+    REQUIRE(server > 0);
+    c = mrb_redis_conn_new("127.0.0.1", port, 2000);
+    REQUIRE(c != NULL);
+
+    before = conn_integer(c, "CLIENT ID");
+    CHECK(before > 0);
+    CHECK_EQ(conn_integer(c, "CLIENT ID"), before);   /* kept */
+
+    CHECK(side_command(port, "CLIENT KILL TYPE normal SKIPME yes") >= 1);
+
+    /* the kept connection is found closed: reopened, INCR sent once */
+    CHECK_EQ(conn_integer(c, "INCR n"), 1);
+    CHECK_EQ(side_command(port, "GET n"), 1);
+    after = conn_integer(c, "CLIENT ID");
+    CHECK(after > before);
+
+    mrb_redis_conn_free(c);
+    redis_stop(server);
+}
+
+
+TEST(redis_conn_waits_a_second_after_a_failed_connect)
+{
+    mrb_redis_conn  *c;
+    int              fd, port, peer;
+    uint64_t         failed_at;
+
+    fd = bound_socket(&port);
+    REQUIRE(fd >= 0);
+    c = mrb_redis_conn_new("127.0.0.1", port, 500);
+    REQUIRE(c != NULL);
+
+    CHECK_EQ(mrb_redis_conn_open(c), MRB_REDIS_ECONNECT);
+    CHECK(strstr(c->err, "Connection refused") != NULL);
+    failed_at = unit_now_ns();
+
+    /* something listens now, but within the second no connect is tried */
+    REQUIRE(listen(fd, 8) == 0);
+    CHECK_EQ(mrb_redis_conn_open(c), MRB_REDIS_ECONNECT);
+    CHECK(unit_now_ns() - failed_at < 1000000000u);
+    REQUIRE(fcntl(fd, F_SETFL, O_NONBLOCK) == 0);
+    peer = accept(fd, NULL, NULL);
+    CHECK(peer < 0 && errno == EAGAIN);
+
+    usleep(1100000);
+    CHECK_EQ(mrb_redis_conn_open(c), MRB_REDIS_OK);
+
+    mrb_redis_conn_free(c);
+    close(fd);
+}
+
+
+TEST(redis_conn_made_before_a_fork_is_left_to_the_parent)
+{
+    mrb_redis_conn  *c;
+    long long        parent_id;
+    int              port, st;
+    pid_t            server, child;
+
+    server = redis_start(&port);
+    REQUIRE(server > 0);
+    c = mrb_redis_conn_new("127.0.0.1", port, 2000);
+    REQUIRE(c != NULL);
+    parent_id = conn_integer(c, "CLIENT ID");
+    REQUIRE(parent_id > 0);
+
+    child = fork();
+    if (child == 0) {
+        /* the child connects anew, and closing its copy of the parent's
+         * socket leaves the parent's connection alone */
+        long long  id = conn_integer(c, "CLIENT ID");
+        mrb_redis_conn_free(c);
+        _exit(id > 0 && id != parent_id ? 0 : 1);
+    }
+
+    REQUIRE(child > 0);
+    REQUIRE(waitpid(child, &st, 0) == child);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+
+    /* the parent's connection is still its own, and still the same one */
+    CHECK_EQ(conn_integer(c, "CLIENT ID"), parent_id);
+
+    mrb_redis_conn_free(c);
+    redis_stop(server);
+}
+
+
+TEST(redis_conn_times_out_on_a_silent_server)
+{
+    mrb_redis_conn  *c;
+    int              fd, port;
+    uint64_t         start, took;
+
+    fd = bound_socket(&port);
+    REQUIRE(fd >= 0);
+    REQUIRE(listen(fd, 8) == 0);    /* accepts (in the kernel), never replies */
+    c = mrb_redis_conn_new("127.0.0.1", port, 200);
+    REQUIRE(c != NULL);
+
+    start = unit_now_ns();
+    CHECK_EQ(conn_integer(c, "PING"), -1);
+    took = unit_now_ns() - start;
+    CHECK(strstr(c->err, "timed out") != NULL);
+    CHECK(took >= 150000000u && took < 5000000000u);
+    CHECK(!mrb_redis_conn_connected(c));
+
+    mrb_redis_conn_free(c);
+    close(fd);
+}
