@@ -185,7 +185,7 @@ ngx_http_mruby_request_scheme(mrb_state *mrb, mrb_value self)
 
 /*
  * The body that mruby_enable_read_request_body read, from memory or from
- * its temporary file.
+ * its temporary file; "" for a request without one, read or not.
  */
 static mrb_value
 ngx_http_mruby_request_body(mrb_state *mrb, mrb_value self)
@@ -199,9 +199,13 @@ ngx_http_mruby_request_body(mrb_state *mrb, mrb_value self)
     ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
 
     if (r->request_body == NULL) {
+        if (r->headers_in.content_length_n <= 0 && !r->headers_in.chunked) {
+            return mrb_str_new(mrb, NULL, 0);
+        }
+
         mrb_raise(mrb, E_RUNTIME_ERROR,
-                  "the request body was not read: "
-                  "use \"mruby_enable_read_request_body on\"");
+                  "the request has a body, which nginx reads only for "
+                  "locations with \"mruby_enable_read_request_body on\"");
     }
 
     len = 0;
