@@ -36,6 +36,13 @@ APACHE_CFLAGS = $(shell $(APXS) -q CFLAGS) $(shell $(APXS) -q EXTRA_CPPFLAGS) \
 APACHE_OBJ := $(patsubst %.c,$(BUILD)/apache/%.o,$(CORE_SRC) $(APACHE_SRC)) \
               $(BUILD)/apache/mrblib.o
 
+# The names `make install` tells to link into /etc/nginx/modules-enabled:
+# nginx includes that directory in name order, and the stream module must
+# load after Debian's 50-mod-stream.conf (ngx_stream_module), which a name
+# such as 50-mod-stream-mruby.conf would precede.
+NGINX_HTTP_ENABLED   := 50-mod-http-mruby.conf
+NGINX_STREAM_ENABLED := 60-mod-stream-mruby.conf
+
 VENV       := build/venv
 PYTHON     := $(VENV)/bin/python
 
@@ -135,7 +142,9 @@ install: all
 	install -m 644 src/nginx/mod-http-mruby.conf /usr/share/nginx/modules-available/mod-http-mruby.conf
 	install -m 644 $(BUILD)/ngx_stream_mruby_module.so /usr/lib/nginx/modules/
 	install -m 644 src/nginx/mod-stream-mruby.conf /usr/share/nginx/modules-available/mod-stream-mruby.conf
-	@echo "Apache: a2enmod mruby.  nginx: ln -s /usr/share/nginx/modules-available/mod-http-mruby.conf /etc/nginx/modules-enabled/50-mod-http-mruby.conf"
+	@echo "Apache: a2enmod mruby."
+	@echo "nginx: ln -s /usr/share/nginx/modules-available/mod-http-mruby.conf /etc/nginx/modules-enabled/$(NGINX_HTTP_ENABLED)"
+	@echo "nginx stream (after Debian's 50-mod-stream.conf): ln -s /usr/share/nginx/modules-available/mod-stream-mruby.conf /etc/nginx/modules-enabled/$(NGINX_STREAM_ENABLED)"
 
 clean:
 	rm -rf $(BUILD)

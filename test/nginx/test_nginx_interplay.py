@@ -3,8 +3,11 @@ auth_request, if, named locations, not_modified): no crash, no desync, no
 silent no-op.  Each test is a defect of issue 17 or a statement of the
 "When scripts run" section of docs/nginx.md."""
 
+import os
+import re
 import socket
 
+import harness
 from test_nginx_phases import code
 
 
@@ -137,3 +140,34 @@ def test_redirect_to_named_location(nginx):
     assert (r.status_code, r.text) == (200, "app /x")
     r = n.get("/c", allow_redirects=False)
     assert (r.status_code, r.text) == (200, "app /c")
+
+
+# --- defect 10: the stream module's enable file loads after Debian's ---
+
+def makefile_value(name):
+    with open(os.path.join(harness.REPO, "Makefile")) as f:
+        return re.search(rf"^{name}\s*:=\s*(\S+)", f.read(), re.M).group(1)
+
+
+def modules_enabled(n, stream_mruby_name):
+    """A modules-enabled directory as Debian's nginx has it, with our stream
+    module linked under stream_mruby_name; what nginx -t says of it."""
+    n.write("modules-enabled/50-mod-stream.conf",
+            f"load_module {n.stream_module()};\n")
+    n.write("modules-enabled/" + stream_mruby_name,
+            f"load_module {harness.NGX_STREAM_MRUBY};\n")
+    return n.configtest()
+
+
+def test_stream_enable_file_sorts_after_debians_stream_module(nginx):
+    name = makefile_value("NGINX_STREAM_ENABLED")
+    main = ("include {dir}/modules-enabled/*.conf;\n"
+            "stream { server { listen 127.0.0.1:{port2}; "
+            "mruby_stream_code 'Nginx.return Nginx::Stream::OK'; "
+            "proxy_pass 127.0.0.1:{port3}; } }")
+    rc, out = modules_enabled(nginx(main_conf=main, start=False), name)
+    assert rc == 0, out
+    # the name the issue found in use fails: it sorts before 50-mod-stream
+    rc, out = modules_enabled(nginx(main_conf=main, start=False),
+                              "50-mod-stream-mruby.conf")
+    assert rc != 0 and "ngx_stream_core_module" in out
