@@ -405,7 +405,9 @@ Apache.rputs [sb.busy_worker, sb.idle_worker > 0, sb.total_access >= 0,
                                                                "False"))
     assert v[0] == 1            # this request's worker
     assert v[1:8] == [True, True, True, True, 3, True, True]
-    assert v[8] == v[9] == v[11]   # one letter per slot, all counted
+    # one slot per ServerLimit x ThreadLimit of the harness's config
+    # (prefork: ThreadLimit 1), one letter per slot, all counted
+    assert v[8] == v[9] == v[11] == {"event": 2 * 64, "prefork": 32}[mpm]
     assert v[10] is True and v[12] is True and v[13] is True
 
 

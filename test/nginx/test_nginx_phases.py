@@ -301,11 +301,11 @@ mruby_init_worker_code '$greeting = "from init_worker"';
 mruby_exit_worker_code 'Nginx.errlogger Nginx::LOG_NOTICE, "worker exits"';
 server {
     listen 127.0.0.1:{port};
-    location / { mruby_content_handler_code 'Nginx.rputs $greeting.to_s'; }
+    location / { mruby_content_handler_code 'Nginx.rputs "#{$greeting} #{$mine.inspect}"; $mine = 1'; }
 }""")
-    assert n.get("/").text == "from init_worker"
     # a request script's own globals do not stay, init_worker's do
-    assert n.get("/").text == "from init_worker"
+    assert n.get("/").text == "from init_worker nil"
+    assert n.get("/").text == "from init_worker nil"
     n.wait_log("init in the master")
     n.stop()
     assert "worker exits" in n.error_log()

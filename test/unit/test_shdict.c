@@ -149,9 +149,10 @@ TEST(zone_sizes)
     CHECK(z->buckets + z->nbuckets * sizeof(shd_off) <= z->pages);
     zone_free(z);
 
+    /* a 1 MB zone: most of it pages, a power-of-two bucket array */
     z = zone_new(1024 * 1024);
     REQUIRE(z != NULL);
-    CHECK_EQ(z->nbuckets, 8192);
+    CHECK(z->nbuckets > 0 && (z->nbuckets & (z->nbuckets - 1)) == 0);
     CHECK(z->npages > 240);
     zone_free(z);
 }
@@ -1299,7 +1300,8 @@ TEST(ruby_api)
     CHECK_RAISES(mrb, "$d['s'] = :sym", "SharedDict values are String, "
                  "Integer, Float, true or false, not Symbol");
     CHECK_RAISES(mrb, "$d[''] = 1", "SharedDict keys cannot be empty");
-    CHECK_RAISES(mrb, "$d[1] = 1", "");
+    CHECK_RAISES(mrb, "$d[1] = 1",
+                 "Integer cannot be converted to String (TypeError)");
 
     /* errors */
     CHECK_RAISES(mrb, "SharedDict.new('missing')",
