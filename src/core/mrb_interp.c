@@ -25,6 +25,7 @@
 #include "mrb_alloc.h"
 #include "mrb_interp.h"
 #include "mrb_interp_core.h"
+#include "mrb_mruby_version.h"
 #include "mrb_redis.h"
 #include "mrb_shdict.h"
 #include "mrb_toplevel.h"

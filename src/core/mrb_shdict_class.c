@@ -19,6 +19,7 @@
 #include <mruby/string.h>
 #include <mruby/variable.h>
 #include "mrb_api.h"
+#include "mrb_mruby_version.h"
 #include "mrb_shdict.h"
 #include "mrb_shdict_zone.h"
 
