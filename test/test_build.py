@@ -1,0 +1,105 @@
+"""What the build promises beyond the tests of behaviour: the built modules
+export only what their server looks up, and the code that leans on mruby
+3.1.0's insides does not build against another mruby."""
+
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from harness import BUILD, MOD_MRUBY, NGX_HTTP_MRUBY, NGX_STREAM_MRUBY, REPO
+
+NGINX_EXPORTS = {"ngx_modules", "ngx_module_names", "ngx_module_order"}
+
+
+def exported(path):
+    """The names a shared object defines in its dynamic symbol table."""
+    assert os.path.exists(path), f"{path} is not built (make)"
+    out = subprocess.run(["nm", "-D", "--defined-only", path], check=True,
+                         capture_output=True, text=True).stdout
+    return {line.split()[-1] for line in out.splitlines() if line.strip()}
+
+
+@pytest.mark.parametrize("path, expected", [
+    (MOD_MRUBY, {"mruby_module"}),
+    (NGX_HTTP_MRUBY, NGINX_EXPORTS),
+    (NGX_STREAM_MRUBY, NGINX_EXPORTS),
+], ids=["mod_mruby", "ngx_http_mruby", "ngx_stream_mruby"])
+def test_a_module_exports_only_what_its_server_looks_up(path, expected):
+    names = exported(path)
+    assert names == expected, (
+        f"{os.path.basename(path)} exports {len(names)} names; "
+        f"unexpected: {sorted(names - expected)[:20]}, "
+        f"missing: {sorted(expected - names)}")
+
+
+# What only mruby's insides have: a file that uses one must carry the guard.
+INSIDES = [r"struct iv_tbl\b", r"\btl_tbl\b", r"->cibase\b", r"->ci\b",
+           r"->root_c\b", r"\bmrb->jmp\b", r"\bmrb_vm_ci_env", r"\bmrb_vm_run\b",
+           r"\bmrb_env_unshare\b", r"\bgc\.arena\b", r"->globals\b"]
+
+
+def guarded(text):
+    return ('#include "mrb_mruby_version.h"' in text
+            or "MRUBY_RELEASE_NO" in text)
+
+
+def sources():
+    for sub in ("src/core", "src/apache", "src/nginx", "src/lib"):
+        d = os.path.join(REPO, sub)
+        for name in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+            if name.endswith((".c", ".h")):
+                yield os.path.join(sub, name)
+
+
+def test_code_that_uses_mruby_insides_carries_the_version_guard():
+    unguarded = []
+    for rel in sources():
+        text = open(os.path.join(REPO, rel)).read()
+        used = [p for p in INSIDES if re.search(p, text)]
+        if used and not guarded(text):
+            unguarded.append(f"{rel}: {', '.join(used)}")
+    assert not unguarded, ("include mrb_mruby_version.h in:\n  "
+                           + "\n  ".join(unguarded))
+
+
+def mruby_headers(tmp_path, teeny):
+    """A copy of Debian's mruby headers claiming release 3.1.<teeny>."""
+    inc = tmp_path / f"include-{teeny}"
+    inc.mkdir()
+    for name in ("mruby.h", "mrbconf.h"):
+        shutil.copy(f"/usr/include/{name}", inc / name)
+    shutil.copytree("/usr/include/mruby", inc / "mruby")
+    version = inc / "mruby" / "version.h"
+    text, n = re.subn(r"#define MRUBY_RELEASE_TEENY \d+",
+                      f"#define MRUBY_RELEASE_TEENY {teeny}",
+                      version.read_text())
+    assert n == 1
+    version.write_text(text)
+    return inc
+
+
+def compile_core(rel, inc):
+    return subprocess.run(
+        ["gcc", "-fsyntax-only", "-std=gnu11", "-DMRB_USE_RATIONAL",
+         "-DMRB_USE_COMPLEX", f"-I{inc}", f"-I{REPO}/src/core", f"-I{BUILD}",
+         os.path.join(REPO, rel)],
+        capture_output=True, text=True)
+
+
+def test_the_guarded_core_fails_to_build_against_another_mruby(tmp_path):
+    files = [rel for rel in sources()
+             if rel.startswith("src/core/") and rel.endswith(".c")
+             and guarded(open(os.path.join(REPO, rel)).read())]
+    assert "src/core/mrb_interp.c" in files
+
+    same, other = mruby_headers(tmp_path, 0), mruby_headers(tmp_path, 1)
+    for rel in files:
+        ok = compile_core(rel, same)
+        assert ok.returncode == 0, f"{rel} against 3.1.0:\n{ok.stderr[-2000:]}"
+
+        bad = compile_core(rel, other)
+        assert bad.returncode != 0, f"{rel} builds against mruby 3.1.1"
+        assert "#error" in bad.stderr and "mruby" in bad.stderr, bad.stderr
