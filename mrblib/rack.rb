@@ -71,8 +71,10 @@ module Kernel
       if name.downcase == "content-type"
         r.content_type = value.to_s
       else
-        # Rack joins repeated headers (Set-Cookie) with newlines
-        value.to_s.split("\n").each { |v| r.headers_out[name] = v }
+        # Rack joins the values of a repeated header (Set-Cookie, Link,
+        # Vary) with newlines: each is one header line of its own
+        r.headers_out.delete(name)
+        value.to_s.split("\n").each { |v| r.headers_out.add(name, v) }
       end
     end
 

@@ -83,12 +83,13 @@ ap_mrb_interp_take(request_rec *r)
 }
 
 
-/* What a hook may return to Apache: its own codes or an HTTP status. */
+/* What a hook may return to Apache: its own codes or a final HTTP status
+ * (a 1xx would be sent as the response, followed by a body). */
 static int
 ap_mrb_valid_result(mrb_int rc)
 {
     return rc == OK || rc == DECLINED || rc == DONE
-           || (rc >= 100 && rc <= 599);
+           || mrb_http_valid_final_status(rc);
 }
 
 
@@ -105,7 +106,7 @@ ap_mrb_run_failed(request_rec *r, mrb_script *script, mrb_run *run, int rc,
     if (rc == 0) {
         ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, "%s: %s returned %ld, "
                       "which is neither an Apache code (OK, DECLINED, DONE) "
-                      "nor an HTTP status", what, mrb_script_name(script),
+                      "nor a final HTTP status (200-599)", what, mrb_script_name(script),
                       (long) run->result);
     } else {
         ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, "%s: %s", what,

@@ -57,6 +57,29 @@ ap_mrb_req_ctx_get(request_rec *r)
         return v;                                                             \
     }
 
+/*
+ * Fields that reach the client or, through mod_proxy, a backend: set
+ * through a wire check of mrb_http_check.h (check), nil allowed when
+ * nil_ok.
+ */
+#define AP_MRB_STR_SET_CHECKED(field, nil_ok, check, what)                    \
+    static mrb_value                                                          \
+    ap_mrb_set_##field(mrb_state *mrb, mrb_value self)                        \
+    {                                                                         \
+        request_rec   *r = ap_mrb_request(mrb);                               \
+        mrb_value      v = mrb_get_arg1(mrb);                                 \
+        mrb_http_str   s;                                                     \
+                                                                              \
+        if ((nil_ok) && mrb_nil_p(v)) {                                       \
+            r->field = NULL;                                                  \
+            return v;                                                         \
+        }                                                                     \
+                                                                              \
+        check(mrb, what, v, &s);                                              \
+        r->field = apr_pstrmemdup(r->pool, s.data, s.len);                    \
+        return v;                                                             \
+    }
+
 #define AP_MRB_STR_ATTR(field)                                                \
     AP_MRB_STR_GET(field)                                                     \
     AP_MRB_STR_SET(field, "S")
@@ -65,26 +88,35 @@ ap_mrb_req_ctx_get(request_rec *r)
     AP_MRB_STR_GET(field)                                                     \
     AP_MRB_STR_SET(field, "S!")
 
+#define AP_MRB_STR_ATTR_CHECKED(field, nil_ok, check, what)                   \
+    AP_MRB_STR_GET(field)                                                     \
+    AP_MRB_STR_SET_CHECKED(field, nil_ok, check, what)
+
 AP_MRB_STR_ATTR(the_request)
 AP_MRB_STR_ATTR(protocol)
 AP_MRB_STR_ATTR_NIL(user)
 AP_MRB_STR_ATTR_NIL(ap_auth_type)
-AP_MRB_STR_ATTR(unparsed_uri)
-AP_MRB_STR_ATTR(uri)
-AP_MRB_STR_ATTR(filename)
+AP_MRB_STR_ATTR_CHECKED(unparsed_uri, 0, mrb_http_check_target,
+                        "unparsed_uri=")
+AP_MRB_STR_ATTR_CHECKED(uri, 0, mrb_http_check_uri, "uri=")
+/* "proxy:URL" hands the request to mod_proxy */
+AP_MRB_STR_ATTR_CHECKED(filename, 0, mrb_http_check_uri, "filename=")
 AP_MRB_STR_ATTR_NIL(canonical_filename)
-AP_MRB_STR_ATTR_NIL(path_info)
-AP_MRB_STR_ATTR_NIL(args)
-AP_MRB_STR_ATTR(hostname)
-AP_MRB_STR_ATTR_NIL(status_line)
-AP_MRB_STR_ATTR_NIL(range)
+AP_MRB_STR_ATTR_CHECKED(path_info, 1, mrb_http_check_uri, "path_info=")
+AP_MRB_STR_ATTR_CHECKED(args, 1, mrb_http_check_args, "args=")
+AP_MRB_STR_ATTR_CHECKED(hostname, 0, mrb_http_check_header_value, "Host")
+AP_MRB_STR_ATTR_CHECKED(status_line, 1, mrb_http_check_header_value,
+                        "status line")
+AP_MRB_STR_ATTR_CHECKED(range, 1, mrb_http_check_header_value, "Range")
 AP_MRB_STR_ATTR_NIL(handler)
-AP_MRB_STR_ATTR_NIL(content_encoding)
+AP_MRB_STR_ATTR_CHECKED(content_encoding, 1, mrb_http_check_header_value,
+                        "Content-Encoding")
 AP_MRB_STR_GET(method)
 AP_MRB_STR_GET(content_type)
 
 
-/* Setting the method keeps method_number in step, as Apache reads both. */
+/* Setting the method keeps method_number in step, as Apache reads both.
+ * A method is a token (mod_proxy sends it on the request line). */
 static mrb_value
 ap_mrb_set_method(mrb_state *mrb, mrb_value self)
 {
@@ -92,6 +124,12 @@ ap_mrb_set_method(mrb_state *mrb, mrb_value self)
     mrb_value     v;
 
     mrb_get_args(mrb, "S", &v);
+
+    if (!mrb_http_valid_header_name(RSTRING_PTR(v), RSTRING_LEN(v))) {
+        mrb_raise(mrb, E_ARGUMENT_ERROR, "invalid method= (want an RFC 9110 "
+                  "token)");
+    }
+
     r->method = ap_mrb_pstr(mrb, r->pool, v);
     r->method_number = ap_method_number_of(r->method);
     return v;
@@ -102,11 +140,12 @@ ap_mrb_set_method(mrb_state *mrb, mrb_value self)
 static mrb_value
 ap_mrb_set_content_type(mrb_state *mrb, mrb_value self)
 {
-    request_rec  *r = ap_mrb_request(mrb);
-    mrb_value     v;
+    request_rec   *r = ap_mrb_request(mrb);
+    mrb_value      v = mrb_get_arg1(mrb);
+    mrb_http_str   type;
 
-    mrb_get_args(mrb, "S", &v);
-    ap_set_content_type(r, ap_mrb_pstr(mrb, r->pool, v));
+    mrb_http_check_header_value(mrb, "Content-Type", v, &type);
+    ap_set_content_type(r, apr_pstrmemdup(r->pool, type.data, type.len));
     return v;
 }
 
@@ -155,25 +194,42 @@ ap_mrb_set_content_length(mrb_state *mrb, mrb_value self)
 }
 
 
-#define AP_MRB_INT_ATTR(field)                                                \
-    static mrb_value                                                          \
-    ap_mrb_get_##field(mrb_state *mrb, mrb_value self)                        \
-    {                                                                         \
-        return mrb_int_value(mrb, ap_mrb_request(mrb)->field);                \
-    }                                                                         \
-                                                                              \
-    static mrb_value                                                          \
-    ap_mrb_set_##field(mrb_state *mrb, mrb_value self)                        \
-    {                                                                         \
-        mrb_int  v;                                                           \
-                                                                              \
-        mrb_get_args(mrb, "i", &v);                                           \
-        ap_mrb_request(mrb)->field = (int) v;                                 \
-        return mrb_int_value(mrb, v);                                         \
-    }
+static mrb_value
+ap_mrb_get_status(mrb_state *mrb, mrb_value self)
+{
+    return mrb_int_value(mrb, ap_mrb_request(mrb)->status);
+}
 
-AP_MRB_INT_ATTR(status)
-AP_MRB_INT_ATTR(proxyreq)
+
+/* A 1xx here would go out as the response's status, then the body. */
+static mrb_value
+ap_mrb_set_status(mrb_state *mrb, mrb_value self)
+{
+    mrb_int  v;
+
+    mrb_get_args(mrb, "i", &v);
+    mrb_http_check_final_status(mrb, v);
+    ap_mrb_request(mrb)->status = (int) v;
+    return mrb_int_value(mrb, v);
+}
+
+
+static mrb_value
+ap_mrb_get_proxyreq(mrb_state *mrb, mrb_value self)
+{
+    return mrb_int_value(mrb, ap_mrb_request(mrb)->proxyreq);
+}
+
+
+static mrb_value
+ap_mrb_set_proxyreq(mrb_state *mrb, mrb_value self)
+{
+    mrb_int  v;
+
+    mrb_get_args(mrb, "i", &v);
+    ap_mrb_request(mrb)->proxyreq = (int) v;
+    return mrb_int_value(mrb, v);
+}
 
 
 static mrb_value
@@ -373,12 +429,13 @@ ap_mrb_request_log(mrb_state *mrb, mrb_value self)
 static mrb_value
 ap_mrb_reverse_proxy(mrb_state *mrb, mrb_value self)
 {
-    request_rec  *r = ap_mrb_request(mrb);
-    mrb_value     url;
-    char         *u, *q;
+    request_rec   *r = ap_mrb_request(mrb);
+    mrb_value      url = mrb_get_arg1(mrb);
+    mrb_http_str   target;
+    char          *u, *q;
 
-    mrb_get_args(mrb, "S", &url);
-    u = ap_mrb_pstr(mrb, r->pool, url);
+    mrb_http_check_target(mrb, "reverse_proxy URL", url, &target);
+    u = apr_pstrmemdup(r->pool, target.data, target.len);
 
     q = strchr(u, '?');
     if (q != NULL) {

@@ -112,6 +112,44 @@ ap_mrb_table_aref(mrb_state *mrb, mrb_value self)
 
 
 /*
+ * The key and value of t[key] = value and t.add: for the header tables
+ * through the wire check, for the others Strings without NUL.  value NULL:
+ * nil (only when nil_ok).
+ */
+static void
+ap_mrb_table_args(mrb_state *mrb, mrb_value self, request_rec *r,
+    int nil_ok, char **k, char **v)
+{
+    mrb_value     key, val;
+    mrb_http_str  name, value;
+
+    switch ((ap_mrb_table_kind) (uintptr_t) DATA_PTR(self)) {
+
+    case AP_MRB_HEADERS_IN:
+    case AP_MRB_HEADERS_OUT:
+    case AP_MRB_ERR_HEADERS_OUT:
+        mrb_get_args(mrb, "oo", &key, &val);
+
+        if (!nil_ok && mrb_nil_p(val)) {
+            mrb_raise(mrb, E_ARGUMENT_ERROR, "nil header value");
+        }
+
+        mrb_http_check_header(mrb, key, val, &name, &value);
+        *k = apr_pstrmemdup(r->pool, name.data, name.len);
+        *v = value.data ? apr_pstrmemdup(r->pool, value.data, value.len)
+                        : NULL;
+        return;
+
+    default:
+        mrb_get_args(mrb, nil_ok ? "SS!" : "SS", &key, &val);
+        *k = ap_mrb_pstr(mrb, r->pool, key);
+        *v = mrb_nil_p(val) ? NULL : ap_mrb_pstr(mrb, r->pool, val);
+        return;
+    }
+}
+
+
+/*
  * t[key] = value replaces, except for Set-Cookie, where each assignment
  * adds one more header (one cookie per header); nil deletes.
  */
@@ -120,21 +158,22 @@ ap_mrb_table_aset(mrb_state *mrb, mrb_value self)
 {
     request_rec  *r;
     apr_table_t  *t = ap_mrb_table_get(mrb, self, &r);
-    mrb_value     key, val;
-    char         *k;
+    char         *k, *v;
 
-    mrb_get_args(mrb, "SS!", &key, &val);
-    k = ap_mrb_pstr(mrb, r->pool, key);
+    ap_mrb_table_args(mrb, self, r, 1, &k, &v);
 
-    if (mrb_nil_p(val)) {
+    if (v == NULL) {
         apr_table_unset(t, k);
-    } else if (strcasecmp(k, "Set-Cookie") == 0) {
-        apr_table_addn(t, k, ap_mrb_pstr(mrb, r->pool, val));
-    } else {
-        apr_table_setn(t, k, ap_mrb_pstr(mrb, r->pool, val));
+        return mrb_nil_value();
     }
 
-    return val;
+    if (strcasecmp(k, "Set-Cookie") == 0) {
+        apr_table_addn(t, k, v);
+    } else {
+        apr_table_setn(t, k, v);
+    }
+
+    return mrb_str_new_cstr(mrb, v);
 }
 
 
@@ -143,12 +182,11 @@ ap_mrb_table_add(mrb_state *mrb, mrb_value self)
 {
     request_rec  *r;
     apr_table_t  *t = ap_mrb_table_get(mrb, self, &r);
-    mrb_value     key, val;
+    char         *k, *v;
 
-    mrb_get_args(mrb, "SS", &key, &val);
-    apr_table_addn(t, ap_mrb_pstr(mrb, r->pool, key),
-                   ap_mrb_pstr(mrb, r->pool, val));
-    return val;
+    ap_mrb_table_args(mrb, self, r, 0, &k, &v);
+    apr_table_addn(t, k, v);
+    return mrb_str_new_cstr(mrb, v);
 }
 
 

@@ -1,6 +1,7 @@
 /*
  * An exception as one error-log line: class, message and backtrace, with
- * newlines escaped so that one error is one line.
+ * newlines escaped so that one error is one line; and the one conversion
+ * of a run's value that happens after the run, protected the same way.
  */
 
 #include <stdio.h>
@@ -118,4 +119,34 @@ mrb_error_format(mrb_state *mrb, mrb_value exc, char *buf, size_t len)
 
     mrb->exc = NULL;
     mrb_gc_arena_restore(mrb, ai);
+}
+
+
+static mrb_value
+value_to_s(mrb_state *mrb, void *value)
+{
+    return mrb_obj_as_string(mrb, *(mrb_value *) value);
+}
+
+
+int
+mrb_run_value_string(mrb_state *mrb, mrb_run *run, mrb_value *out)
+{
+    mrb_value  s;
+    mrb_bool   failed;
+
+    if (mrb_nil_p(run->value)) {
+        *out = mrb_str_new_lit(mrb, "");
+        return 0;
+    }
+
+    s = mrb_protect_error(mrb, value_to_s, &run->value, &failed);
+
+    if (failed) {
+        mrb_error_format(mrb, s, run->error, sizeof(run->error));
+        return -1;
+    }
+
+    *out = s;
+    return 0;
 }

@@ -102,6 +102,25 @@ mrb_http_valid_args(const char *p, size_t len)
 int
 mrb_http_valid_uri(const char *p, size_t len)
 {
+    size_t  i;
+
+    if (len == 0) {
+        return 0;
+    }
+
+    for (i = 0; i < len; i++) {
+        if (http_is_ctl((unsigned char) p[i])) {
+            return 0;
+        }
+    }
+
+    return 1;
+}
+
+
+int
+mrb_http_valid_target(const char *p, size_t len)
+{
     return len > 0 && mrb_http_valid_args(p, len);
 }
 
@@ -195,6 +214,22 @@ mrb_http_check_uri(mrb_state *mrb, const char *what, mrb_value value,
     http_str_of(s, out);
 
     if (!mrb_http_valid_uri(out->data, out->len)) {
+        mrb_raisef(mrb, E_ARGUMENT_ERROR,
+                   "invalid %s (empty, or a control character)", what);
+    }
+}
+
+
+void
+mrb_http_check_target(mrb_state *mrb, const char *what, mrb_value value,
+    mrb_http_str *out)
+{
+    mrb_value  s;
+
+    s = http_to_str(mrb, value);
+    http_str_of(s, out);
+
+    if (!mrb_http_valid_target(out->data, out->len)) {
         mrb_raisef(mrb, E_ARGUMENT_ERROR,
                    "invalid %s (empty, or a control character or space)",
                    what);

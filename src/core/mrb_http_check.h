@@ -39,12 +39,17 @@ int mrb_http_valid_header_value(const char *p, size_t len);
  * servers send themselves; a script's 1xx would end the response early. */
 int mrb_http_valid_final_status(mrb_int status);
 
-/* A URI path, a query string or a redirect target (a URI or a
- * server-relative path): non-empty for targets, no control character
- * (0x00-0x1F, 0x7F) and no space, which would end a request line. */
+/* A URI path as the servers keep it, decoded (r.uri=, an internal
+ * redirect): non-empty, no control character (0x00-0x1F, 0x7F).  A
+ * space is allowed: the servers escape the path when they forward it. */
 int mrb_http_valid_uri(const char *p, size_t len);
 
-/* Like a URI, but empty is allowed (no query string). */
+/* A redirect target sent to the client (a URL or a path): non-empty, no
+ * control character and no space. */
+int mrb_http_valid_target(const char *p, size_t len);
+
+/* A query string, which the servers forward as it is: no control
+ * character and no space, which would end a request line; may be empty. */
 int mrb_http_valid_args(const char *p, size_t len);
 
 /*
@@ -61,11 +66,15 @@ void mrb_http_check_header(mrb_state *mrb, mrb_value name, mrb_value value,
 void mrb_http_check_header_value(mrb_state *mrb, const char *what,
     mrb_value value, mrb_http_str *out);
 
-/* A redirect target, a URI path (what names the setter in the error:
- * "redirect target", "uri"): to_s once, checked with
- * mrb_http_valid_uri. */
+/* A URI path (what names the setter in the error: "uri="): to_s once,
+ * checked with mrb_http_valid_uri. */
 void mrb_http_check_uri(mrb_state *mrb, const char *what, mrb_value value,
     mrb_http_str *out);
+
+/* A redirect target for the client: to_s once, checked with
+ * mrb_http_valid_target. */
+void mrb_http_check_target(mrb_state *mrb, const char *what,
+    mrb_value value, mrb_http_str *out);
 
 /* A query string: to_s once, checked with mrb_http_valid_args. */
 void mrb_http_check_args(mrb_state *mrb, const char *what, mrb_value value,

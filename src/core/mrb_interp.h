@@ -91,6 +91,14 @@ mrb_run_init(mrb_run *run, void *request, mrb_int default_result)
     run->error[0] = '\0';
 }
 
+/*
+ * After a run with want_value: its value as a String in *out ("" for nil),
+ * converted with to_s under protection, because the run's own is over: a
+ * to_s that raises gives -1 and its one-line error in run->error, and
+ * leaves mrb->exc clear.  *out is protected in the caller's GC arena.
+ */
+int mrb_run_value_string(mrb_state *mrb, mrb_run *run, mrb_value *out);
+
 /* Called once in a new interpreter before it is sealed (startup scripts). */
 typedef void (*mrb_interp_init_pt)(mrb_interp *interp, void *arg);
 

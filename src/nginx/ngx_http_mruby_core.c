@@ -204,6 +204,7 @@ ngx_http_mruby_send_header(mrb_state *mrb, mrb_value self)
     }
 
     if (status != 0) {
+        mrb_http_check_final_status(mrb, status);
         r->headers_out.status = (ngx_uint_t) status;
 
     } else if (r->headers_out.status == 0) {
@@ -236,10 +237,7 @@ ngx_http_mruby_set_status(mrb_state *mrb, mrb_value self)
     ngx_http_request_t  *r;
 
     mrb_get_args(mrb, "i", &status);
-
-    if (status < 100 || status > 999) {
-        mrb_raisef(mrb, E_ARGUMENT_ERROR, "invalid HTTP status %i", status);
-    }
+    mrb_http_check_final_status(mrb, status);
 
     r = ngx_http_mruby_request(mrb);
     r->headers_out.status = (ngx_uint_t) status;
@@ -271,22 +269,44 @@ ngx_http_mruby_redirect(mrb_state *mrb, mrb_value self)
     mrb_run                    *run;
     mrb_value                   uri;
     ngx_str_t                   key, value;
+    const char                 *q;
+    mrb_http_str                target;
     ngx_http_request_t         *r;
     ngx_http_mruby_run_data_t  *data;
 
-    mrb_get_args(mrb, "S|i", &uri, &code);
+    mrb_get_args(mrb, "o|i", &uri, &code);
 
     data = ngx_http_mruby_answering_run(mrb, "Nginx.redirect");
     run = mrb_interp_run(mrb);
     r = run->request;
 
-    if (RSTRING_LEN(uri) == 0) {
-        mrb_raise(mrb, E_ARGUMENT_ERROR, "Nginx.redirect: empty URI");
+    /* a path is looked up again, decoded as r.uri is, with its query
+     * string as r.args; a URL goes to the client as it is, and a named
+     * location has neither control characters nor spaces either */
+    if (mrb_string_p(uri) && RSTRING_LEN(uri) > 0
+        && RSTRING_PTR(uri)[0] == '/')
+    {
+        mrb_http_check_uri(mrb, "Nginx.redirect target", uri, &target);
+        q = memchr(target.data, '?', target.len);
+
+        if (q != NULL
+            && !mrb_http_valid_args(q + 1, target.data + target.len - q - 1))
+        {
+            mrb_raise(mrb, E_ARGUMENT_ERROR, "invalid Nginx.redirect target "
+                      "(a space in its query string)");
+        }
+
+    } else {
+        mrb_http_check_target(mrb, "Nginx.redirect target", uri, &target);
     }
 
-    if (ngx_http_mruby_pstr(r->pool, uri, &value) != NGX_OK) {
+    value.len = target.len;
+    value.data = ngx_pnalloc(r->pool, target.len);
+    if (value.data == NULL) {
         mrb_raise(mrb, E_RUNTIME_ERROR, "Nginx.redirect: out of memory");
     }
+
+    ngx_memcpy(value.data, target.data, target.len);
 
     if (value.data[0] == '/' || value.data[0] == '@') {
         data->ctx->redirect = value;

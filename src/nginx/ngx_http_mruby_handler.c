@@ -64,7 +64,7 @@ ngx_http_mruby_handler_init(ngx_conf_t *cf, ngx_http_mruby_main_conf_t *mmcf)
 static ngx_uint_t
 ngx_http_mruby_status(ngx_http_request_t *r, mrb_int result)
 {
-    if (result >= 200 && result < 1000) {
+    if (mrb_http_valid_final_status(result)) {
         return (ngx_uint_t) result;
     }
 
@@ -217,7 +217,7 @@ ngx_http_mruby_phase_done(ngx_http_request_t *r, ngx_http_mruby_ctx_t *ctx,
         return NGX_ERROR;
 
     default:
-        if (result >= 100 && result < 1000) {
+        if (mrb_http_valid_final_status(result)) {
             return (ngx_int_t) result;
         }
 
@@ -491,7 +491,7 @@ ngx_http_mruby_content_run(ngx_http_request_t *r)
             return ngx_http_mruby_send(r, ctx, run.result);
         }
 
-        if (run.result >= 100 && run.result < 1000) {
+        if (mrb_http_valid_final_status(run.result)) {
             /* nginx answers: its error page, a redirect with Location */
             return (ngx_int_t) run.result;
         }

@@ -200,39 +200,62 @@ ngx_http_mruby_header_push(ngx_http_request_t *r, ngx_list_t *list,
 }
 
 
-/* Reads String arguments into pool copies. */
+/* Copies checked bytes into the pool. */
+static void
+ngx_http_mruby_header_copy(mrb_state *mrb, ngx_http_request_t *r,
+    mrb_http_str *from, ngx_str_t *to)
+{
+    to->len = from->len;
+    to->data = (u_char *) "";
+
+    if (from->len == 0) {
+        return;
+    }
+
+    to->data = ngx_pnalloc(r->pool, from->len);
+    if (to->data == NULL) {
+        mrb_raise(mrb, E_RUNTIME_ERROR, "out of memory");
+    }
+
+    ngx_memcpy(to->data, from->data, from->len);
+}
+
+
+/*
+ * Reads the arguments into pool copies: the name of [] and delete as it
+ * is, the name and value of []= through the wire check (a value of nil
+ * leaves *has_value 0).
+ */
 static void
 ngx_http_mruby_header_args(mrb_state *mrb, ngx_http_request_t *r,
     ngx_str_t *key, ngx_str_t *value, mrb_bool *has_value)
 {
-    mrb_value  k, v = mrb_nil_value();
-
-    if (value != NULL) {
-        mrb_get_args(mrb, "So", &k, &v);
-    } else {
-        mrb_get_args(mrb, "S", &k);
-    }
-
-    if (RSTRING_LEN(k) == 0) {
-        mrb_raise(mrb, E_ARGUMENT_ERROR, "empty header name");
-    }
-
-    if (ngx_http_mruby_pstr(r->pool, k, key) != NGX_OK) {
-        mrb_raise(mrb, E_RUNTIME_ERROR, "out of memory");
-    }
+    mrb_value     k, v;
+    mrb_http_str  name, val;
 
     if (value == NULL) {
+        mrb_get_args(mrb, "S", &k);
+
+        if (RSTRING_LEN(k) == 0) {
+            mrb_raise(mrb, E_ARGUMENT_ERROR, "empty header name");
+        }
+
+        if (ngx_http_mruby_pstr(r->pool, k, key) != NGX_OK) {
+            mrb_raise(mrb, E_RUNTIME_ERROR, "out of memory");
+        }
+
         return;
     }
 
-    *has_value = !mrb_nil_p(v);
+    mrb_get_args(mrb, "oo", &k, &v);
+    mrb_http_check_header(mrb, k, v, &name, &val);
+
+    ngx_http_mruby_header_copy(mrb, r, &name, key);
+
+    *has_value = (val.data != NULL);
 
     if (*has_value) {
-        v = mrb_obj_as_string(mrb, v);
-
-        if (ngx_http_mruby_pstr(r->pool, v, value) != NGX_OK) {
-            mrb_raise(mrb, E_RUNTIME_ERROR, "out of memory");
-        }
+        ngx_http_mruby_header_copy(mrb, r, &val, value);
     }
 }
 
@@ -588,6 +611,41 @@ ngx_http_mruby_headers_out_set(ngx_http_request_t *r, ngx_str_t *key,
 }
 
 
+/*
+ * Adds a response header beside those of that name (as Link, Vary or
+ * WWW-Authenticate lists are sent); Content-Type and Content-Length, of
+ * which a response has one, are set.
+ */
+static ngx_int_t
+ngx_http_mruby_headers_out_add(ngx_http_request_t *r, ngx_str_t *key,
+    ngx_str_t *value)
+{
+    ngx_table_elt_t   *h, **p;
+
+    if (value == NULL
+        || ngx_http_mruby_key_is(key, "content-type")
+        || ngx_http_mruby_key_is(key, "content-length"))
+    {
+        return ngx_http_mruby_headers_out_set(r, key, value);
+    }
+
+    h = ngx_http_mruby_header_push(r, &r->headers_out.headers, key, value);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    h->hash = 1;
+
+    p = ngx_http_mruby_header_ptr(&r->headers_out,
+                                  ngx_http_mruby_headers_out_fields, key);
+    if (p != NULL && *p == NULL) {
+        *p = h;
+    }
+
+    return NGX_OK;
+}
+
+
 /* Content-Length as nginx keeps it when it has no header for it, or nil. */
 static mrb_value
 ngx_http_mruby_content_length(mrb_state *mrb, ngx_http_request_t *r)
@@ -635,6 +693,14 @@ ngx_http_mruby_headers_out_set_m(mrb_state *mrb, mrb_value self)
 {
     return ngx_http_mruby_headers_assign(mrb,
                                          ngx_http_mruby_headers_out_set);
+}
+
+
+static mrb_value
+ngx_http_mruby_headers_out_add_m(mrb_state *mrb, mrb_value self)
+{
+    return ngx_http_mruby_headers_assign(mrb,
+                                         ngx_http_mruby_headers_out_add);
 }
 
 
@@ -687,6 +753,7 @@ static const mrb_api_method  ngx_http_mruby_headers_in_methods[] = {
 static const mrb_api_method  ngx_http_mruby_headers_out_methods[] = {
     { "[]", ngx_http_mruby_headers_out_get, MRB_ARGS_REQ(1) },
     { "[]=", ngx_http_mruby_headers_out_set_m, MRB_ARGS_REQ(2) },
+    { "add", ngx_http_mruby_headers_out_add_m, MRB_ARGS_REQ(2) },
     { "delete", ngx_http_mruby_headers_out_delete, MRB_ARGS_REQ(1) },
     { "all", ngx_http_mruby_headers_out_all, MRB_ARGS_NONE() },
     MRB_API_METHOD_END

@@ -13,6 +13,7 @@
 
 #include <mruby.h>
 
+#include "mrb_http_check.h"
 #include "mrb_interp.h"
 #include "mrb_script.h"
 #include "ngx_mruby.h"

@@ -40,17 +40,26 @@ ngx_http_mruby_request_args(mrb_state *mrb, mrb_value self)
 }
 
 
+/* Copies bytes a wire check accepted into the pool as field. */
 static void
-ngx_http_mruby_request_set_str(mrb_state *mrb, ngx_http_request_t *r,
-    ngx_str_t *field, const char *what)
+ngx_http_mruby_request_copy(mrb_state *mrb, ngx_http_request_t *r,
+    mrb_http_str *from, ngx_str_t *field, const char *what)
 {
-    mrb_value  v;
+    u_char  *p;
 
-    mrb_get_args(mrb, "S", &v);
+    p = (u_char *) "";
 
-    if (ngx_http_mruby_pstr(r->pool, v, field) != NGX_OK) {
-        mrb_raisef(mrb, E_RUNTIME_ERROR, "%s: out of memory", what);
+    if (from->len > 0) {
+        p = ngx_pnalloc(r->pool, from->len);
+        if (p == NULL) {
+            mrb_raisef(mrb, E_RUNTIME_ERROR, "%s: out of memory", what);
+        }
+
+        ngx_memcpy(p, from->data, from->len);
     }
+
+    field->data = p;
+    field->len = from->len;
 }
 
 
@@ -62,10 +71,12 @@ static mrb_value
 ngx_http_mruby_request_set_uri(mrb_state *mrb, mrb_value self)
 {
     mrb_run                    *run;
+    mrb_http_str                uri;
     ngx_http_request_t         *r = ngx_http_mruby_request(mrb);
     ngx_http_mruby_run_data_t  *data;
 
-    ngx_http_mruby_request_set_str(mrb, r, &r->uri, "uri=");
+    mrb_http_check_uri(mrb, "uri=", mrb_get_arg1(mrb), &uri);
+    ngx_http_mruby_request_copy(mrb, r, &uri, &r->uri, "uri=");
 
     run = mrb_interp_run(mrb);
     data = run->data;
@@ -83,9 +94,11 @@ ngx_http_mruby_request_set_uri(mrb_state *mrb, mrb_value self)
 static mrb_value
 ngx_http_mruby_request_set_args(mrb_state *mrb, mrb_value self)
 {
+    mrb_http_str         args;
     ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
 
-    ngx_http_mruby_request_set_str(mrb, r, &r->args, "args=");
+    mrb_http_check_args(mrb, "args=", mrb_get_arg1(mrb), &args);
+    ngx_http_mruby_request_copy(mrb, r, &args, &r->args, "args=");
     r->valid_unparsed_uri = 0;
 
     return self;
@@ -105,16 +118,16 @@ static mrb_value
 ngx_http_mruby_request_set_content_type(mrb_state *mrb, mrb_value self)
 {
     ngx_str_t            key, value;
-    mrb_value            v;
+    mrb_http_str         type;
     ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
 
-    mrb_get_args(mrb, "S", &v);
+    mrb_http_check_header_value(mrb, "Content-Type", mrb_get_arg1(mrb),
+                                &type);
+    ngx_http_mruby_request_copy(mrb, r, &type, &value, "content_type=");
 
     ngx_str_set(&key, "Content-Type");
 
-    if (ngx_http_mruby_pstr(r->pool, v, &value) != NGX_OK
-        || ngx_http_mruby_headers_out_set(r, &key, &value) != NGX_OK)
-    {
+    if (ngx_http_mruby_headers_out_set(r, &key, &value) != NGX_OK) {
         mrb_raise(mrb, E_RUNTIME_ERROR, "content_type=: out of memory");
     }
 
@@ -325,28 +338,44 @@ ngx_http_mruby_request_post_args(mrb_state *mrb, mrb_value self)
 }
 
 
-/* r.uri_args = {"a" => "1"}: the query string from a Hash, escaped. */
+/*
+ * r.uri_args = {"a" => "1"}: the query string from a Hash, escaped.  Every
+ * key and value is converted first (to_s may run a script's code, which
+ * could change the Hash or a String already measured), then measured, then
+ * copied, with no call into Ruby between the last two.
+ */
 static mrb_value
 ngx_http_mruby_request_set_uri_args(mrb_state *mrb, mrb_value self)
 {
     size_t               len;
     u_char              *p;
     mrb_int              i, n;
-    mrb_value            hash, keys, k, v, parts[2];
-    ngx_uint_t           j;
+    mrb_value            hash, keys, values, parts, s;
     ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
 
     mrb_get_args(mrb, "H", &hash);
 
     keys = mrb_hash_keys(mrb, hash);
+    values = mrb_hash_values(mrb, hash);
     n = RARRAY_LEN(keys);
+    parts = mrb_ary_new_capa(mrb, 2 * n);
+
+    for (i = 0; i < n; i++) {
+        mrb_ary_push(mrb, parts, mrb_obj_as_string(mrb, RARRAY_PTR(keys)[i]));
+        mrb_ary_push(mrb, parts,
+                     mrb_obj_as_string(mrb, RARRAY_PTR(values)[i]));
+    }
+
+    /* from here on nothing calls into Ruby */
+
+    n = RARRAY_LEN(parts);
     len = 0;
 
     for (i = 0; i < n; i++) {
-        k = mrb_obj_as_string(mrb, mrb_ary_ref(mrb, keys, i));
-        v = mrb_obj_as_string(mrb, mrb_hash_get(mrb, hash,
-                                                mrb_ary_ref(mrb, keys, i)));
-        len += 2 + 3 * (RSTRING_LEN(k) + RSTRING_LEN(v));
+        s = RARRAY_PTR(parts)[i];
+        len += 1 + ngx_escape_uri(NULL, (u_char *) RSTRING_PTR(s),
+                                  RSTRING_LEN(s), NGX_ESCAPE_URI_COMPONENT)
+                   * 2 + RSTRING_LEN(s);
     }
 
     p = ngx_pnalloc(r->pool, len + 1);
@@ -357,23 +386,14 @@ ngx_http_mruby_request_set_uri_args(mrb_state *mrb, mrb_value self)
     r->args.data = p;
 
     for (i = 0; i < n; i++) {
-        parts[0] = mrb_obj_as_string(mrb, mrb_ary_ref(mrb, keys, i));
-        parts[1] = mrb_obj_as_string(mrb,
-                       mrb_hash_get(mrb, hash, mrb_ary_ref(mrb, keys, i)));
-
         if (i > 0) {
-            *p++ = '&';
+            *p++ = (i % 2) ? '=' : '&';
         }
 
-        for (j = 0; j < 2; j++) {
-            if (j == 1) {
-                *p++ = '=';
-            }
-
-            p = (u_char *) ngx_escape_uri(p, (u_char *) RSTRING_PTR(parts[j]),
-                                          RSTRING_LEN(parts[j]),
-                                          NGX_ESCAPE_URI_COMPONENT);
-        }
+        s = RARRAY_PTR(parts)[i];
+        p = (u_char *) ngx_escape_uri(p, (u_char *) RSTRING_PTR(s),
+                                      RSTRING_LEN(s),
+                                      NGX_ESCAPE_URI_COMPONENT);
     }
 
     r->args.len = p - r->args.data;

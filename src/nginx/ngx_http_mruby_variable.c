@@ -222,8 +222,14 @@ ngx_http_mruby_variable(ngx_http_request_t *r, ngx_http_variable_value_t *v,
         return NGX_ERROR;
     }
 
-    value = mrb_nil_p(run.value) ? mrb_str_new_lit(mrb, "")
-                                 : mrb_obj_as_string(mrb, run.value);
+    /* an exception here must not reach the script that read the variable:
+     * it would jump over nginx's restore of its variable depth */
+    if (mrb_run_value_string(mrb, &run, &value) != 0) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "mruby_set: the value's to_s failed: %s", run.error);
+        mrb_gc_arena_restore(mrb, ai);
+        return NGX_ERROR;
+    }
 
     if (ngx_http_mruby_pstr(r->pool, value, &s) != NGX_OK) {
         mrb_gc_arena_restore(mrb, ai);

@@ -257,14 +257,20 @@ Apache.rputs "#{v.bytesize}:" + v
 
 def test_null_byte_is_refused(apache):
     a = handler(apache, """\
-begin
-  Apache::Request.new.headers_out["X-Nul"] = "a\\0b"
-  Apache.rputs "accepted"
-rescue ArgumentError => e
-  Apache.rputs "refused: #{e.message}"
+[-> { Apache::Request.new.headers_out["X-Nul"] = "a\\0b" },
+ -> { Apache::Request.new.notes["nul"] = "a\\0b" }].each do |set|
+  begin
+    set.call
+    Apache.rputs "accepted\n"
+  rescue ArgumentError => e
+    Apache.rputs "refused: #{e.message}\n"
+  end
 end
 """)
-    assert a.get("/t").text == "refused: string contains a null byte"
+    assert a.get("/t").text == (
+        "refused: invalid value for header X-Nul (CR, LF, NUL or another "
+        "control character)\n"
+        "refused: string contains a null byte\n")
 
 
 def test_long_header_values(apache):

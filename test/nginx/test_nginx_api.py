@@ -127,7 +127,7 @@ location / {
     ';
 }""")
     r = n.get("/")
-    assert (r.status_code, r.text) == (202, "invalid HTTP status 42 202 202")
+    assert (r.status_code, r.text) == (202, "invalid status 42 (a final status is 200-599) 202 202")
 
 
 def test_headers_in_and_out(nginx):
@@ -225,7 +225,12 @@ location / {
         r = Nginx::Request.new
         v = r.headers_in["X-Long"]
         r.headers_out["X-Echo-Len"] = v.size.to_s
-        r.headers_out["X-Bin"] = "a\\x01b"
+        r.headers_out["X-Bin"] = "a\\xffb\\tc"
+        begin
+          r.headers_out["X-Ctl"] = "a\\x01b"
+        rescue ArgumentError
+          r.headers_out["X-Ctl"] = "refused"
+        end
         Nginx.rputs "\\x00\\xffz" + v[0, 3]
     ';
 }""")
@@ -233,7 +238,8 @@ location / {
     r = n.get("/", headers={"X-Long": long})
     assert r.headers["X-Echo-Len"] == "16384"
     assert r.content == b"\x00\xffzvvv"
-    assert r.raw.headers["X-Bin"] == "a\x01b"
+    assert r.raw.headers["X-Bin"] == "a\xffb\tc"
+    assert r.headers["X-Ctl"] == "refused"
 
 
 def test_var(nginx):

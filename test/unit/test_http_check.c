@@ -56,10 +56,13 @@ TEST(http_check_final_status_is_200_to_599)
 
 TEST(http_check_uris_and_args)
 {
-    CHECK(mrb_http_valid_uri(LIT("/a/b?c=d%20e#f")));
-    CHECK(mrb_http_valid_uri(LIT("https://example.com/x")));
+    CHECK(mrb_http_valid_target(LIT("/a/b?c=d%20e#f")));
+    CHECK(mrb_http_valid_target(LIT("https://example.com/x")));
+    CHECK(!mrb_http_valid_target(LIT("")));
+    CHECK(!mrb_http_valid_target(LIT("/a b")));
+    CHECK(!mrb_http_valid_target(LIT("/a\r\nX: y")));
+    CHECK(mrb_http_valid_uri(LIT("/a b")));
     CHECK(!mrb_http_valid_uri(LIT("")));
-    CHECK(!mrb_http_valid_uri(LIT("/a b")));
     CHECK(!mrb_http_valid_uri(LIT("/a\r\nX: y")));
     CHECK(!mrb_http_valid_uri(LIT("/a\0")));
     CHECK(mrb_http_valid_args(LIT("")));
