@@ -54,7 +54,14 @@ def start_apache(apache, mpm="event", sleep=2, docroot=None, loglevel="info",
     of the scripts), a slow sleep.php, and /count."""
     a = apache(start=False, mpm=mpm, loglevel=loglevel, modules=modules)
     d = install(a, **settings)
-    a.write("sleep.rb", f'Apache.sleep {sleep}\nApache.rputs "loaded"\n')
+    # the slow page waits until the test opens its gate (open_gate), at
+    # most `sleep` seconds: requests that must overlap do, however slowly
+    # the machine runs them
+    a.write("sleep.rb", f"""\
+deadline = Time.now + {sleep}
+Apache.sleep 0.01 until File.exist?("{a.dir}/gate") || Time.now > deadline
+Apache.rputs "loaded"
+""")
     a.write("count.rb", COUNT)
     conf = read("apache.conf").replace("@DIR@", d)
     # the demo handler, with our sleep time
@@ -92,6 +99,37 @@ server {{
     n.write_doc("access_limiter/fast.php", "fast")
     n.start()
     return n
+
+
+def open_gate(*servers):
+    """Lets the slow pages of servers finish (see start_apache)."""
+    for s in servers:
+        s.write("gate", "")
+
+
+def gated_gets(urls, servers, early):
+    """GETs every url at once (one connection each) to servers whose slow
+    pages wait on their gates; once `early` responses arrived (the
+    refusals), opens the gates; returns the responses in order."""
+    def one(url):
+        return requests.get(url, timeout=60, headers={"Connection": "close"})
+    with concurrent.futures.ThreadPoolExecutor(len(urls)) as ex:
+        futures = [ex.submit(one, u) for u in urls]
+        deadline = time.monotonic() + 30
+        while sum(f.done() for f in futures) < early:
+            assert time.monotonic() < deadline, "refusals did not come"
+            time.sleep(0.02)
+        open_gate(*servers)
+        return [f.result() for f in futures]
+
+
+def redis_count_gone(redis_server, key, timeout=5.0):
+    """Waits until key is gone from Redis: the log phase's DECR runs after
+    the response went out."""
+    deadline = time.monotonic() + timeout
+    while redis_server.command("GET", key) != "$-1":
+        assert time.monotonic() < deadline, f"{key} still counted"
+        time.sleep(0.02)
 
 
 def concurrent_gets(urls):
@@ -132,9 +170,9 @@ def statuses(responses):
 def test_seed_config_apache_ten_at_once(apache, mpm):
     """Threshold 2, ten concurrent requests to a slow page: two load, eight
     get 503, with the seed's log lines; afterwards the count is back to 0."""
-    a = start_apache(apache, mpm=mpm)
+    a = start_apache(apache, mpm=mpm, sleep=30)
     a.wait_log("access_limiter: counting in shared dictionary access_limiter")
-    rs = concurrent_gets([a.url("/access_limiter/sleep.php")] * 10)
+    rs = gated_gets([a.url("/access_limiter/sleep.php")] * 10, [a], early=8)
     assert statuses(rs) == [200] * 2 + [503] * 8
     assert [r.text for r in rs if r.status_code == 200] == ["loaded"] * 2
 
@@ -225,7 +263,7 @@ def test_killed_worker_counts_recover_running_ones_stay(apache):
     """Prefork: requests A and B run in two children; one child is killed.
     Within 5 s the count is 1 (B's), never 0 while B runs: a third request
     is let in, a fourth is refused."""
-    a = start_apache(apache, mpm="prefork", sleep=6)
+    a = start_apache(apache, mpm="prefork", sleep=30)
     f = sleep_php(a)
     url = a.url("/access_limiter/sleep.php")
 
@@ -255,6 +293,7 @@ def test_killed_worker_counts_recover_running_ones_stay(apache):
             time.sleep(0.05)
         rd = requests.get(url, timeout=30)
         assert rd.status_code == 503          # B and C are both counted
+        open_gate(a)
 
         # whichever of A and B was in the killed child failed; the other
         # loaded, as did C
@@ -274,11 +313,11 @@ def test_fleet_two_apaches_share_a_limit(apache, redis_server):
     """Two servers, one Redis, threshold 2: five requests to each at once
     give two successes in all."""
     addr = f"127.0.0.1:{redis_server.port}"
-    a1 = start_apache(apache, redis=addr)
-    a2 = start_apache(apache, redis=addr, docroot=a1.docroot)
+    a1 = start_apache(apache, redis=addr, sleep=30)
+    a2 = start_apache(apache, redis=addr, sleep=30, docroot=a1.docroot)
     urls = ([a1.url("/access_limiter/sleep.php")] * 5
             + [a2.url("/access_limiter/sleep.php")] * 5)
-    rs = concurrent_gets(urls)
+    rs = gated_gets(urls, [a1, a2], early=8)
     assert statuses(rs) == [200] * 2 + [503] * 8
 
     f = sleep_php(a1)
@@ -286,7 +325,31 @@ def test_fleet_two_apaches_share_a_limit(apache, redis_server):
         log = a.wait_log(f"file:{f} reached threshold: 2: return 503")
         assert "unavailable" not in log
     # every count went back out of Redis
-    assert redis_server.command("GET", "access_limiter:" + f) == "$-1"
+    redis_count_gone(redis_server, "access_limiter:" + f)
+
+
+def test_fleet_each_count_renews_the_lease(apache, redis_server):
+    """In fleet mode each INCR renews the key's EXPIRE (lease = 60 s), so a
+    count outlives a dead server by the lease and no longer."""
+    a = start_apache(apache, redis=f"127.0.0.1:{redis_server.port}",
+                     sleep=30)
+    key = "access_limiter:" + sleep_php(a)
+    url = a.url("/access_limiter/sleep.php")
+    with concurrent.futures.ThreadPoolExecutor(2) as ex:
+        first = ex.submit(requests.get, url, timeout=60)
+        a.wait_log("counter:1")
+        ttl = int(redis_server.command("TTL", key)[1:])
+        assert 50 <= ttl <= 60
+        # shorten the lease by hand: the next count renews it
+        redis_server.command("EXPIRE", key, 5)
+        second = ex.submit(requests.get, url, timeout=60)
+        a.wait_log("counter:2")
+        ttl = int(redis_server.command("TTL", key)[1:])
+        assert 50 <= ttl <= 60
+        open_gate(a)
+        assert first.result().status_code == second.result().status_code \
+            == 200
+    redis_count_gone(redis_server, key)
 
 
 def test_fleet_redis_down_fails_open(apache):
@@ -317,11 +380,7 @@ def test_fleet_redis_restarted_reconnects(apache, redis_server):
     assert a.get("/access_limiter/sleep.php").status_code == 200
     # the log phase runs after the response went out: let its DECR finish,
     # or the kill may cut it mid-command
-    key = "access_limiter:" + sleep_php(a)
-    deadline = time.monotonic() + 5
-    while redis_server.command("GET", key) != "$-1":
-        assert time.monotonic() < deadline, "the count never went out"
-        time.sleep(0.02)
+    redis_count_gone(redis_server, "access_limiter:" + sleep_php(a))
     redis_server.command("CLIENT", "KILL", "TYPE", "normal")
     assert a.get("/access_limiter/sleep.php").status_code == 200
     assert "unavailable" not in a.error_log()
