@@ -134,9 +134,14 @@ def curl_h2(n, path, *args):
     return head.decode(errors="replace"), body
 
 
+BAD_HEADER = code('Nginx::Request.new.headers_out["X-Bad"] = "a\r\nb: c"; '
+                  'Nginx.rputs "never"')
+
+
 def test_status_and_headers_over_http2(nginx):
     """The status and header paths under HTTP/2: a status and headers a
-    script sets arrive, with and without Nginx.send_header."""
+    script sets arrive, with and without Nginx.send_header; a header value
+    with CR/LF is refused before it reaches the wire."""
     n = nginx(f"""
 server {{
     listen 127.0.0.1:{{port}} http2;
@@ -144,6 +149,9 @@ server {{
         mruby_content_handler_code {code(
             'r = Nginx::Request.new; r.headers_out["X-Set"] = "yes"; '
             'Nginx.status_code = 201; Nginx.rputs "made"')};
+    }}
+    location /bad {{
+        mruby_content_handler_code {BAD_HEADER};
     }}
     location /send {{
         mruby_content_handler_code {code(
@@ -157,3 +165,7 @@ server {{
     head, body = curl_h2(n, "/send")
     assert head.startswith("HTTP/2 203"), head
     assert body == b"sent"
+    head, body = curl_h2(n, "/bad")
+    assert head.startswith("HTTP/2 500"), head
+    assert b"never" not in body
+    n.wait_log("X-Bad")
