@@ -117,7 +117,8 @@ $(VENV)/.done: test/requirements.txt
 test: deps
 	$(MAKE) all venv
 	$(MAKE) test-unit
-	$(PYTHON) -m pytest -q -p no:cacheprovider test
+	$(PYTHON) -m pytest -q -p no:cacheprovider test/selftest
+	$(PYTHON) -m pytest -q -p no:cacheprovider --ignore=test/selftest test
 
 test-unit: $(BUILD)/test_core
 	$(BUILD)/test_core
@@ -129,7 +130,7 @@ test-asan: deps
 	$(MAKE) venv
 	$(MAKE) BUILD=build/asan OPT="-O1 -g -fno-omit-frame-pointer" \
 	  SANITIZE="-fsanitize=address" all test-unit
-	MRUBY_BUILD=build/asan MRUBY_ASAN=1 $(PYTHON) -m pytest -q -p no:cacheprovider test
+	MRUBY_BUILD=build/asan MRUBY_ASAN=1 $(PYTHON) -m pytest -q -p no:cacheprovider --ignore=test/selftest test
 
 run: deps
 	$(MAKE) all venv
