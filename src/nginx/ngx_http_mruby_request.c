@@ -81,8 +81,12 @@ ngx_http_mruby_request_set_uri(mrb_state *mrb, mrb_value self)
     run = mrb_interp_run(mrb);
     data = run->data;
 
+    /* in the rewrite phase: the location is looked up again, and the
+       request is internal, as after nginx's "rewrite" */
+
     if (data != NULL && data->phase == NGX_HTTP_MRUBY_REWRITE) {
         r->uri_changed = 1;
+        r->internal = 1;
     }
 
     r->valid_unparsed_uri = 0;
@@ -450,6 +454,21 @@ ngx_http_mruby_request_sub_request(mrb_state *mrb, mrb_value self)
 }
 
 
+/*
+ * nginx's own "internal" flag, set for the requests an "internal;" location
+ * lets in: internal redirects (error_page, try_files' fallback,
+ * Nginx.redirect, named locations), URIs changed by "rewrite" or r.uri=,
+ * and subrequests.
+ */
+static mrb_value
+ngx_http_mruby_request_internal(mrb_state *mrb, mrb_value self)
+{
+    ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
+
+    return mrb_bool_value(r->internal);
+}
+
+
 static const mrb_api_method  ngx_http_mruby_request_methods[] = {
     { "uri", ngx_http_mruby_request_uri, MRB_ARGS_NONE() },
     { "uri=", ngx_http_mruby_request_set_uri, MRB_ARGS_REQ(1) },
@@ -480,6 +499,7 @@ static const mrb_api_method  ngx_http_mruby_request_methods[] = {
     { "headers_in", ngx_http_mruby_request_headers_in, MRB_ARGS_NONE() },
     { "headers_out", ngx_http_mruby_request_headers_out, MRB_ARGS_NONE() },
     { "sub_request?", ngx_http_mruby_request_sub_request, MRB_ARGS_NONE() },
+    { "internal?", ngx_http_mruby_request_internal, MRB_ARGS_NONE() },
     MRB_API_METHOD_END
 };
 

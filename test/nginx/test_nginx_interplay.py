@@ -171,3 +171,170 @@ def test_stream_enable_file_sorts_after_debians_stream_module(nginx):
     rc, out = modules_enabled(nginx(main_conf=main, start=False),
                               "50-mod-stream-mruby.conf")
     assert rc != 0 and "ngx_stream_core_module" in out
+
+
+# --- "When scripts run" (docs/nginx.md), one test per statement ---
+
+def trace(what):
+    """Ruby: one error-log line per run, tagged by the client's X-T."""
+    return code('r = Nginx::Request.new; Nginx.errlogger Nginx::LOG_NOTICE, '
+                f'"trace #{{r.headers_in["X-T"]}} {what} #{{r.uri}}"')
+
+
+def traces(n, tag, expect_last):
+    """The trace lines of the request tagged tag, in order, once the line
+    expect_last is there."""
+    log = n.wait_log(f"trace {tag} {expect_last}")
+    return [line.split(f"trace {tag} ", 1)[1].split(",")[0]
+            for line in log.splitlines() if f"trace {tag} " in line]
+
+
+def test_internal_redirects_run_the_scripts_again(nginx):
+    n = nginx("mruby_server_rewrite_handler_code " + trace("server_rewrite")
+              + ";\nmruby_rewrite_handler_code " + trace("rewrite")
+              + ";\nmruby_access_handler_code " + trace("access") + ";\n"
+              "location /ep/ { error_page 404 /target.html; }\n"
+              "location /tf/ { try_files $uri /target.html; }\n"
+              "location /rw/ { rewrite ^ /target.html last; }\n"
+              "location /uri/ { mruby_rewrite_handler_code "
+              + code('Nginx::Request.new.uri = "/target.html"') + "; }\n"
+              "location /nr/ { mruby_rewrite_handler_code "
+              + code('Nginx.redirect "/target.html"') + "; }\n",
+              docs={"target.html": "target\n"})
+    again = ["server_rewrite /target.html", "rewrite /target.html",
+             "access /target.html"]
+    # error_page, try_files, Nginx.redirect: all phases from server rewrite
+    for tag, uri in (("ep", "/ep/x"), ("tf", "/tf/x")):
+        assert n.get(uri, headers={"X-T": tag}).text == "target\n"
+        assert traces(n, tag, "access /target.html") == [
+            f"server_rewrite {uri}", f"rewrite {uri}", f"access {uri}"] + again
+    assert n.get("/nr/x", headers={"X-T": "nr"}).text == "target\n"
+    assert traces(n, "nr", "access /target.html") == [
+        "server_rewrite /nr/x"] + again
+    # rewrite ... last and r.uri=: the new location's rewrite and access
+    assert n.get("/rw/x", headers={"X-T": "rw"}).text == "target\n"
+    assert traces(n, "rw", "access /target.html") == [
+        "server_rewrite /rw/x", "rewrite /rw/x"] + again[1:]
+    assert n.get("/uri/x", headers={"X-T": "uri"}).text == "target\n"
+    assert traces(n, "uri", "access /target.html") == [
+        "server_rewrite /uri/x"] + again[1:]
+
+
+def test_subrequests_skip_access_scripts(nginx):
+    """auth_request and SSI subrequests run rewrite and content scripts,
+    never access scripts: an access script cannot guard auth_request."""
+    n = nginx("location = /auth-access { internal;\n"
+              "  mruby_rewrite_handler_code " + trace("rewrite") + ";\n"
+              "  mruby_access_handler_code " + code("Nginx.return 403") + ";\n"
+              "  return 204; }\n"
+              "location = /auth-content { internal;\n"
+              "  mruby_content_handler_code "
+              + code('Nginx.return(Nginx::Request.new.headers_in["X-Key"] == '
+                     '"k" ? Nginx::HTTP_NO_CONTENT : Nginx::HTTP_FORBIDDEN)')
+              + "; }\n"
+              "location /a/ { auth_request /auth-access; }\n"
+              "location /c/ { auth_request /auth-content; }\n"
+              "location /ssi/ { ssi on; }\n"
+              "location = /inc { internal;\n"
+              "  mruby_rewrite_handler_code " + trace("rewrite") + ";\n"
+              "  mruby_access_handler_code " + trace("access") + ";\n"
+              "  mruby_content_handler_code " + trace("content")
+              + "; }\n",
+              docs={"a/page.html": "let in\n", "c/page.html": "guarded\n",
+                    "ssi/page.html": 'x<!--# include virtual="/inc" -->y\n'})
+    # the access script's 403 never happens
+    r = n.get("/a/page.html", headers={"X-T": "a"})
+    assert (r.status_code, r.text) == (200, "let in\n")
+    assert traces(n, "a", "rewrite /auth-access") == ["rewrite /auth-access"]
+    # a content script's answer is what auth_request acts on
+    assert n.get("/c/page.html").status_code == 403
+    assert n.get("/c/page.html", headers={"X-Key": "k"}).text == "guarded\n"
+    assert n.get("/ssi/page.html", headers={"X-T": "s"}).text == "xy\n"
+    assert traces(n, "s", "content /inc") == ["rewrite /inc", "content /inc"]
+
+
+def test_scripts_run_before_nginx_modules_of_their_phase(nginx):
+    n = nginx("location /set/ { set $v from_set;\n"
+              "  mruby_rewrite_handler_code "
+              + code('Nginx.rputs "v=#{Nginx::Request.new.var.v}"') + "; }\n"
+              "location /deny/ { deny all;\n"
+              "  mruby_access_handler_code " + trace("access") + "; }\n"
+              "location /basic/ { auth_basic area;\n"
+              "  auth_basic_user_file {dir}/htpasswd;\n"
+              "  mruby_access_handler_code "
+              + code('r = Nginx::Request.new; '
+                     'Nginx.errlogger Nginx::LOG_NOTICE, '
+                     '"trace b user=#{r.user}"; '
+                     'Nginx.return 403 if r.user == "mallory"') + "; }\n",
+              files={"htpasswd": "alice:{PLAIN}secret\n"},
+              docs={"basic/page.html": "members\n", "deny/p.html": "no\n"})
+    # rewrite: the script runs before "set"
+    assert n.get("/set/").text == "v="
+    # access: before allow/deny (and deny still answers)
+    assert n.get("/deny/p.html", headers={"X-T": "d"}).status_code == 403
+    assert traces(n, "d", "access /deny/p.html") == ["access /deny/p.html"]
+    # before auth_basic: r.user is the name sent, not yet checked ...
+    r = n.get("/basic/page.html", auth=("eve", "wrong"))
+    assert r.status_code == 401
+    n.wait_log("trace b user=eve")
+    assert n.get("/basic/page.html", auth=("alice", "secret")).text \
+        == "members\n"
+    # ... and a script's 403 comes before auth_basic's 401 challenge
+    r = n.get("/basic/page.html", auth=("mallory", "x"))
+    assert r.status_code == 403 and "WWW-Authenticate" not in r.headers
+
+
+def test_internal_tells_error_pages_from_requests(nginx):
+    """A script that denies a whole server denies its error pages too,
+    unless it lets internal requests through."""
+    deny = "error_page 403 /403.html;\nmruby_access_handler_code {};\n"
+    page = {"403.html": "custom 403\n", "index.html": "home\n"}
+    n = nginx(deny.replace("{}", code("Nginx.return 403")), docs=page)
+    r = n.get("/")
+    assert r.status_code == 403 and "custom 403" not in r.text
+    n = nginx(deny.replace("{}", code(
+        "Nginx.return 403 unless Nginx::Request.new.internal?")), docs=page)
+    r = n.get("/")
+    assert (r.status_code, r.text) == (403, "custom 403\n")
+
+
+def test_internal_flag(nginx):
+    show = code('r = Nginx::Request.new; '
+                'Nginx.rputs "#{r.uri} internal=#{r.internal?}"')
+    n = nginx("location = /show { mruby_content_handler_code " + show + "; }\n"
+              "location /ep/ { error_page 404 =200 /show; }\n"
+              "location /rw/ { rewrite ^ /show last; }\n"
+              "location /uri/ { mruby_rewrite_handler_code "
+              + code('Nginx::Request.new.uri = "/show"') + "; }\n"
+              "location /nr/ { mruby_rewrite_handler_code "
+              + code('Nginx.redirect "@named"') + "; }\n"
+              "location @named { mruby_content_handler_code " + show + "; }\n")
+    assert n.get("/show").text == "/show internal=false"
+    assert n.get("/ep/x").text == "/show internal=true"
+    assert n.get("/rw/x").text == "/show internal=true"
+    assert n.get("/uri/x").text == "/show internal=true"
+    assert n.get("/nr/x").text == "/nr/x internal=true"
+
+
+def test_filter_positions(nginx):
+    """The header filter runs before add_header; the body filter sees the
+    content before SSI and gzip."""
+    n = nginx("location /h/ { add_header X-Added yes;\n"
+              "  mruby_output_header_filter_code "
+              + code('r = Nginx::Request.new; '
+                     'r.headers_out["X-Seen"] = '
+                     'r.headers_out["X-Added"].nil?.to_s') + "; }\n"
+              "location /ssi/ { ssi on;\n"
+              "  gzip on; gzip_min_length 1; gzip_types text/html;\n"
+              "  mruby_output_body_filter_code "
+              + code('f = Nginx::Filter.new; '
+                     'f.body = f.body.sub("RAW", f.body.include?("<!--#") ? '
+                     '"unexpanded" : "expanded")') + "; }\n",
+              docs={"h/p.html": "p\n",
+                    "ssi/p.html": 'RAW <!--# echo var="ssi_x" '
+                                  'default="from-ssi" -->\n'})
+    r = n.get("/h/p.html")
+    assert (r.headers["X-Seen"], r.headers["X-Added"]) == ("true", "yes")
+    r = n.get("/ssi/p.html", headers={"Accept-Encoding": "gzip"})
+    assert r.headers["Content-Encoding"] == "gzip"
+    assert r.text == "unexpanded from-ssi\n"
