@@ -17,23 +17,25 @@ NGINX_SRC  := /usr/share/nginx/src
 
 MRUBY_DEFS := -DMRB_USE_RATIONAL -DMRB_USE_COMPLEX
 MRUBY_LIB  := /usr/lib/libmruby.a
-LIBS       := $(MRUBY_LIB) -lhiredis -lm -lpthread
+LIBS       := $(MRUBY_LIB) -lhiredis -lonig -ljansson -lcrypto -lm -lpthread
 
 WARN       := -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
 OPT        ?= -O2 -g
 SANITIZE   ?=
 CFLAGS_ALL  = $(OPT) $(SANITIZE) -fPIC -std=gnu11 $(WARN) $(MRUBY_DEFS) \
-              -Isrc/core -I$(BUILD)
+              -Isrc/core -Isrc/lib -I$(BUILD)
 
 CORE_SRC   := $(wildcard src/core/*.c)
+LIB_SRC    := $(wildcard src/lib/*.c)
 APACHE_SRC := $(wildcard src/apache/*.c)
-MRBLIB_RB  := $(sort $(wildcard mrblib/*.rb))
+MRBLIB_RB  := $(sort $(wildcard mrblib/*.rb)) $(sort $(wildcard src/lib/*.rb))
+CORE_H     := $(wildcard src/core/*.h src/lib/*.h)
 
 APACHE_CFLAGS = $(shell $(APXS) -q CFLAGS) $(shell $(APXS) -q EXTRA_CPPFLAGS) \
                 -I$(shell $(APXS) -q INCLUDEDIR) \
                 $(shell pkg-config --cflags apr-1 apr-util-1 2>/dev/null)
 
-APACHE_OBJ := $(patsubst %.c,$(BUILD)/apache/%.o,$(CORE_SRC) $(APACHE_SRC)) \
+APACHE_OBJ := $(patsubst %.c,$(BUILD)/apache/%.o,$(CORE_SRC) $(LIB_SRC) $(APACHE_SRC)) \
               $(BUILD)/apache/mrblib.o
 
 # The names `make install` tells to link into /etc/nginx/modules-enabled:
@@ -56,14 +58,15 @@ deps:
 apache: $(BUILD)/mod_mruby.so
 nginx: $(BUILD)/ngx_http_mruby_module.so
 
-# mrblib: the Ruby part of the API, compiled to bytecode in a C array.
+# mrblib: the Ruby part of the API and of the library (src/lib/*.rb),
+# compiled to bytecode in a C array.
 $(BUILD)/mrblib.c: $(MRBLIB_RB) | $(BUILD)
 	$(MRBC) -B mrb_mrblib_irep -o $@ $(MRBLIB_RB)
 
 $(BUILD):
 	mkdir -p $(BUILD)
 
-$(BUILD)/apache/%.o: %.c $(wildcard src/core/*.h src/apache/*.h) | $(BUILD)/mrblib.c
+$(BUILD)/apache/%.o: %.c $(CORE_H) $(wildcard src/apache/*.h) | $(BUILD)/mrblib.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(APACHE_CFLAGS) -Isrc/apache -c $< -o $@
 
@@ -86,16 +89,17 @@ $(BUILD)/mod_mruby.so: $(APACHE_OBJ) $(APACHE_MAP)
 # nginx: its own build system, from Debian's nginx-dev sources, with the
 # flags Debian's nginx was configured with so that load_module accepts it.
 NGINX_BUILD := $(BUILD)/nginx
-NGINX_DEPS  := $(CORE_SRC) $(wildcard src/core/*.h src/nginx/*) $(BUILD)/mrblib.c
+NGINX_DEPS  := $(CORE_SRC) $(LIB_SRC) $(CORE_H) $(wildcard src/nginx/*) $(BUILD)/mrblib.c
 
-# src/core: the nginx config lists the core's files when it runs.
-$(NGINX_BUILD)/Makefile: src/nginx/config src/core $(NGINX_SRC)/conf_flags | $(BUILD)/mrblib.c
+# src/core, src/lib: the nginx config lists their files when it runs, so a
+# file added or removed there (the folder's mtime) configures again.
+$(NGINX_BUILD)/Makefile: src/nginx/config src/core src/lib $(NGINX_SRC)/conf_flags | $(BUILD)/mrblib.c
 	rm -rf $(NGINX_BUILD) && mkdir -p $(NGINX_BUILD)
 	cp -r $(NGINX_SRC)/. $(NGINX_BUILD)/
 	cd $(NGINX_BUILD) && . ./conf_flags && \
 	  NGX_MRUBY_BUILD=$(CURDIR)/$(BUILD) \
 	  ./configure "$${NGX_CONF_FLAGS[@]}" --with-stream=dynamic \
-	    --with-cc-opt="$(OPT) $(SANITIZE) -fPIC $(MRUBY_DEFS) -I$(CURDIR)/src/core -I$(CURDIR)/$(BUILD)" \
+	    --with-cc-opt="$(OPT) $(SANITIZE) -fPIC $(MRUBY_DEFS) -I$(CURDIR)/src/core -I$(CURDIR)/src/lib -I$(CURDIR)/$(BUILD)" \
 	    --with-ld-opt="$(SANITIZE)" \
 	    --add-dynamic-module=$(CURDIR)/src/nginx >configure.log 2>&1 \
 	  || { tail -30 configure.log; exit 1; }
@@ -123,8 +127,8 @@ test: deps
 test-unit: $(BUILD)/test_core
 	$(BUILD)/test_core
 
-$(BUILD)/test_core: $(wildcard test/unit/*.c) $(CORE_SRC) $(BUILD)/mrblib.c $(wildcard src/core/*.h)
-	$(CC) $(CFLAGS_ALL) -o $@ $(wildcard test/unit/*.c) $(CORE_SRC) $(BUILD)/mrblib.c $(LIBS)
+$(BUILD)/test_core: $(wildcard test/unit/*.c) $(CORE_SRC) $(LIB_SRC) $(BUILD)/mrblib.c $(CORE_H)
+	$(CC) $(CFLAGS_ALL) -o $@ $(wildcard test/unit/*.c) $(CORE_SRC) $(LIB_SRC) $(BUILD)/mrblib.c $(LIBS)
 
 test-asan: deps
 	$(MAKE) venv

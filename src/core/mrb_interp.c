@@ -25,6 +25,7 @@
 #include "mrb_alloc.h"
 #include "mrb_interp.h"
 #include "mrb_interp_core.h"
+#include "mrb_lib.h"
 #include "mrb_mruby_version.h"
 #include "mrb_redis.h"
 #include "mrb_shdict.h"
@@ -125,6 +126,7 @@ mrb_interp_open(const mrb_server *server, void *log_target, char *err,
 
     interp->server_class = mrb_server_class_define(mrb, server);
     mrb_redis_define(mrb);
+    mrb_lib_define(mrb);
     mrb_load_irep(mrb, mrb_mrblib_irep);
 
     if (mrb->exc != NULL) {
@@ -403,8 +405,11 @@ mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run)
 
     interp->head.run = run->prev;
 
-    if (!run->startup && run->prev == NULL) {
-        interp_restore_toplevel(interp);
+    if (run->prev == NULL) {
+        mrb_lib_run_end(mrb);
+        if (!run->startup) {
+            interp_restore_toplevel(interp);
+        }
     }
 
     mrb_gc_arena_restore(mrb, ai);

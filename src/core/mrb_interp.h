@@ -149,6 +149,7 @@ typedef struct {
     const mrb_server   *server;
     void               *log_target;
     mrb_run            *run;        /* the run in progress, or NULL */
+    void               *lib;        /* src/lib's state (mrb_lib.h) */
 } mrb_interp_head;
 
 static inline mrb_state *

@@ -1,0 +1,55 @@
+/*
+ * Defines every class of src/lib in a new interpreter.  Defining costs
+ * only at creation: nothing here runs per request, and what needs setup
+ * (a compiled pattern, a digest context) is made when first used.
+ */
+
+#include <mruby.h>
+#include <mruby/data.h>
+#include <mruby/variable.h>
+
+#include "mrb_lib.h"
+#include "mrb_regexp.h"
+
+
+static void
+lib_free(mrb_state *mrb, void *p)
+{
+    mrb_interp_head  *head = mrb->ud;
+
+    if (head != NULL && head->lib == p) {
+        head->lib = NULL;
+    }
+    mrb_free(mrb, p);
+}
+
+static const struct mrb_data_type  lib_type = { "mrb_lib", lib_free };
+
+
+void
+mrb_lib_define(mrb_state *mrb)
+{
+    mrb_interp_head  *head = mrb->ud;
+    struct RData     *d;
+
+    /* owned by the GC (held by Kernel), freed when the interpreter closes */
+    d = mrb_data_object_alloc(mrb, mrb->object_class, NULL, &lib_type);
+    d->data = mrb_calloc(mrb, 1, sizeof(mrb_lib));
+    mrb_iv_set(mrb, mrb_obj_value(mrb->kernel_module),
+               mrb_intern_lit(mrb, "__lib__"), mrb_obj_value(d));
+    head->lib = d->data;
+
+    mrb_regexp_define(mrb);
+    mrb_matchdata_define(mrb);
+    mrb_regexp_string_define(mrb);
+}
+
+
+void
+mrb_lib_run_end_slow(mrb_state *mrb)
+{
+    mrb_lib  *lib = mrb_lib_get(mrb);
+
+    mrb_regexp_run_end(mrb);
+    lib->run_state = 0;
+}

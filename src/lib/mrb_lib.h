@@ -1,0 +1,46 @@
+/*
+ * The standard library scripts get (Regexp, JSON, Digest, ...): what the
+ * originals built in as mruby gems, server-neutral, one class a file.
+ * mrb_lib_define runs once per interpreter, when it is created, before
+ * mrblib (whose Ruby parts of the library build on these).
+ */
+
+#ifndef MRB_LIB_H
+#define MRB_LIB_H
+
+#include <mruby.h>
+
+#include "mrb_interp.h"
+
+/* The library's state in an interpreter, at mrb_interp_head.lib. */
+typedef struct {
+    void        *regexp;        /* mrb_regexp.c's */
+    unsigned     run_state:1;   /* a class keeps something of the run */
+} mrb_lib;
+
+void mrb_lib_define(mrb_state *mrb);
+
+/* The library's state of mrb's interpreter. */
+static inline mrb_lib *
+mrb_lib_get(mrb_state *mrb)
+{
+    return ((mrb_interp_head *) mrb->ud)->lib;
+}
+
+void mrb_lib_run_end_slow(mrb_state *mrb);
+
+/*
+ * Called when an outermost run ends: drops what the run left in the
+ * library (the last match) so that the next request cannot see it.
+ */
+static inline void
+mrb_lib_run_end(mrb_state *mrb)
+{
+    mrb_lib  *lib = ((mrb_interp_head *) mrb->ud)->lib;
+
+    if (lib != NULL && lib->run_state) {
+        mrb_lib_run_end_slow(mrb);
+    }
+}
+
+#endif /* MRB_LIB_H */

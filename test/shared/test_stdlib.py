@@ -1,0 +1,89 @@
+"""The standard library scripts get (src/lib) on real servers: one script
+per class, the same answers under Apache and nginx, run several times so
+that cached scripts (and their cached patterns) are exercised, and nothing
+one request matched is seen by the next."""
+
+import pytest
+
+# A routing script in the originals' style: literals, captures, $1, named
+# groups, case/when, sub/gsub/scan/split.
+ROUTE_SCRIPT = r'''
+Server = get_server_class
+r = Server::Request.new
+uri = r.uri
+out = []
+out << "before=#{$~.inspect},#{$1.inspect}"
+case uri
+when /\.(css|js|png)$/ then out << "static #{$1}"
+when %r{^/api/v(\d+)/users/(?<id>\d+)} then
+  out << "api v#{$1} user #{Regexp.last_match[:id]}"
+else out << "other"
+end
+out << (uri =~ /users/).inspect
+out << uri.sub(/\/v\d+\//, "/vX/")
+out << uri.gsub(/\d+/) { |d| (d.to_i * 2).to_s }
+out << uri.scan(/[a-z]+/).join(",")
+out << uri.split(%r{/+}).reject(&:empty?).inspect
+out << (uri =~ /\A\/API/i ? "ci" : "cs")
+Server.rputs out.join("\n")
+'''
+
+ROUTE_API = "\n".join([
+    "before=nil,nil",
+    "api v2 user 123",
+    "8",
+    "/api/vX/users/123",
+    "/api/v4/users/246",
+    "api,v,users",
+    '["api", "v2", "users", "123"]',
+    "ci",
+])
+
+ROUTE_STATIC = "\n".join([
+    "before=nil,nil",
+    "static png",
+    "nil",
+    "/img/a.png",
+    "/img/a.png",
+    "img,a,png",
+    '["img", "a.png"]',
+    "cs",
+])
+
+
+def server_with(kind, apache, nginx, scripts, cache=None):
+    """A server running scripts ({"name": code}) at /name."""
+    files = {f"{name}.rb": code for name, code in scripts.items()}
+    if kind == "apache":
+        locs = "\n".join(
+            f"<LocationMatch ^/{name}>\n"
+            f"    mrubyHandlerMiddle {{dir}}/{name}.rb{' ' + cache if cache else ''}\n"
+            f"</LocationMatch>" for name in scripts)
+        return apache(locs, files=files)
+    locs = "\n".join(
+        f"location /{name} {{ mruby_content_handler {{dir}}/{name}.rb"
+        f"{' ' + cache if cache else ''}; }}" for name in scripts)
+    return nginx("server {\n    listen 127.0.0.1:{port};\n" + locs + "\n}",
+                 files=files)
+
+
+@pytest.mark.parametrize("kind", ["apache", "nginx"])
+def test_regexp_routing_script(kind, apache, nginx):
+    s = server_with(kind, apache, nginx, {"api": ROUTE_SCRIPT,
+                                          "img": ROUTE_SCRIPT})
+    for _ in range(3):
+        r = s.get("/api/v2/users/123")
+        assert r.status_code == 200, s.error_log()[-2000:]
+        assert r.text == ROUTE_API
+        r = s.get("/img/a.png")
+        assert r.status_code == 200, s.error_log()[-2000:]
+        assert r.text == ROUTE_STATIC
+
+
+@pytest.mark.parametrize("kind", ["apache", "nginx"])
+def test_regexp_error_is_a_500_with_its_line(kind, apache, nginx):
+    s = server_with(kind, apache, nginx,
+                    {"bad": 'Regexp.new("a(" + "")\n'})
+    assert s.get("/bad").status_code == 500
+    log = s.wait_log("RegexpError")
+    assert "end pattern with unmatched parenthesis" in log

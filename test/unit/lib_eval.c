@@ -1,0 +1,100 @@
+/*
+ * The helpers of lib_eval.h.
+ */
+
+#include <stdio.h>
+#include <string.h>
+
+#include "lib_eval.h"
+#include "mrb_script.h"
+#include "unit.h"
+
+static char  lib_out[8192];
+
+
+static int
+lib_write(mrb_run *run, const char *data, size_t len)
+{
+    size_t  used = strlen(lib_out);
+
+    if (used + len >= sizeof(lib_out)) {
+        return -1;
+    }
+
+    memcpy(lib_out + used, data, len);
+    lib_out[used + len] = '\0';
+    return 0;
+}
+
+
+static void
+lib_log(void *target, mrb_run *run, int level, const char *msg, size_t len)
+{
+    printf("  log[%d]: %.*s\n", level, (int) len, msg);
+}
+
+
+static const mrb_server  lib_server = {
+    "Test", "Apache", "mod_mruby", "test", 0, NULL, lib_write, lib_log
+};
+
+
+mrb_interp *
+lib_interp(void)
+{
+    char         err[512];
+    mrb_interp  *interp;
+
+    interp = mrb_interp_open(&lib_server, NULL, err, sizeof(err));
+    if (interp == NULL) {
+        printf("  mrb_interp_open: %s\n", err);
+        return NULL;
+    }
+
+    mrb_interp_seal(interp);
+    return interp;
+}
+
+
+int
+lib_eval(mrb_interp *interp, const char *code, char *out, size_t len)
+{
+    char         err[512];
+    char         wrapped[8192];
+    mrb_script  *s;
+    mrb_run      run;
+    int          rc;
+
+    snprintf(wrapped, sizeof(wrapped),
+             "__v = begin\n%s\nend\nApache.rputs __v.inspect", code);
+
+    s = mrb_script_from_code(wrapped, strlen(wrapped), "case", 1, err,
+                             sizeof(err));
+    if (s == NULL) {
+        snprintf(out, len, "compile: %s", err);
+        return -1;
+    }
+
+    lib_out[0] = '\0';
+    mrb_run_init(&run, (void *) 1, 0);
+    rc = mrb_script_run(interp, s, &run);
+    mrb_script_free(s);
+
+    snprintf(out, len, "%s", rc == 0 ? lib_out : run.error);
+    return rc == 0 ? 0 : -1;
+}
+
+
+void
+lib_expect(mrb_interp *interp, const char *file, int line, const char *code,
+    const char *expected)
+{
+    char  got[8192];
+
+    if (lib_eval(interp, code, got, sizeof(got)) != 0
+        || strcmp(got, expected) != 0)
+    {
+        unit_fail(file, line, "%s\n      expected %s\n      got      %s",
+                  code, expected, got);
+    }
+}

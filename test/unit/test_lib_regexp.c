@@ -1,0 +1,266 @@
+/*
+ * Regexp, MatchData and the String methods that take a pattern
+ * (src/lib/mrb_regexp*.c, mrb_matchdata.c, regexp.rb): a compatibility
+ * list, each case an expression and what CRuby 3.x gives for it.
+ */
+
+#include <stdio.h>
+#include <string.h>
+#include <mruby.h>
+
+#include "lib_eval.h"
+#include "mrb_interp.h"
+#include "unit.h"
+
+typedef struct {
+    const char  *code;
+    const char  *expected;
+} lib_case;
+
+static const lib_case  regexp_cases[] = {
+    /* literals, options, the pattern itself */
+    { "/\\.php$/ =~ '/index.php'", "6" },
+    { "'/a.html' =~ /\\.php$/", "nil" },
+    { "%r{^/api/(\\d+)} =~ '/api/42'", "0" },
+    { "/ABC/i =~ 'xabc'", "1" },
+    { "/a.c/m =~ \"a\\nc\"", "0" },
+    { "/a.c/ =~ \"a\\nc\"", "nil" },
+    { "/a b c/x =~ 'abc'", "0" },
+    { "/a#{1 + 1}b/ =~ 'xa2b'", "1" },
+    { "/ab+/i.source", "\"ab+\"" },
+    { "/ab+/mix.options", "7" },
+    { "/ab/i.inspect", "\"/ab/i\"" },
+    { "%r{a/b}.inspect", "\"/a\\\\/b/\"" },
+    { "/ab/i.to_s", "\"(?i-mx:ab)\"" },
+    { "/ab/mix.to_s", "\"(?mix:ab)\"" },
+    { "/ab/i.casefold?", "true" },
+    { "/a/ == /a/", "true" },
+    { "/a/ == /a/i", "false" },
+    { "Regexp.new('a+b', Regexp::IGNORECASE) =~ 'AAB'", "0" },
+    { "Regexp.new('a', true).options", "1" },
+    { "Regexp.escape('a.b*c?(d) [e] {f} ^$|+-#\\\\')",
+      "\"a\\\\.b\\\\*c\\\\?\\\\(d\\\\)\\\\ \\\\[e\\\\]\\\\ \\\\{f\\\\}\\\\ "
+      "\\\\^\\\\$\\\\|\\\\+\\\\-\\\\#\\\\\\\\\"" },
+    { "Regexp.escape(\"\\n\\t\\r\\f\\v/\")",
+      "\"\\\\n\\\\t\\\\r\\\\f\\\\v/\"" },
+    { "Regexp.quote('1.5')", "\"1\\\\.5\"" },
+    { "Regexp.union('a.b', /c/i) =~ 'xxC'", "2" },
+    { "Regexp.union('a.b', 'c').source", "\"a\\\\.b|c\"" },
+    { "Regexp.union.source", "\"(?!)\"" },
+    { "begin; Regexp.new('a('); rescue RegexpError => e; e.class; end",
+      "RegexpError" },
+    { "/(?<y>\\d+)-(?<m>\\d+)/.names", "[\"y\", \"m\"]" },
+    { "/(?<y>\\d+)-(?<m>\\d+)/.named_captures",
+      "{\"y\"=>[1], \"m\"=>[2]}" },
+
+    /* =~ !~ match match? === */
+    { "'foo' !~ /o/", "false" },
+    { "'foo' !~ /x/", "true" },
+    { "/o/.match?('foo')", "true" },
+    { "/o/.match?(nil)", "false" },
+    { "'foo'.match?(/x/)", "false" },
+    { "/o/.match('foo', 2).begin(0)", "2" },
+    { "/o/.match('foo', 3)", "nil" },
+    { "/a/.match(nil)", "nil" },
+    { "'foo'.match('o.').to_s", "\"oo\"" },
+    { "'foo'.match(/(o)/) { |m| m[1] * 2 }", "\"oo\"" },
+    { "case '/img/a.png' when /\\.css$/ then 1 when /\\.png$/ then 2 end",
+      "2" },
+    { "/a/ === :cat", "true" },
+    { "/a/ === 12", "false" },
+    { ":cat =~ /t/", "2" },
+
+    /* MatchData */
+    { "m = /(\\d+)-(\\d+)/.match('tel 03-1234 x'); "
+      "[m[0], m[1], m[2], m[-1], m[3]]",
+      "[\"03-1234\", \"03\", \"1234\", \"1234\", nil]" },
+    { "m = /(?<y>\\d+)-(?<m>\\d+)/.match('2024-05'); "
+      "[m[:y], m['m'], m.named_captures, m.names]",
+      "[\"2024\", \"05\", {\"y\"=>\"2024\", \"m\"=>\"05\"}, [\"y\", \"m\"]]" },
+    { "m = /b(c)/.match('abcd'); [m.pre_match, m.post_match, m.captures, "
+      "m.to_a, m.to_s, m.begin(0), m.end(0), m.begin(1), m.offset(1), "
+      "m.size]",
+      "[\"a\", \"d\", [\"c\"], [\"bc\", \"c\"], \"bc\", 1, 3, 2, [2, 3], 2]" },
+    { "m = /(a)|(b)/.match('b'); [m[1], m.begin(1), m.captures]",
+      "[nil, nil, [nil, \"b\"]]" },
+    { "m = /(.)(.)(.)/.match('abc'); [m[1, 2], m[1..], m.values_at(1, 3)]",
+      "[[\"a\", \"b\"], [\"a\", \"b\", \"c\"], [\"a\", \"c\"]]" },
+    { "/(?<x>a)/.match('a').inspect", "\"#<MatchData \\\"a\\\" x:\\\"a\\\">\"" },
+    { "/(a)(b)?/.match('a').inspect",
+      "\"#<MatchData \\\"a\\\" 1:\\\"a\\\" 2:nil>\"" },
+    { "begin; /a/.match('a')[:nope]; rescue IndexError => e; e.message; end",
+      "\"undefined group name reference: nope\"" },
+    { "/b/.match('abc').string", "\"abc\"" },
+    { "/b/.match('abc').regexp", "/b/" },
+
+    /* the match globals */
+    { "'key=value' =~ /(\\w+)=(\\w+)/; [$~[0], $1, $2, $3, $&, $`, $', $+]",
+      "[\"key=value\", \"key\", \"value\", nil, \"key=value\", \"\", \"\", "
+      "\"value\"]" },
+    { "'ab' =~ /x/; [$~, $1]", "[nil, nil]" },
+    { "'xaby' =~ /a(b)/; [Regexp.last_match(0), Regexp.last_match(1), "
+      "Regexp.last_match.pre_match]", "[\"ab\", \"b\", \"x\"]" },
+    { "case 'v1.2' when /v(\\d+)\\.(\\d+)/ then [$1, $2] end",
+      "[\"1\", \"2\"]" },
+    { "'a1b22'.gsub(/\\d+/) { $&.size.to_s }", "\"a1b2\"" },
+    { "'john smith'.gsub(/(\\w)(\\w*)/) { \"#{$1.upcase}#{$2}\" }",
+      "\"John Smith\"" },
+    { "'x'.sub(/(x)/, 'y'); $1", "\"x\"" },
+    { "/(a)/.match?('a'); $1", "nil" },
+
+    /* sub gsub and their bang forms */
+    { "'hello world'.sub(/o/, '0')", "\"hell0 world\"" },
+    { "'hello world'.gsub(/o/, '0')", "\"hell0 w0rld\"" },
+    { "'hello'.gsub(/l/) { |s| s.upcase }", "\"heLLo\"" },
+    { "'cat hat'.gsub(/[ch]at/, 'cat' => 'dog', 'hat' => 'cap')",
+      "\"dog cap\"" },
+    { "'2024-05-06'.sub(/(\\d+)-(\\d+)-(\\d+)/, '\\3/\\2/\\1')",
+      "\"06/05/2024\"" },
+    { "'2024-05'.sub(/(?<y>\\d+)-(?<m>\\d+)/, '\\k<m>.\\k<y>')",
+      "\"05.2024\"" },
+    { "'abc'.sub(/b/, \"[\\\\0|\\\\&|\\\\`|\\\\'|\\\\\\\\]\")",
+      "\"a[b|b|a|c|\\\\]c\"" },
+    { "'abc'.gsub(/x*/, '-')", "\"-a-b-c-\"" },
+    { "'abc'.gsub(//, '.')", "\".a.b.c.\"" },
+    { "'héllo'.gsub(//, '.') == '.h.é.l.l.o.'", "true" },
+    { "'aaa'.sub(/a/) { 'b' }", "\"baa\"" },
+    { "s = 'abc'; [s.sub!(/x/, 'y'), s]", "[nil, \"abc\"]" },
+    { "s = 'abc'; [s.gsub!(/[ac]/, '*'), s]", "[\"*b*\", \"*b*\"]" },
+    { "s = 'abc'; s.sub!(/b/) { 'B' }; s", "\"aBc\"" },
+    { "'a.b.c'.gsub('.', '-')", "\"a-b-c\"" },
+    { "'a.b'.sub('.', '-')", "\"a-b\"" },
+    { "'path/to/file'.gsub(%r{/}, '::')", "\"path::to::file\"" },
+    { "'a-b'.gsub(/(-)/, '\\\\1\\\\1')", "\"a--b\"" },
+    { "'Hello'.gsub(/l/, 'L' => 'x')", "\"Heo\"" },
+
+    /* scan split */
+    { "'a1b22c333'.scan(/\\d+/)", "[\"1\", \"22\", \"333\"]" },
+    { "'k1=v1;k2=v2'.scan(/(\\w+)=(\\w+)/)",
+      "[[\"k1\", \"v1\"], [\"k2\", \"v2\"]]" },
+    { "r = []; 'abc'.scan(/./) { |c| r << c }; r", "[\"a\", \"b\", \"c\"]" },
+    { "'a.b.c'.scan('.')", "[\".\", \".\"]" },
+    { "'abc'.scan(//)", "[\"\", \"\", \"\", \"\"]" },
+    { "'a, b,c ,d'.split(/\\s*,\\s*/)", "[\"a\", \"b\", \"c\", \"d\"]" },
+    { "'a,b,,c,,'.split(/,/)", "[\"a\", \"b\", \"\", \"c\"]" },
+    { "'a,b,,c,,'.split(/,/, -1)", "[\"a\", \"b\", \"\", \"c\", \"\", \"\"]" },
+    { "'a,b,c,d'.split(/,/, 2)", "[\"a\", \"b,c,d\"]" },
+    { "',a'.split(/,/)", "[\"\", \"a\"]" },
+    { "'abc'.split(//)", "[\"a\", \"b\", \"c\"]" },
+    { "'a1b2c'.split(/(\\d)/)", "[\"a\", \"1\", \"b\", \"2\", \"c\"]" },
+    { "'a,b'.split(/,*/)", "[\"a\", \"b\"]" },
+    { "''.split(/,/)", "[]" },
+    { "' a  b '.split(/ /)", "[\"\", \"a\", \"\", \"b\"]" },
+    { "' a  b '.split(' ')", "[\"a\", \"b\"]" },
+    { "'a b'.split", "[\"a\", \"b\"]" },
+    { "'a-b'.split('-')", "[\"a\", \"b\"]" },
+    { "'abc'.split(/b/, 1)", "[\"abc\"]" },
+
+    /* index rindex slice [] start_with? partition rpartition */
+    { "'hello'.index(/l+/)", "2" },
+    { "'hello'.index(/l/, 3)", "3" },
+    { "'hello'.index(/z/)", "nil" },
+    { "'hello'.rindex(/l/)", "3" },
+    { "'hello'.rindex(/l/, 2)", "2" },
+    { "'hello'.index('l')", "2" },
+    { "'hello'.rindex('l')", "3" },
+    { "'hello'[/l+o/]", "\"llo\"" },
+    { "'key: val'[/(\\w+): (\\w+)/, 2]", "\"val\"" },
+    { "'2024-05'[/(?<m>\\d+)$/, 'm']", "\"05\"" },
+    { "'hello'.slice(/e(l)/, 1)", "\"l\"" },
+    { "'hello'[/z/]", "nil" },
+    { "'hello'[1, 2]", "\"el\"" },
+    { "'hello'[1..]", "\"ello\"" },
+    { "'hello'.slice(0)", "\"h\"" },
+    { "'hello'.start_with?(/h.l/)", "true" },
+    { "'hello'.start_with?(/l/)", "false" },
+    { "'hello'.start_with?('he')", "true" },
+    { "'a=b=c'.partition(/=/)", "[\"a\", \"=\", \"b=c\"]" },
+    { "'a=b=c'.rpartition(/=/)", "[\"a=b\", \"=\", \"c\"]" },
+    { "'abc'.partition(/x/)", "[\"abc\", \"\", \"\"]" },
+    { "'abc'.rpartition(/x/)", "[\"\", \"\", \"abc\"]" },
+    { "'a=b'.partition('=')", "[\"a\", \"=\", \"b\"]" },
+    { "begin; 'a' =~ 'a'; rescue TypeError => e; e.class; end",
+      "TypeError" },
+
+    /* bytes that are not UTF-8 */
+    { "begin; \"\\xff\" =~ /a/; rescue ArgumentError => e; e.message; end",
+      "\"invalid byte sequence in UTF-8\"" },
+    { "\"\\xff\" =~ /\\xff/n", "0" },
+    { NULL, NULL }
+};
+
+
+TEST(lib_regexp_compatibility)
+{
+    mrb_interp      *interp = lib_interp();
+    const lib_case  *c;
+
+    REQUIRE(interp != NULL);
+    for (c = regexp_cases; c->code != NULL; c++) {
+        CHECK_RUBY(interp, c->code, c->expected);
+    }
+    mrb_interp_close(interp);
+}
+
+
+/* A literal in a script run again is the same object: compiled once. */
+TEST(lib_regexp_literal_compiled_once)
+{
+    mrb_interp  *interp = lib_interp();
+
+    REQUIRE(interp != NULL);
+    CHECK_RUBY(interp, "a = []; 2.times { a << /x(y)/i }; "
+                       "a[0].equal?(a[1])", "true");
+    CHECK_RUBY(interp, "/x(y)/i.frozen?", "true");
+    /* a pattern made from request data shares no slot it should not */
+    CHECK_RUBY(interp, "(1..600).map { |i| /v#{i}/ =~ \"v#{i}\" }.uniq",
+               "[0]");
+    mrb_interp_close(interp);
+}
+
+
+/* $~ and $1 set by one request are gone in the next one. */
+TEST(lib_regexp_globals_do_not_outlive_the_run)
+{
+    mrb_interp  *interp = lib_interp();
+
+    REQUIRE(interp != NULL);
+    CHECK_RUBY(interp, "'secret-token' =~ /(\\w+)-/; $1", "\"secret\"");
+    CHECK_RUBY(interp, "[$~, $1, Regexp.last_match]", "[nil, nil, nil]");
+    mrb_interp_close(interp);
+}
+
+
+BENCH(lib_regexp_route_10_matches)
+{
+    mrb_interp  *interp = lib_interp();
+    char         out[256];
+    uint64_t     t0;
+    int          i, n = 20000;
+    const char  *code =
+        "u = '/api/v2/users/12345/profile'\n"
+        "r = 0\n"
+        "r += 1 if u =~ /^\\/static\\//\n"
+        "r += 1 if u =~ /\\.(css|js|png)$/\n"
+        "r += 1 if u =~ /^\\/api\\/v\\d+\\//\n"
+        "r += 1 if u =~ /users\\/(\\d+)/\n"
+        "r += 1 if u =~ /^\\/admin/\n"
+        "r += 1 if u =~ /profile$/\n"
+        "r += 1 if u =~ /\\/login/\n"
+        "r += 1 if u =~ /^\\/health$/\n"
+        "r += 1 if u =~ /v2/\n"
+        "r += 1 if u =~ /\\d{5}/\n"
+        "r";
+
+    REQUIRE(interp != NULL);
+    REQUIRE(lib_eval(interp, code, out, sizeof(out)) == 0);
+    CHECK(strcmp(out, "5") == 0);
+
+    t0 = unit_now_ns();
+    for (i = 0; i < n; i++) {
+        lib_eval(interp, code, out, sizeof(out));
+    }
+    unit_report("route script, 10 regexp matches (incl. compile of script)",
+                (double) (unit_now_ns() - t0) / n / 1000.0, "us/run");
+    mrb_interp_close(interp);
+}
