@@ -18,6 +18,7 @@
 #include <mruby.h>
 
 #include "mrb_api.h"
+#include "mrb_errbuf.h"
 #include "mrb_http_check.h"
 #include "mrb_interp.h"
 #include "mrb_script.h"

@@ -190,7 +190,7 @@ ap_mrb_file_script(cmd_parms *cmd, ap_mrb_dir_conf *dconf, const char *file,
 {
     const char        *path;
     mrb_cache_policy   policy;
-    char               err[1024];
+    char               err[MRB_ERR_MSG_LEN];
 
     if (flag != NULL && strcasecmp(flag, "cache") != 0) {
         return apr_psprintf(cmd->pool, "%s: the second argument must be "
@@ -225,7 +225,7 @@ ap_mrb_code_script(cmd_parms *cmd, const char *code, mrb_script **script)
                                          : cmd->config_file->name;
     int          line = cmd->directive ? cmd->directive->line_num
                                        : (int) cmd->config_file->line_number;
-    char         err[1024];
+    char         err[MRB_ERR_MSG_LEN];
 
     *script = mrb_script_from_code(code, strlen(code), origin, line,
                                    err, sizeof(err));
@@ -433,7 +433,7 @@ ap_mrb_cmd_shared_dict(cmd_parms *cmd, void *mconfig, const char *name,
 {
     const char  *err;
     size_t       size;
-    char         buf[256];
+    char         buf[MRB_ERR_MSG_LEN];
 
     err = ap_check_cmd_context(cmd, GLOBAL_ONLY);
     if (err != NULL) {

@@ -70,7 +70,7 @@ mrb_interp *
 ap_mrb_interp_take(request_rec *r)
 {
     mrb_interp  *interp;
-    char         err[256];
+    char         err[MRB_ERR_MSG_LEN];
 
     interp = mrb_interp_take(&ap_mrb_server, ap_server_conf,
                              ap_mrb_interp_init, ap_server_conf,
@@ -303,7 +303,7 @@ static int
 ap_mrb_script_handler(request_rec *r, ap_mrb_dir_conf *dconf)
 {
     mrb_script  *script;
-    char         err[1024];
+    char         err[MRB_ERR_MSG_LEN];
 
     if (dconf->handler_enable != 1) {
         ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, "handler "

@@ -169,7 +169,7 @@ ap_mrb_post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
     server_rec *s)
 {
     mrb_interp  *interp;
-    char         err[256];
+    char         err[MRB_ERR_MSG_LEN];
 
     mrb_shdict_config_end();
 

@@ -23,6 +23,7 @@
 #include <mruby/variable.h>
 
 #include "mrb_alloc.h"
+#include "mrb_errbuf.h"
 #include "mrb_interp.h"
 #include "mrb_interp_core.h"
 #include "mrb_lib.h"
@@ -73,8 +74,6 @@ mrb_interp_seal(mrb_interp *interp)
 }
 
 
-#define INTERP_RESTORE_ERRLEN  512
-
 /*
  * After an outermost request run: puts back the top-level state the run
  * changed (mrb_toplevel.h).  A failure to (out of memory) is logged; the
@@ -83,7 +82,7 @@ mrb_interp_seal(mrb_interp *interp)
 static void
 interp_restore_toplevel(mrb_interp *interp)
 {
-    char  err[INTERP_RESTORE_ERRLEN];
+    char  err[MRB_ERR_MSG_LEN];
 
     if (mrb_toplevel_restore(interp->head.mrb, interp->toplevel, err,
                              sizeof(err)) != 0)
@@ -426,7 +425,7 @@ mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run)
 void
 mrb_interp_log(mrb_interp *interp, int level, const char *fmt, ...)
 {
-    char     msg[2048];
+    char     msg[MRB_ERR_RUN_LEN];
     va_list  ap;
     int      n;
 

@@ -14,6 +14,8 @@
 #include <sys/types.h>
 #include <hiredis/hiredis.h>
 
+#include "mrb_errbuf.h"
+
 typedef enum {
     MRB_REDIS_OK = 0,
     MRB_REDIS_ECONNECT,   /* cannot connect, or the connection broke */
@@ -32,7 +34,7 @@ typedef struct {
     unsigned       timeout_ms;
     pid_t          pid;         /* the process ctx belongs to */
     uint64_t       retry_at;    /* ms: no connect attempt before */
-    char           err[256];    /* why the last call failed */
+    char           err[MRB_ERR_REASON_LEN]; /* why the last call failed */
 } mrb_redis_conn;
 
 mrb_redis_conn *mrb_redis_conn_new(const char *host, int port,

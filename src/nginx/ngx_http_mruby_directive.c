@@ -196,7 +196,7 @@ ngx_http_mruby_add_handler(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 static char *
 ngx_http_mruby_shared_dict(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
-    char        err[1024];
+    char        err[MRB_ERR_MSG_LEN];
     size_t      size;
     ngx_str_t  *value;
 

@@ -384,7 +384,7 @@ static ngx_mruby_script_t *
 ngx_http_mruby_uri_script(ngx_http_request_t *r,
     ngx_http_mruby_loc_conf_t *mlcf, ngx_int_t *status)
 {
-    char                 err[1024];
+    char                 err[MRB_ERR_MSG_LEN];
     size_t               root;
     ngx_str_t            path;
     ngx_file_info_t      fi;

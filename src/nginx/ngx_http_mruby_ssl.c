@@ -133,7 +133,7 @@ ngx_http_mruby_ssl_connection(mrb_state *mrb)
 static void
 ngx_http_mruby_ssl_raise(mrb_state *mrb, const char *what, mrb_value arg)
 {
-    char           buf[256];
+    char           buf[MRB_ERR_REASON_LEN];
     unsigned long  e;
 
     e = ERR_peek_last_error();

@@ -16,6 +16,7 @@
 #include <mruby.h>
 
 #include "mrb_api.h"
+#include "mrb_errbuf.h"
 #include "mrb_interp.h"
 #include "mrb_script.h"
 

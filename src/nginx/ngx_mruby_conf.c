@@ -6,9 +6,6 @@
 #include "ngx_mruby.h"
 
 
-#define NGX_MRUBY_ERRLEN  1024
-
-
 static void
 ngx_mruby_script_cleanup(void *data)
 {
@@ -54,7 +51,7 @@ ngx_mruby_conf_cstr(ngx_conf_t *cf, ngx_str_t *s)
 static char *
 ngx_mruby_conf_code(ngx_conf_t *cf, ngx_str_t *code, ngx_mruby_script_t *s)
 {
-    char        *origin, err[NGX_MRUBY_ERRLEN];
+    char        *origin, err[MRB_ERR_MSG_LEN];
     ngx_uint_t   line, i;
 
     origin = ngx_mruby_conf_cstr(cf, &s->conf_file);
@@ -163,7 +160,7 @@ ngx_int_t
 ngx_mruby_script_resolve(ngx_conf_t *cf, ngx_mruby_script_t *s,
     ngx_uint_t policy)
 {
-    char  *path, err[NGX_MRUBY_ERRLEN];
+    char  *path, err[MRB_ERR_MSG_LEN];
 
     if (s->script != NULL) {
         return NGX_OK;

@@ -41,7 +41,7 @@ ngx_int_t
 ngx_mruby_init_master(ngx_mruby_process_t *p, ngx_mruby_main_conf_t *mcf,
     ngx_cycle_t *cycle)
 {
-    char         err[1024];
+    char         err[MRB_ERR_MSG_LEN];
     mrb_interp  *interp;
 
     if (mcf == NULL || mcf->init.nelts == 0 || ngx_test_config) {
@@ -76,7 +76,7 @@ ngx_int_t
 ngx_mruby_init_worker(ngx_mruby_process_t *p, ngx_mruby_main_conf_t *mcf,
     ngx_cycle_t *cycle)
 {
-    char                    err[1024];
+    char                    err[MRB_ERR_MSG_LEN];
     ngx_mruby_worker_ctx_t  ctx;
 
     if (ngx_process != NGX_PROCESS_WORKER
