@@ -28,7 +28,8 @@ KEYWORDS = {"nil", "true", "false", "self"}
 
 # what the API sections name besides methods: nginx's directives, httpd's
 # modules and functions
-NOT_RUBY = {"error_log", "proxy_pass", "root", "alias", "map", "mruby_set",
+NOT_RUBY = {"error_log", "error_page", "proxy_pass", "rewrite", "root",
+            "alias", "map", "try_files", "mruby_set",
             "mod_proxy", "mod_proxy_http", "ap_set_content_type"}
 
 # "Owner name" for every method this module adds, "class Owner Super" for
