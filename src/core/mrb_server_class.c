@@ -56,8 +56,12 @@ server_rputs(mrb_state *mrb, mrb_value self)
     mrb_run  *run = run_of(mrb, "rputs");
     mrb_value str;
 
-    /* The hottest call of all: mrb_get_args' format parsing costs more. */
-    str = mrb_ensure_string_type(mrb, mrb_get_arg1(mrb));
+    /* The hottest call of all: mrb_get_args' format parsing costs more.
+     * Anything else is written as its to_s, as the originals did. */
+    str = mrb_get_arg1(mrb);
+    if (!mrb_string_p(str)) {
+        str = mrb_obj_as_string(mrb, str);
+    }
     server_write(mrb, run, RSTRING_PTR(str), (size_t) RSTRING_LEN(str));
     return self;
 }
@@ -106,7 +110,8 @@ server_errlogger(mrb_state *mrb, mrb_value self)
     mrb_int            level;
     mrb_value          msg;
 
-    mrb_get_args(mrb, "iS", &level, &msg);
+    mrb_get_args(mrb, "io", &level, &msg);
+    msg = mrb_obj_as_string(mrb, msg);
 
     server->log(mrb_interp_log_target(interp), mrb_interp_run(mrb),
                 server_log_level(server, level), RSTRING_PTR(msg),
