@@ -8,7 +8,8 @@ libmruby-dev mruby libhiredis-dev libpcre2-dev libssl-dev zlib1g-dev
 libboost-context-dev libonig-dev libjansson-dev
 clang libclang-rt-14-dev llvm debhelper lintian dpkg-dev fakeroot lua-cjson
 redis-server wrk openssl curl python3 python3-venv
-libapache2-mod-perl2 libnginx-mod-http-lua libnginx-mod-stream"
+libapache2-mod-perl2 libapache2-mod-php8.2 libnginx-mod-http-lua
+libnginx-mod-stream"
 
 missing=""
 for p in $PACKAGES; do
