@@ -149,3 +149,22 @@ ErrorDocument 403 %s
     a = apache(conf % ("/errors/403.html", guarded), docs=pages)
     r = a.get("/index.html")
     assert (r.status_code, r.text) == (403, "custom 403\n")
+
+
+def test_connection_keepalive_and_id(apache):
+    """keepalive? is Apache's decision, made when the header goes out; id
+    tells apart the connections open at the same moment."""
+    import requests
+    a = apache("""
+<Location /c>
+    mrubyHandlerMiddleCode 'c = Apache::Connection.new; Apache.rputs "#{c.keepalive?} #{c.id}"'
+    mrubyLogTransactionMiddleCode 'Apache.errlogger Apache::APLOG_NOTICE, "trace ka #{Apache::Connection.new.keepalive?}"'
+</Location>
+""")
+    one, two = requests.Session(), requests.Session()
+    ka1, id1 = one.get(a.url("/c")).text.split()
+    ka2, id2 = two.get(a.url("/c")).text.split()
+    assert (ka1, ka2) == ("false", "false") and id1 != id2
+    a.wait_log("trace ka true")
+    one.close()
+    two.close()
