@@ -5,8 +5,8 @@ class, and every method those sections name is defined.
 
 The servers are asked, not the C tables: what a script sees is what counts
 (mrblib's methods included).  A section documents the classes its heading
-names (`Apache::Request`, `Nginx::Headers_in, Nginx::Headers_out`;
-`Server::` stands for the server class); it names a method in backticks or
+names in backticks or as a list (`Apache::Request`, `Nginx::Headers_in,
+Nginx::Headers_out`; `Server::` stands for the server class); it names a method in backticks or
 in a Ruby code block: `uri`, `uri=`, `uri = "/x"`, `r.uri`, `t[key] = v`,
 `Nginx.rputs(str)`, `Kernel#server_name`.  In a paragraph that begins
 "Read and write", a name documents its setter too."""
@@ -146,6 +146,19 @@ def sections(path):
         yield parts[i], parts[i + 1]
 
 
+def heading_classes(heading):
+    """The classes a heading names: those in backticks ("`Apache` (class
+    methods)"), or a heading that is a list of class names
+    ("Nginx::Connection, Nginx::Server"); prose that mentions a server
+    ("When scripts run, next to Apache's own modules") names none."""
+    if "`" in heading:
+        return [c for span in re.findall(r"`([^`]+)`", heading)
+                for c in re.findall(CLASS, span)]
+    if re.fullmatch(rf"{CLASS}(, {CLASS})*( \(.*\))?", heading.strip()):
+        return re.findall(CLASS, heading.split(" (")[0])
+    return []
+
+
 def documented(kind, server_class):
     """{class: names} the docs give, and [(where, class, name)] for checks."""
     docs, named = {}, []
@@ -158,7 +171,7 @@ def documented(kind, server_class):
         for heading, body in sections(path):
             where = f"{path}, {heading}"
             subjects = [re.sub(r"^Server(?=::|$)", server_class, c)
-                        for c in re.findall(CLASS, heading.replace("`", ""))]
+                        for c in heading_classes(heading)]
             subjects = [c for c in subjects
                         if c.split("::")[0] in (server_class, "Redis")]
             found = []
