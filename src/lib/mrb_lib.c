@@ -8,6 +8,7 @@
 #include <mruby/data.h>
 #include <mruby/variable.h>
 
+#include "mrb_json.h"
 #include "mrb_lib.h"
 #include "mrb_regexp.h"
 
@@ -42,6 +43,7 @@ mrb_lib_define(mrb_state *mrb)
     mrb_regexp_define(mrb);
     mrb_matchdata_define(mrb);
     mrb_regexp_string_define(mrb);
+    mrb_json_define(mrb);
 }
 
 

@@ -17,16 +17,11 @@
 #include <mruby/proc.h>
 #include <mruby/string.h>
 #include <mruby/variable.h>
-#include <mruby/version.h>
 
 #include "mrb_api.h"
 #include "mrb_regexp.h"
-
-/* orig_names below are C functions and orig_aliased Ruby methods in this
- * release; check them again before building against another. */
-#if MRUBY_RELEASE_NO != 30100
-#error "src/lib/mrb_regexp_string.c knows mruby 3.1.0's String methods only"
-#endif
+#include "mrb_mruby_version.h"    /* orig_names are C functions in 3.1.0,
+                                      orig_aliased Ruby methods */
 
 /* mruby's C methods replaced here; the same functions in every
  * interpreter of the process (one libmruby). */

@@ -87,3 +87,39 @@ def test_regexp_error_is_a_500_with_its_line(kind, apache, nginx):
     assert s.get("/bad").status_code == 500
     log = s.wait_log("RegexpError")
     assert "end pattern with unmatched parenthesis" in log
+
+
+# JSON in and out, as an API script of the originals' era writes it.
+JSON_SCRIPT = r'''
+Server = get_server_class
+r = Server::Request.new
+doc = JSON.parse('{"user":{"id":7,"name":"Zoë","tags":["a","b"]},"ok":true}')
+out = []
+out << doc["user"]["name"]
+out << JSON.generate(doc)
+out << JSON.parse('{"a":[1,2]}', symbolize_names: true).inspect
+out << { "path" => r.uri, "n" => 1.5, "nil" => nil }.to_json
+begin
+  JSON.parse("{oops")
+rescue JSON::ParserError => e
+  out << e.class.to_s
+end
+Server.rputs out.join("\n")
+'''
+
+JSON_EXPECTED = "\n".join([
+    "Zoë",
+    '{"user":{"id":7,"name":"Zoë","tags":["a","b"]},"ok":true}',
+    "{:a=>[1, 2]}",
+    '{"path":"/json","n":1.5,"nil":null}',
+    "JSON::ParserError",
+])
+
+
+@pytest.mark.parametrize("kind", ["apache", "nginx"])
+def test_json_script(kind, apache, nginx):
+    s = server_with(kind, apache, nginx, {"json": JSON_SCRIPT})
+    for _ in range(2):
+        r = s.get("/json")
+        assert r.status_code == 200, s.error_log()[-2000:]
+        assert r.content.decode("utf-8") == JSON_EXPECTED

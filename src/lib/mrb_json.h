@@ -1,0 +1,12 @@
+/*
+ * JSON (parse on jansson, generate as CRuby's json writes it).
+ */
+
+#ifndef MRB_JSON_H
+#define MRB_JSON_H
+
+#include <mruby.h>
+
+void mrb_json_define(mrb_state *mrb);
+
+#endif /* MRB_JSON_H */

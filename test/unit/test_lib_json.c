@@ -1,0 +1,124 @@
+/*
+ * JSON (src/lib/mrb_json.c, json.rb): a compatibility list, each case an
+ * expression and what CRuby 3.x with its json gives for it.
+ */
+
+#include <stdio.h>
+#include <string.h>
+
+#include "lib_eval.h"
+#include "unit.h"
+
+typedef struct {
+    const char  *code;
+    const char  *expected;
+} lib_case;
+
+static const lib_case  json_cases[] = {
+    /* parse */
+    { "JSON.parse('{\"a\":1,\"b\":[true,false,null],\"c\":\"x\"}')",
+      "{\"a\"=>1, \"b\"=>[true, false, nil], \"c\"=>\"x\"}" },
+    { "JSON.parse('{\"a\":{\"b\":2}}', symbolize_names: true)",
+      "{:a=>{:b=>2}}" },
+    { "JSON.parse('[1.5, -2, 1e3, 0.1]')", "[1.5, -2, 1000.0, 0.1]" },
+    { "JSON.parse('\"\\\\u00e9\\\\n\\\\\"\\\\/\"') == \"\\u00e9\\n\\\"/\"",
+      "true" },
+    { "JSON.parse('\"\\\\ud83d\\\\ude00\"').bytes.size", "4" },
+    { "JSON.parse('null')", "nil" },
+    { "JSON.parse('12')", "12" },
+    { "JSON.parse('{\"a\":1,\"a\":2}')", "{\"a\"=>2}" },
+    { "JSON.parse('{\"k\":\"a\\\\u0000b\"}')['k'].size", "3" },
+    { "begin; JSON.parse('{\"a\":}'); rescue JSON::ParserError => e; "
+      "e.class; end", "JSON::ParserError" },
+    { "begin; JSON.parse(''); rescue JSON::ParserError; :err; end", ":err" },
+    { "begin; JSON.parse('[NaN]'); rescue JSON::ParserError; :err; end",
+      ":err" },
+    { "JSON::ParserError.ancestors.include?(StandardError)", "true" },
+    { "begin; JSON.parse('[' * 101 + ']' * 101); "
+      "rescue JSON::NestingError => e; e.message; end",
+      "\"nesting of 101 is too deep\"" },
+    { "JSON.parse('[' * 101 + ']' * 101, max_nesting: false).size", "1" },
+    { "JSON.load(nil)", "nil" },
+    { "JSON.load('[1]')", "[1]" },
+
+    /* generate: CRuby's bytes */
+    { "JSON.generate({'a' => 1, :b => [1, 2.5, nil, true], 'c' => 'x'})",
+      "\"{\\\"a\\\":1,\\\"b\\\":[1,2.5,null,true],\\\"c\\\":\\\"x\\\"}\"" },
+    { "JSON.generate('a/b')", "\"\\\"a/b\\\"\"" },
+    { "JSON.generate(\"q\\\"\\\\\\b\\f\\n\\r\\t\\x01\\x1f\\x7f\")",
+      "\"\\\"q\\\\\\\"\\\\\\\\\\\\b\\\\f\\\\n\\\\r\\\\t\\\\u0001\\\\u001f\\x7f\\\"\"" },
+    { "JSON.generate('é') == '\"é\"'", "true" },
+    { "JSON.generate([1.0, 100.0, 1.0e20, -0.5])",
+      "\"[1.0,100.0,1.0e+20,-0.5]\"" },
+    { "JSON.generate({1 => 2, nil => 3})", "\"{\\\"1\\\":2,\\\"\\\":3}\"" },
+    { "JSON.generate(:sym)", "\"\\\"sym\\\"\"" },
+    { "JSON.generate([])", "\"[]\"" },
+    { "JSON.generate({})", "\"{}\"" },
+    { "begin; JSON.generate([0.0 / 0]); rescue JSON::GeneratorError => e; "
+      "e.message; end", "\"NaN not allowed in JSON\"" },
+    { "begin; JSON.generate(\"\\xff\"); rescue JSON::GeneratorError => e; "
+      "e.class; end", "JSON::GeneratorError" },
+    { "a = []; a << a; begin; JSON.generate(a); "
+      "rescue JSON::NestingError => e; e.message; end",
+      "\"nesting of 101 is too deep\"" },
+    { "JSON.pretty_generate({'a' => 1, 'b' => [1, 2], 'c' => {}, 'd' => []})",
+      "\"{\\n  \\\"a\\\": 1,\\n  \\\"b\\\": [\\n    1,\\n    2\\n  ],\\n  "
+      "\\\"c\\\": {},\\n  \\\"d\\\": []\\n}\"" },
+    { "JSON.dump({'a' => nil})", "\"{\\\"a\\\":null}\"" },
+
+    /* to_json */
+    { "{'a' => [1, 'x']}.to_json", "\"{\\\"a\\\":[1,\\\"x\\\"]}\"" },
+    { "[1, nil].to_json", "\"[1,null]\"" },
+    { "'x'.to_json", "\"\\\"x\\\"\"" },
+    { "nil.to_json", "\"null\"" },
+    { "1.5.to_json", "\"1.5\"" },
+    { "class Pt; def initialize(x); @x = x; end; "
+      "def to_json(*a); {'x' => @x}.to_json; end; end; "
+      "JSON.generate([Pt.new(3)])", "\"[{\\\"x\\\":3}]\"" },
+    { "class Pl; def to_s; 'plain'; end; end; JSON.generate([Pl.new])",
+      "\"[\\\"plain\\\"]\"" },
+    { "JSON.parse(JSON.generate({'k' => \"v\\u00e9\\n\"})) == "
+      "{'k' => \"v\\u00e9\\n\"}", "true" },
+    { NULL, NULL }
+};
+
+
+TEST(lib_json_compatibility)
+{
+    mrb_interp      *interp = lib_interp();
+    const lib_case  *c;
+
+    REQUIRE(interp != NULL);
+    for (c = json_cases; c->code != NULL; c++) {
+        CHECK_RUBY(interp, c->code, c->expected);
+    }
+    mrb_interp_close(interp);
+}
+
+
+BENCH(lib_json_parse_generate_1k)
+{
+    mrb_interp  *interp = lib_interp();
+    char         out[256];
+    uint64_t     t0;
+    int          n = 2000;
+
+    REQUIRE(interp != NULL);
+    t0 = unit_now_ns();
+    if (lib_eval(interp,
+        "users = (1..12).map do |i|\n"
+        "  { 'id' => i, 'name' => \"user#{i}\", 'email' => \"u#{i}@example.com\",\n"
+        "    'active' => i % 2 == 1, 'score' => i * 1.5, 'tags' => ['a', 'b'] }\n"
+        "end\n"
+        "d = JSON.generate({ 'users' => users })\n"
+        "2000.times { JSON.generate(JSON.parse(d)) }\n"
+        "d.size", out, sizeof(out)) != 0)
+    {
+        unit_fail(__FILE__, __LINE__, "%s", out);
+        return;
+    }
+    printf("  document: %s bytes\n", out);
+    unit_report("JSON.parse + JSON.generate of the document",
+                (double) (unit_now_ns() - t0) / n / 1000.0, "us");
+    mrb_interp_close(interp);
+}
