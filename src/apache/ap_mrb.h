@@ -90,6 +90,7 @@ typedef struct {
     mrb_script  *authn_get_realm_hash;
     int          handler_enable;      /* mrubyHandlerEnable */
     int          cache_policy;        /* mrubyCodeCache, an mrb_cache_policy */
+    apr_off_t    body_limit;          /* mrubyRequestBodyLimit; 0: none */
 } ap_mrb_dir_conf;
 
 /* Per-server configuration. */
@@ -113,6 +114,7 @@ typedef enum {
 typedef struct {
     char        *body;           /* the request body, once read */
     apr_size_t   body_len;
+    int          body_status;    /* why reading the body failed (413) */
     unsigned     body_read:1;
     unsigned     cgi_env:1;      /* CGI variables added to subprocess_env */
 } ap_mrb_req_ctx;
@@ -123,6 +125,8 @@ void *ap_mrb_create_dir_conf(apr_pool_t *p, char *dir);
 void *ap_mrb_merge_dir_conf(apr_pool_t *p, void *basev, void *addv);
 void *ap_mrb_create_srv_conf(apr_pool_t *p, server_rec *s);
 void *ap_mrb_merge_srv_conf(apr_pool_t *p, void *basev, void *addv);
+/* The most request body bytes a script is given (0: no limit of ours). */
+apr_off_t ap_mrb_body_limit(request_rec *r);
 mrb_cache_policy ap_mrb_cache_policy(const ap_mrb_dir_conf *dconf,
     server_rec *s);
 

@@ -59,6 +59,7 @@ ap_mrb_create_dir_conf(apr_pool_t *p, char *dir)
 
     conf->handler_enable = AP_MRB_UNSET;
     conf->cache_policy = AP_MRB_UNSET;
+    conf->body_limit = AP_MRB_UNSET;
     return conf;
 }
 
@@ -93,6 +94,7 @@ ap_mrb_dir_conf_combine(apr_pool_t *p, const ap_mrb_dir_conf *base,
     AP_MRB_MERGE_PTR(authn_get_realm_hash);
     AP_MRB_MERGE_FLAG(handler_enable);
     AP_MRB_MERGE_FLAG(cache_policy);
+    AP_MRB_MERGE_FLAG(body_limit);
 
 #undef AP_MRB_MERGE_PTR
 #undef AP_MRB_MERGE_FLAG
@@ -404,6 +406,38 @@ ap_mrb_cmd_handler_enable(cmd_parms *cmd, void *mconfig, int on)
 
 
 static const char *
+ap_mrb_cmd_body_limit(cmd_parms *cmd, void *mconfig, const char *arg)
+{
+    ap_mrb_dir_conf  *dconf = mconfig;
+    char             *end;
+    apr_off_t         limit;
+
+    if (apr_strtoff(&limit, arg, &end, 10) != APR_SUCCESS || *end != '\0'
+        || limit < 0)
+    {
+        return apr_psprintf(cmd->pool, "%s: expected a number of bytes "
+                            "(0 for no limit but LimitRequestBody), not "
+                            "\"%s\"", cmd->cmd->name, arg);
+    }
+
+    dconf->body_limit = limit;
+    dconf->used = 1;
+    return NULL;
+}
+
+
+apr_off_t
+ap_mrb_body_limit(request_rec *r)
+{
+    ap_mrb_dir_conf  *dconf = ap_get_module_config(r->per_dir_config,
+                                                   &mruby_module);
+
+    return dconf->body_limit == AP_MRB_UNSET ? MRB_HTTP_BODY_LIMIT_DEFAULT
+                                             : dconf->body_limit;
+}
+
+
+static const char *
 ap_mrb_cmd_code_cache(cmd_parms *cmd, void *mconfig, const char *arg)
 {
     ap_mrb_dir_conf   *dconf = mconfig;
@@ -525,6 +559,9 @@ const command_rec ap_mrb_cmds[] = {
         "a Ruby script file (and optionally \"cache\") for SetInputFilter "
         AP_MRB_FILTER_NAME),
 
+    AP_INIT_TAKE1("mrubyRequestBodyLimit", ap_mrb_cmd_body_limit, NULL,
+        AP_MRB_WHERE, "the most request body bytes a script reads (r.body, "
+        "mrubyInputFilter); more is answered with 413"),
     AP_INIT_TAKE1("mrubyCodeCache", ap_mrb_cmd_code_cache, NULL, AP_MRB_WHERE,
         "stat, forever or never: how file scripts declared after it are "
         "cached"),

@@ -24,8 +24,10 @@ typedef struct {
     request_rec         *r;
     apr_bucket_brigade  *body;      /* the collected body, then the new one */
     apr_bucket_brigade  *meta;      /* metadata buckets met while collecting */
+    apr_off_t            len;       /* bytes collected */
     unsigned             ran:1;     /* the script has run */
     unsigned             changed:1; /* the script changed the body */
+    unsigned             too_large:1; /* past mrubyRequestBodyLimit */
 } ap_mrb_filter_ctx;
 
 
@@ -85,6 +87,8 @@ ap_mrb_filter_collect(ap_mrb_filter_ctx *ctx, apr_bucket_brigade *bb,
         if (*rv != APR_SUCCESS) {
             return 0;
         }
+
+        ctx->len += len;
 
         apr_bucket_delete(e);
     }
@@ -173,15 +177,21 @@ ap_mrb_output_filter(ap_filter_t *f, apr_bucket_brigade *bb)
 }
 
 
-/* Reads the whole request body from the filters below into ctx. */
+/*
+ * Reads the whole request body from the filters below into ctx; past
+ * mrubyRequestBodyLimit APR_ENOSPC, which whoever reads the body answers
+ * with 413 (as Apache's own LimitRequestBody does).
+ */
 static apr_status_t
 ap_mrb_input_collect(ap_filter_t *f, ap_mrb_filter_ctx *ctx)
 {
     apr_bucket_brigade  *tmp;
     apr_status_t         rv;
+    apr_off_t            limit;
     int                  eos = 0;
 
     tmp = apr_brigade_create(f->r->pool, f->c->bucket_alloc);
+    limit = ap_mrb_body_limit(f->r);
 
     while (!eos) {
         rv = ap_get_brigade(f->next, tmp, AP_MODE_READBYTES, APR_BLOCK_READ,
@@ -195,6 +205,16 @@ ap_mrb_input_collect(ap_filter_t *f, ap_mrb_filter_ctx *ctx)
         if (rv != APR_SUCCESS) {
             apr_brigade_destroy(tmp);
             return rv;
+        }
+
+        if (limit > 0 && ctx->len > limit) {
+            ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, f->r, "mrubyInputFilter: "
+                          "the request body is larger than "
+                          "mrubyRequestBodyLimit (%" APR_OFF_T_FMT ")", limit);
+            apr_brigade_destroy(tmp);
+            apr_brigade_cleanup(ctx->body);
+            ctx->too_large = 1;
+            return APR_ENOSPC;
         }
     }
 
@@ -236,6 +256,10 @@ ap_mrb_input_filter(ap_filter_t *f, apr_bucket_brigade *bb,
         }
 
         f->ctx = ctx = ap_mrb_filter_ctx_new(r, AP_MRB_RUN_INPUT_FILTER);
+    }
+
+    if (ctx->too_large) {
+        return APR_ENOSPC;
     }
 
     if (!ctx->ran) {

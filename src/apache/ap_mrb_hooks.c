@@ -103,6 +103,8 @@ static AP_MRB_NOINLINE int
 ap_mrb_run_failed(request_rec *r, mrb_script *script, mrb_run *run, int rc,
     mrb_int default_result, const char *what)
 {
+    int  status;
+
     if (rc == 0) {
         ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, "%s: %s returned %ld, "
                       "which is neither an Apache code (OK, DECLINED, DONE) "
@@ -114,7 +116,9 @@ ap_mrb_run_failed(request_rec *r, mrb_script *script, mrb_run *run, int rc,
     }
 
     if (!r->sent_bodyct) {
-        return HTTP_INTERNAL_SERVER_ERROR;
+        /* the script failed reading the body: the client's error (413) */
+        status = ap_mrb_req_ctx_get(r)->body_status;
+        return status != 0 ? status : HTTP_INTERNAL_SERVER_ERROR;
     }
 
     if (!r->eos_sent) {

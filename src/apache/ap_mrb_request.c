@@ -288,8 +288,108 @@ ap_mrb_get_response_time(mrb_state *mrb, mrb_value self)
 
 
 /*
+ * Reads the request body into ctx: OK, or the HTTP status to answer (413
+ * past mrubyRequestBodyLimit, which is known before reading when the
+ * client sent a Content-Length, or past Apache's LimitRequestBody).
+ * Through the input filters, as ap_get_client_block, but keeping the
+ * status their error maps to, which it drops (500 for one of their own,
+ * such as a failed mrubyInputFilter script).
+ */
+static int
+ap_mrb_read_body(request_rec *r, ap_mrb_req_ctx *ctx, apr_off_t limit)
+{
+    apr_bucket_brigade  *in, *body;
+    apr_bucket          *e;
+    apr_status_t         rv;
+    apr_off_t            total;
+    const char          *data;
+    apr_size_t           len;
+    int                  rc, eos;
+
+    rc = ap_setup_client_block(r, REQUEST_CHUNKED_DECHUNK);
+    if (rc != OK) {
+        return rc;
+    }
+
+    if (limit > 0 && r->remaining > limit) {
+        ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, "the request body "
+                      "(%" APR_OFF_T_FMT " bytes) is larger than "
+                      "mrubyRequestBodyLimit (%" APR_OFF_T_FMT ")",
+                      r->remaining, limit);
+        return HTTP_REQUEST_ENTITY_TOO_LARGE;
+    }
+
+    if (!ap_should_client_block(r)) {
+        return OK;
+    }
+
+    in = apr_brigade_create(r->pool, r->connection->bucket_alloc);
+    body = apr_brigade_create(r->pool, r->connection->bucket_alloc);
+    total = 0;
+    eos = 0;
+    rc = OK;
+
+    while (!eos && rc == OK) {
+        rv = ap_get_brigade(r->input_filters, in, AP_MODE_READBYTES,
+                            APR_BLOCK_READ, HUGE_STRING_LEN);
+        if (rv != APR_SUCCESS) {
+            rc = ap_map_http_request_error(rv, HTTP_INTERNAL_SERVER_ERROR);
+            break;
+        }
+
+        for (e = APR_BRIGADE_FIRST(in); e != APR_BRIGADE_SENTINEL(in);
+             e = APR_BUCKET_NEXT(e))
+        {
+            if (APR_BUCKET_IS_EOS(e)) {
+                eos = 1;
+                break;
+            }
+
+            if (APR_BUCKET_IS_METADATA(e)) {
+                continue;
+            }
+
+            rv = apr_bucket_read(e, &data, &len, APR_BLOCK_READ);
+            if (rv != APR_SUCCESS) {
+                rc = ap_map_http_request_error(rv,
+                                               HTTP_INTERNAL_SERVER_ERROR);
+                break;
+            }
+
+            total += len;
+
+            if (limit > 0 && total > limit) {
+                ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, "the request "
+                              "body is larger than mrubyRequestBodyLimit "
+                              "(%" APR_OFF_T_FMT ")", limit);
+                rc = HTTP_REQUEST_ENTITY_TOO_LARGE;
+                break;
+            }
+
+            apr_brigade_write(body, NULL, NULL, data, len);
+        }
+
+        apr_brigade_cleanup(in);
+    }
+
+    if (rc == OK
+        && apr_brigade_pflatten(body, &ctx->body, &ctx->body_len, r->pool)
+           != APR_SUCCESS)
+    {
+        rc = HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    apr_brigade_destroy(in);
+    apr_brigade_destroy(body);
+    return rc;
+}
+
+
+/*
  * The request body, read from the client on first use and kept for the
- * request's other scripts: a body can be read only once.
+ * request's other scripts: a body can be read only once.  A body that
+ * could not be read raises each time, and the request is answered with
+ * the status reading it gave (413 past a limit) unless the script rescues.
  */
 static mrb_value
 ap_mrb_get_body(mrb_state *mrb, mrb_value self)
@@ -297,10 +397,6 @@ ap_mrb_get_body(mrb_state *mrb, mrb_value self)
     request_rec         *r = ap_mrb_request(mrb);
     ap_mrb_req_ctx      *ctx = ap_mrb_req_ctx_get(r);
     ap_mrb_run_kind     *kind;
-    apr_bucket_brigade  *bb;
-    apr_status_t         rv;
-    char                 buf[HUGE_STRING_LEN];
-    long                 n;
     int                  rc;
 
     /* the body is what the filter is making: it cannot read it */
@@ -310,45 +406,26 @@ ap_mrb_get_body(mrb_state *mrb, mrb_value self)
                   "mrubyInputFilter script: use Apache::Filter#body");
     }
 
-    if (ctx->body_read) {
-        return mrb_str_new(mrb, ctx->body, ctx->body_len);
+    if (!ctx->body_read && ctx->body_status == 0) {
+        rc = ap_mrb_read_body(r, ctx, ap_mrb_body_limit(r));
+
+        if (rc == OK) {
+            ctx->body_read = 1;
+        } else {
+            ctx->body_status = rc;
+            r->connection->keepalive = AP_CONN_CLOSE;
+        }
     }
 
-    rc = ap_setup_client_block(r, REQUEST_CHUNKED_DECHUNK);
-    if (rc != OK) {
-        mrb_raisef(mrb, E_RUNTIME_ERROR, "cannot read the request body "
-                   "(HTTP status %d)", rc);
+    if (ctx->body_status != 0) {
+        mrb_raisef(mrb, E_RUNTIME_ERROR, "error reading the request body "
+                   "(HTTP status %d%s)", ctx->body_status,
+                   ctx->body_status == HTTP_REQUEST_ENTITY_TOO_LARGE
+                   ? ": larger than mrubyRequestBodyLimit or LimitRequestBody"
+                   : "");
     }
 
-    ctx->body_read = 1;
-
-    if (!ap_should_client_block(r)) {
-        return mrb_str_new(mrb, NULL, 0);
-    }
-
-    bb = apr_brigade_create(r->pool, r->connection->bucket_alloc);
-
-    while ((n = ap_get_client_block(r, buf, sizeof(buf))) > 0) {
-        apr_brigade_write(bb, NULL, NULL, buf, (apr_size_t) n);
-    }
-
-    if (n < 0) {
-        apr_brigade_destroy(bb);
-        ctx->body_read = 0;
-        r->connection->keepalive = AP_CONN_CLOSE;
-        mrb_raise(mrb, E_RUNTIME_ERROR, "error reading the request body");
-    }
-
-    rv = apr_brigade_pflatten(bb, &ctx->body, &ctx->body_len, r->pool);
-    apr_brigade_destroy(bb);
-
-    if (rv != APR_SUCCESS) {
-        ctx->body_len = 0;
-        mrb_raise(mrb, E_RUNTIME_ERROR, "out of memory keeping the request "
-                  "body");
-    }
-
-    return mrb_str_new(mrb, ctx->body, ctx->body_len);
+    return mrb_str_new(mrb, ctx->body, (mrb_int) ctx->body_len);
 }
 
 

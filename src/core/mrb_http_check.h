@@ -22,6 +22,15 @@
 #include <stddef.h>
 #include <mruby.h>
 
+/*
+ * The most request body bytes a script gets in memory unless the
+ * configuration says otherwise (mrubyRequestBodyLimit,
+ * mruby_request_body_limit): nginx's default client_max_body_size.  The
+ * body is held about three times over (the server's buffers, the kept
+ * copy, the Ruby String), per request in flight.
+ */
+#define MRB_HTTP_BODY_LIMIT_DEFAULT  (1024 * 1024)
+
 /* Bytes checked by an mrb_http_check_* function. */
 typedef struct {
     const char  *data;   /* NULL: the Ruby value was nil (delete) */

@@ -248,6 +248,45 @@ ngx_http_mruby_body_read(ngx_http_request_t *r)
 
 
 /*
+ * mruby_request_body_limit: NGX_OK, or 413 when the body is larger, known
+ * from Content-Length before it is read and counted once it is (chunked).
+ */
+static ngx_int_t
+ngx_http_mruby_body_limit(ngx_http_request_t *r)
+{
+    off_t                       len;
+    ngx_chain_t                *cl;
+    ngx_http_mruby_loc_conf_t  *mlcf;
+
+    mlcf = ngx_http_get_module_loc_conf(r, ngx_http_mruby_module);
+
+    if (mlcf->body_limit == 0) {
+        return NGX_OK;
+    }
+
+    len = r->headers_in.content_length_n;
+
+    if (r->request_body != NULL && r->request_body->bufs != NULL) {
+        len = 0;
+
+        for (cl = r->request_body->bufs; cl; cl = cl->next) {
+            len += ngx_buf_size(cl->buf);
+        }
+    }
+
+    if (len <= mlcf->body_limit) {
+        return NGX_OK;
+    }
+
+    ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                  "mruby: the request body (%O bytes) is larger than "
+                  "mruby_request_body_limit (%O)", len, mlcf->body_limit);
+
+    return NGX_HTTP_REQUEST_ENTITY_TOO_LARGE;
+}
+
+
+/*
  * mruby_enable_read_request_body before a script of a phase before
  * content: NGX_OK once the body is there, NGX_DONE while it is coming (the
  * phase is run again then), or an error status.
@@ -258,11 +297,16 @@ ngx_http_mruby_read_body(ngx_http_request_t *r, ngx_http_mruby_ctx_t *ctx)
     ngx_int_t  rc;
 
     if (ctx->body_read) {
-        return NGX_OK;
+        return ngx_http_mruby_body_limit(r);
     }
 
     if (ctx->body_waiting) {
         return NGX_DONE;
+    }
+
+    rc = ngx_http_mruby_body_limit(r);
+    if (rc != NGX_OK) {
+        return rc;
     }
 
     r->request_body_in_single_buf = 1;
@@ -278,7 +322,7 @@ ngx_http_mruby_read_body(ngx_http_request_t *r, ngx_http_mruby_ctx_t *ctx)
         return NGX_DONE;
     }
 
-    return NGX_OK;
+    return ngx_http_mruby_body_limit(r);
 }
 
 
@@ -515,6 +559,13 @@ ngx_http_mruby_content_body_read(ngx_http_request_t *r)
 {
     ngx_int_t  rc;
 
+    rc = ngx_http_mruby_body_limit(r);
+
+    if (rc != NGX_OK) {
+        ngx_http_finalize_request(r, rc);
+        return;
+    }
+
     rc = ngx_http_mruby_content_run(r);
 
     if (rc != NGX_DECLINED) {
@@ -549,6 +600,11 @@ ngx_http_mruby_content_handler(ngx_http_request_t *r)
 
     if (!mlcf->read_body) {
         return ngx_http_mruby_content_run(r);
+    }
+
+    rc = ngx_http_mruby_body_limit(r);
+    if (rc != NGX_OK) {
+        return rc;
     }
 
     rc = ngx_http_read_client_request_body(r,

@@ -72,6 +72,7 @@ typedef struct {
     ngx_uint_t            cache;          /* mrb_cache_policy or UNSET */
     ngx_flag_t            read_body;
     ngx_flag_t            add_handler;
+    off_t                 body_limit;     /* 0: only client_max_body_size */
 } ngx_http_mruby_loc_conf_t;
 
 

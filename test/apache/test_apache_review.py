@@ -232,7 +232,8 @@ def test_script_run_inside_another_is_still_top_level(apache):
         assert a.get("/left").text == nothing
     r = a.post("/in", data=b"bad")
     assert r.status_code == 200
-    assert r.text == ('["rescued: error reading the request body", '
+    assert r.text == ('["rescued: error reading the request body '
+                      '(HTTP status 500)", '
                       'nil, false, nil]')
     assert a.get("/left").text == nothing
     line, = mruby_errors(a.wait_log("filter broke"))
