@@ -56,6 +56,7 @@ struct mrb_interp_s {
 
     struct RClass      *server_class;
     mrb_toplevel       *toplevel;   /* what runs leave as they found */
+    unsigned            redis_dirty:1;  /* mrb_interp_redis_dirty */
 };
 
 
@@ -283,6 +284,13 @@ mrb_interp_global_removed(mrb_interp *interp)
 }
 
 
+void
+mrb_interp_redis_dirty(mrb_interp *interp)
+{
+    interp->redis_dirty = 1;
+}
+
+
 unsigned long
 mrb_interp_toplevel_restores(mrb_interp *interp)
 {
@@ -408,6 +416,11 @@ mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run)
         mrb_lib_run_end(mrb);
         if (!run->startup) {
             interp_restore_toplevel(interp);
+
+            if (interp->redis_dirty) {
+                interp->redis_dirty = 0;
+                mrb_redis_run_end(mrb);
+            }
         }
     }
 

@@ -45,6 +45,10 @@ void mrb_interp_global_removed(mrb_interp *interp);
  * (mrb_toplevel.h): a test's way to see that a plain run changes none. */
 unsigned long mrb_interp_toplevel_restores(mrb_interp *interp);
 
+/* Tells interp that the current request left a Redis connection in a state
+ * of its own: mrb_redis_run_end runs when the request's run ends. */
+void mrb_interp_redis_dirty(mrb_interp *interp);
+
 /* How interp's runs ask the file watch for its epoch. */
 mrb_file_watch_poller *mrb_interp_file_watch(mrb_interp *interp);
 

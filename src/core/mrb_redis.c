@@ -32,6 +32,7 @@
 #include "mrb_api.h"
 #include "mrb_redis.h"
 #include "mrb_redis_conn.h"
+#include "mrb_interp_core.h"
 
 #define REDIS_DEFAULT_HOST     "127.0.0.1"
 #define REDIS_DEFAULT_PORT     6379
@@ -140,11 +141,11 @@ redis_timeout_from(mrb_state *mrb, mrb_value v)
 static mrb_value
 redis_initialize(mrb_state *mrb, mrb_value self)
 {
-    char              *host;
+    const char        *host;
     mrb_int            port;
     unsigned           timeout;
     mrb_sym            kw_names[1];
-    mrb_value          kw_values[1], conns, key, connobj;
+    mrb_value          kw_values[1], host_v, port_v, conns, key, connobj;
     mrb_kwargs         kw;
     redis_obj         *r;
     mrb_redis_conn    *c;
@@ -157,15 +158,26 @@ redis_initialize(mrb_state *mrb, mrb_value self)
     kw.values = kw_values;
     kw.rest = NULL;
 
-    host = REDIS_DEFAULT_HOST;
-    port = REDIS_DEFAULT_PORT;
-    mrb_get_args(mrb, "|zi:", &host, &port, &kw);
+    host_v = mrb_undef_value();
+    port_v = mrb_undef_value();
+    mrb_get_args(mrb, "|oo:", &host_v, &port_v, &kw);
+
+    /*
+     * Every argument converted before any pointer is taken: a port's or a
+     * timeout's conversion runs Ruby, which could change the host String.
+     * The host is a private copy, kept in this frame's arena.
+     */
+    port = mrb_undef_p(port_v) ? REDIS_DEFAULT_PORT : mrb_as_int(mrb, port_v);
+    timeout = redis_timeout_from(mrb, kw_values[0]);
+    host_v = mrb_undef_p(host_v) ? mrb_str_new_lit(mrb, REDIS_DEFAULT_HOST)
+                                 : mrb_str_dup(mrb, mrb_ensure_string_type(
+                                                        mrb, host_v));
 
     if (port <= 0 || port > 65535) {
         mrb_raisef(mrb, E_ARGUMENT_ERROR, "invalid port %i", port);
     }
 
-    timeout = redis_timeout_from(mrb, kw_values[0]);
+    host = mrb_string_value_cstr(mrb, &host_v);
 
     /* this interpreter's connection to host:port, made once */
     conns = mrb_iv_get(mrb, mrb_obj_value(redis_class(mrb)),
@@ -181,14 +193,17 @@ redis_initialize(mrb_state *mrb, mrb_value self)
     connobj = mrb_hash_get(mrb, conns, key);
 
     if (mrb_nil_p(connobj)) {
+        /* the object first, so that the connection is never unowned */
+        connobj = mrb_obj_value(mrb_data_object_alloc(mrb,
+                      mrb_class_get_under(mrb, redis_class(mrb), "Connection"),
+                      NULL, &redis_conn_type));
+
         c = mrb_redis_conn_new(host, (int) port, timeout);
         if (c == NULL) {
             mrb_raise(mrb, E_RUNTIME_ERROR, "Redis: out of memory");
         }
 
-        connobj = mrb_obj_value(mrb_data_object_alloc(mrb,
-                      mrb_class_get_under(mrb, redis_class(mrb), "Connection"),
-                      c, &redis_conn_type));
+        DATA_PTR(connobj) = c;
         mrb_hash_set(mrb, conns, key, connobj);
 
     } else {
@@ -210,7 +225,105 @@ redis_initialize(mrb_state *mrb, mrb_value self)
 }
 
 
-/* Formats name + args as one command and appends it to r's queue. */
+/*
+ * Commands after which the connection is in a state of its own that the
+ * next request must not inherit: another database, a subscription, a
+ * reply mode, another user or protocol.  A transaction (MULTI, WATCH) is
+ * such a state until EXEC or DISCARD ends it: left open, every later
+ * reply would be "QUEUED".  A request that leaves one has its connection
+ * dropped when it ends (mrb_redis_run_end).
+ */
+static const char  *redis_stateful[] = {
+    "select", "subscribe", "psubscribe", "ssubscribe", "auth", "hello",
+    "monitor", "readonly", "readwrite", "reset"
+};
+
+/* CLIENT's subcommands that change the connection (CLIENT ID, LIST, KILL
+ * and the like do not). */
+static const char  *redis_client_stateful[] = {
+    "reply", "setname", "tracking", "caching", "no-evict", "no-touch",
+    "setinfo"
+};
+
+
+static int
+redis_name_is(const char *p, size_t len, const char *name)
+{
+    return strlen(name) == len && strncasecmp(p, name, len) == 0;
+}
+
+
+static int
+redis_name_in(const char *p, size_t len, const char **names, size_t n)
+{
+    size_t  i;
+
+    for (i = 0; i < n; i++) {
+        if (redis_name_is(p, len, names[i])) {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+
+/* Notes what the command in strs (its name and arguments, as Strings) does
+ * to r's connection's state. */
+static void
+redis_track_state(mrb_state *mrb, redis_obj *r, mrb_value strs)
+{
+    mrb_run     *run;
+    mrb_value    sub;
+    const char  *p = RSTRING_PTR(RARRAY_PTR(strs)[0]);
+    size_t       len = (size_t) RSTRING_LEN(RARRAY_PTR(strs)[0]);
+
+    if (redis_name_is(p, len, "exec") || redis_name_is(p, len, "discard")) {
+        r->conn->in_tx = 0;
+        return;
+    }
+
+    /* a startup script sets up its connection on purpose */
+    run = mrb_interp_run(mrb);
+
+    if (run == NULL || run->startup) {
+        return;
+    }
+
+    if (redis_name_is(p, len, "multi") || redis_name_is(p, len, "watch")) {
+        r->conn->in_tx = 1;
+
+    } else if (redis_name_in(p, len, redis_stateful,
+                             sizeof(redis_stateful) / sizeof(char *)))
+    {
+        r->conn->dirty = 1;
+
+    } else if (redis_name_is(p, len, "client") && RARRAY_LEN(strs) > 1) {
+        sub = RARRAY_PTR(strs)[1];
+        if (!redis_name_in(RSTRING_PTR(sub), (size_t) RSTRING_LEN(sub),
+                           redis_client_stateful,
+                           sizeof(redis_client_stateful) / sizeof(char *)))
+        {
+            return;
+        }
+        r->conn->dirty = 1;
+
+    } else {
+        return;
+    }
+
+    mrb_interp_redis_dirty(mrb_interp_from_state(mrb));
+}
+
+
+/*
+ * Formats name + args as one command and appends it to r's queue.
+ *
+ * Each argument is made a String first (to_s runs Ruby, which may raise,
+ * run the GC or change another argument); the Strings are kept in an
+ * Array on this frame's arena, and only then, when no more Ruby runs,
+ * their pointers are taken and the scratch arrays allocated.
+ */
 static void
 redis_enqueue(mrb_state *mrb, redis_obj *r, mrb_value name,
     const mrb_value *args, mrb_int argc)
@@ -219,7 +332,7 @@ redis_enqueue(mrb_state *mrb, redis_obj *r, mrb_value name,
     char         *cmd, *q;
     size_t        cap;
     mrb_int       i, n;
-    mrb_value     s;
+    mrb_value     s, strs;
     const char   *stack_argv[REDIS_ARGV_STACK], **argv;
     size_t        stack_lens[REDIS_ARGV_STACK], *lens;
 
@@ -229,40 +342,51 @@ redis_enqueue(mrb_state *mrb, redis_obj *r, mrb_value name,
         mrb_raise(mrb, E_ARGUMENT_ERROR, "no Redis command given");
     }
 
+    strs = mrb_ary_new_capa(mrb, n);
+
+    if (!mrb_nil_p(name)) {
+        mrb_ary_push(mrb, strs, name);
+    }
+
+    for (i = 0; i < argc; i++) {
+        s = args[i];
+
+        if (mrb_symbol_p(s)) {
+            s = mrb_sym_str(mrb, mrb_symbol(s));
+        } else if (!mrb_string_p(s)) {
+            s = mrb_obj_as_string(mrb, s);
+        }
+
+        mrb_ary_push(mrb, strs, s);
+    }
+
+    /* from here on nothing calls Ruby */
+    redis_track_state(mrb, r, strs);
+
     argv = stack_argv;
     lens = stack_lens;
 
     if (n > REDIS_ARGV_STACK) {
-        argv = mrb_malloc(mrb, n * sizeof(char *));
-        lens = mrb_malloc(mrb, n * sizeof(size_t));
-    }
+        argv = malloc(n * sizeof(char *));
+        lens = malloc(n * sizeof(size_t));
 
-    i = 0;
-
-    if (!mrb_nil_p(name)) {
-        argv[0] = RSTRING_PTR(name);
-        lens[0] = RSTRING_LEN(name);
-        i = 1;
-    }
-
-    /* strings as they are (binary safe), anything else by to_s; the
-     * strings stay reachable from args or the arena until formatted */
-    for ( ; i < n; i++) {
-        s = args[i - (n - argc)];
-
-        if (!mrb_string_p(s)) {
-            s = mrb_obj_as_string(mrb, s);
+        if (argv == NULL || lens == NULL) {
+            free(argv);
+            free(lens);
+            mrb_raise(mrb, E_RUNTIME_ERROR, "Redis: out of memory");
         }
+    }
 
-        argv[i] = RSTRING_PTR(s);
-        lens[i] = RSTRING_LEN(s);
+    for (i = 0; i < n; i++) {
+        argv[i] = RSTRING_PTR(RARRAY_PTR(strs)[i]);
+        lens[i] = (size_t) RSTRING_LEN(RARRAY_PTR(strs)[i]);
     }
 
     len = redisFormatCommandArgv(&cmd, (int) n, argv, lens);
 
     if (argv != stack_argv) {
-        mrb_free(mrb, argv);
-        mrb_free(mrb, lens);
+        free(argv);
+        free(lens);
     }
 
     if (len < 0) {
@@ -338,6 +462,38 @@ redis_reply_value(mrb_state *mrb, redisReply *rep, int as_hash)
 }
 
 
+/* The replies of one flush, owned by a Data object so that an exception
+ * while converting them (out of memory) cannot leak them. */
+typedef struct {
+    size_t       n;
+    redisReply  *replies[];
+} redis_replies;
+
+
+static void
+redis_replies_free(mrb_state *mrb, void *p)
+{
+    redis_replies  *rs = p;
+    size_t          i;
+
+    if (rs == NULL) {
+        return;
+    }
+
+    for (i = 0; i < rs->n; i++) {
+        if (rs->replies[i] != NULL) {
+            freeReplyObject(rs->replies[i]);
+        }
+    }
+
+    free(rs);
+}
+
+
+static const mrb_data_type  redis_replies_type = { "Redis replies",
+                                                   redis_replies_free };
+
+
 /*
  * Sends what r has queued and returns the replies as an Array (as_hash: the
  * indexes whose reply is a HGETALL; NULL for none).  Error replies are in
@@ -349,7 +505,8 @@ redis_flush(mrb_state *mrb, redis_obj *r, const unsigned char *as_hash)
     int                ai;
     size_t             i, n;
     mrb_value          ary;
-    redisReply       **replies;
+    struct RData      *box;
+    redis_replies     *rs;
     mrb_redis_status   st;
 
     n = r->queued;
@@ -359,28 +516,36 @@ redis_flush(mrb_state *mrb, redis_obj *r, const unsigned char *as_hash)
         return ary;
     }
 
-    replies = mrb_calloc(mrb, n, sizeof(redisReply *));
-    st = mrb_redis_conn_exec(r->conn, r->queue, r->queue_len, n, replies);
+    box = mrb_data_object_alloc(mrb, mrb->object_class, NULL,
+                                &redis_replies_type);
+
+    rs = calloc(1, sizeof(redis_replies) + n * sizeof(redisReply *));
+    if (rs == NULL) {
+        redis_queue_clear(r);
+        mrb_raise(mrb, E_RUNTIME_ERROR, "Redis: out of memory");
+    }
+
+    box->data = rs;
+
+    st = mrb_redis_conn_exec(r->conn, r->queue, r->queue_len, n, rs->replies);
     redis_queue_clear(r);
 
     if (st != MRB_REDIS_OK) {
-        mrb_free(mrb, replies);
         redis_raise_status(mrb, r->conn, st);
     }
 
+    rs->n = n;
     ai = mrb_gc_arena_save(mrb);
 
     for (i = 0; i < n; i++) {
-        mrb_ary_push(mrb, ary, redis_reply_value(mrb, replies[i],
+        mrb_ary_push(mrb, ary, redis_reply_value(mrb, rs->replies[i],
                                    as_hash != NULL && as_hash[i]));
         mrb_gc_arena_restore(mrb, ai);
     }
 
-    for (i = 0; i < n; i++) {
-        freeReplyObject(replies[i]);
-    }
-
-    mrb_free(mrb, replies);
+    /* freed now rather than at the next GC: replies can be large */
+    box->data = NULL;
+    redis_replies_free(mrb, rs);
 
     return ary;
 }
@@ -653,6 +818,36 @@ static const mrb_api_method  redis_command_methods[] = {
     REDIS_CMD("zrevrange"), REDIS_CMD("zscore"),
     MRB_API_METHOD_END
 };
+
+
+static int
+redis_drop_dirty(mrb_state *mrb, mrb_value key, mrb_value connobj, void *arg)
+{
+    mrb_redis_conn  *c;
+
+    if (mrb_data_p(connobj)) {
+        c = DATA_PTR(connobj);
+        if (c != NULL && (c->dirty || c->in_tx)) {
+            mrb_redis_conn_close(c);
+        }
+    }
+
+    return 0;
+}
+
+
+void
+mrb_redis_run_end(mrb_state *mrb)
+{
+    mrb_value  conns;
+
+    conns = mrb_iv_get(mrb, mrb_obj_value(redis_class(mrb)),
+                       mrb_intern_lit(mrb, "__connections__"));
+
+    if (mrb_hash_p(conns)) {
+        mrb_hash_foreach(mrb, mrb_hash_ptr(conns), redis_drop_dirty, NULL);
+    }
+}
 
 
 void

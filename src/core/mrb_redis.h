@@ -10,4 +10,12 @@
 /* Defines ::Redis and its exception classes. */
 void mrb_redis_define(mrb_state *mrb);
 
+/*
+ * At the end of a request run that sent a command leaving its connection
+ * in a state of its own (MULTI, SELECT, SUBSCRIBE, CLIENT REPLY, ...):
+ * drops those connections, so the next request gets a fresh one.  Raises
+ * nothing.
+ */
+void mrb_redis_run_end(mrb_state *mrb);
+
 #endif /* MRB_REDIS_H */

@@ -1,8 +1,17 @@
 /*
  * Redis connections (see mrb_redis_conn.h).
+ *
+ * The timeout is a deadline for a whole command (or pipeline): its writes
+ * and reads together, and the reconnection when a kept connection is found
+ * broken.  A socket timeout (SO_RCVTIMEO) would bound each read only, and a
+ * server that trickles a byte at a time would hold the request forever; so
+ * the socket is non-blocking once connected, and every wait for it is a
+ * poll() bounded by the time left.
  */
 
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,6 +132,8 @@ mrb_redis_conn_close(mrb_redis_conn *c)
 
     redisFree(c->ctx);
     c->ctx = NULL;
+    c->dirty = 0;
+    c->in_tx = 0;
 }
 
 
@@ -137,17 +148,76 @@ void
 mrb_redis_conn_set_timeout(mrb_redis_conn *c, unsigned timeout_ms)
 {
     c->timeout_ms = timeout_ms;
+}
 
-    if (c->ctx != NULL && c->ctx->err == 0) {
-        redisSetTimeout(c->ctx, redis_tv(timeout_ms));
+
+/* hiredis drives a context without REDIS_BLOCK as a non-blocking one: a
+ * read or write that would block is "no progress yet", not an error. */
+static int
+redis_set_nonblocking(redisContext *ctx)
+{
+    int  flags = fcntl(ctx->fd, F_GETFL);
+
+    if (flags == -1 || fcntl(ctx->fd, F_SETFL, flags | O_NONBLOCK) == -1) {
+        return -1;
+    }
+
+    ctx->flags &= ~REDIS_BLOCK;
+    return 0;
+}
+
+
+static mrb_redis_status
+redis_timed_out(mrb_redis_conn *c)
+{
+    snprintf(c->err, sizeof(c->err), "%s:%d: timed out",
+             c->host, c->port);
+    mrb_redis_conn_close(c);
+    return MRB_REDIS_ETIMEOUT;
+}
+
+
+/* Waits until c's socket is ready for events: 1, or 0 when the deadline
+ * (ms) passed, or -1 on a poll error. */
+static int
+redis_wait(mrb_redis_conn *c, short events, uint64_t deadline)
+{
+    struct pollfd  pfd;
+    uint64_t       now;
+    int            rc;
+
+    for ( ;; ) {
+        now = redis_now_ms();
+        if (now >= deadline) {
+            return 0;
+        }
+
+        pfd.fd = c->ctx->fd;
+        pfd.events = events;
+        pfd.revents = 0;
+
+        rc = poll(&pfd, 1, (int) (deadline - now));
+        if (rc > 0) {
+            return 1;
+        }
+
+        if (rc == 0) {
+            return 0;
+        }
+
+        if (errno != EINTR) {
+            return -1;
+        }
     }
 }
 
 
-mrb_redis_status
-mrb_redis_conn_open(mrb_redis_conn *c)
+/* Connects unless connected, by deadline (ms). */
+static mrb_redis_status
+redis_open_by(mrb_redis_conn *c, uint64_t deadline)
 {
-    int  saved;
+    int       saved;
+    uint64_t  now;
 
     if (mrb_redis_conn_connected(c)) {
         return MRB_REDIS_OK;
@@ -160,7 +230,15 @@ mrb_redis_conn_open(mrb_redis_conn *c)
         return MRB_REDIS_ECONNECT;
     }
 
-    c->ctx = redisConnectWithTimeout(c->host, c->port, redis_tv(c->timeout_ms));
+    now = redis_now_ms();
+    if (now >= deadline) {
+        snprintf(c->err, sizeof(c->err), "connect to %s:%d: timed out",
+                 c->host, c->port);
+        return MRB_REDIS_ETIMEOUT;
+    }
+
+    c->ctx = redisConnectWithTimeout(c->host, c->port,
+                                     redis_tv((unsigned) (deadline - now)));
     saved = errno;
 
     if (c->ctx == NULL) {
@@ -172,9 +250,8 @@ mrb_redis_conn_open(mrb_redis_conn *c)
 
     c->pid = getpid();
 
-    if (c->ctx->err != 0
-        || redisSetTimeout(c->ctx, redis_tv(c->timeout_ms)) != REDIS_OK)
-    {
+    if (c->ctx->err != 0 || redis_set_nonblocking(c->ctx) != 0) {
+        saved = c->ctx->err != 0 ? saved : errno;
         c->retry_at = redis_now_ms() + MRB_REDIS_RETRY_INTERVAL;
         return redis_fail(c, "connect to ", saved);
     }
@@ -187,13 +264,20 @@ mrb_redis_conn_open(mrb_redis_conn *c)
 }
 
 
-/* One attempt: write everything, read n replies.  *got says how many
- * replies arrived before a failure. */
+mrb_redis_status
+mrb_redis_conn_open(mrb_redis_conn *c)
+{
+    return redis_open_by(c, redis_now_ms() + c->timeout_ms);
+}
+
+
+/* One attempt: write everything, read n replies, by deadline (ms).  *got
+ * says how many replies arrived before a failure. */
 static mrb_redis_status
 redis_exec_once(mrb_redis_conn *c, const char *cmds, size_t len, size_t n,
-    redisReply **replies, size_t *got)
+    redisReply **replies, size_t *got, uint64_t deadline)
 {
-    int    saved;
+    int    done, ready;
     void  *reply;
 
     *got = 0;
@@ -202,13 +286,39 @@ redis_exec_once(mrb_redis_conn *c, const char *cmds, size_t len, size_t n,
         return redis_fail(c, "", errno);
     }
 
-    while (*got < n) {
-        if (redisGetReply(c->ctx, &reply) != REDIS_OK) {
-            saved = errno;
-            return redis_fail(c, "", saved);
+    for ( ;; ) {
+        if (redisBufferWrite(c->ctx, &done) != REDIS_OK) {
+            return redis_fail(c, "", errno);
         }
 
-        replies[(*got)++] = reply;
+        if (done) {
+            break;
+        }
+
+        ready = redis_wait(c, POLLOUT, deadline);
+        if (ready <= 0) {
+            return ready == 0 ? redis_timed_out(c) : redis_fail(c, "", errno);
+        }
+    }
+
+    while (*got < n) {
+        if (redisGetReplyFromReader(c->ctx, &reply) != REDIS_OK) {
+            return redis_fail(c, "", errno);
+        }
+
+        if (reply != NULL) {
+            replies[(*got)++] = reply;
+            continue;
+        }
+
+        ready = redis_wait(c, POLLIN, deadline);
+        if (ready <= 0) {
+            return ready == 0 ? redis_timed_out(c) : redis_fail(c, "", errno);
+        }
+
+        if (redisBufferRead(c->ctx) != REDIS_OK) {
+            return redis_fail(c, "", errno);
+        }
     }
 
     return MRB_REDIS_OK;
@@ -221,23 +331,25 @@ mrb_redis_conn_exec(mrb_redis_conn *c, const char *cmds, size_t len,
 {
     int               reused;
     size_t            got, i;
+    uint64_t          deadline;
     mrb_redis_status  st;
 
+    deadline = redis_now_ms() + c->timeout_ms;
     reused = mrb_redis_conn_connected(c);
 
-    st = mrb_redis_conn_open(c);
+    st = redis_open_by(c, deadline);
     if (st != MRB_REDIS_OK) {
         return st;
     }
 
-    st = redis_exec_once(c, cmds, len, n, replies, &got);
+    st = redis_exec_once(c, cmds, len, n, replies, &got, deadline);
 
     /* a kept connection the server closed meanwhile (restart, idle
      * timeout) fails at once, before any reply: the commands never ran */
     if (st == MRB_REDIS_ECONNECT && reused && got == 0) {
-        st = mrb_redis_conn_open(c);
+        st = redis_open_by(c, deadline);
         if (st == MRB_REDIS_OK) {
-            st = redis_exec_once(c, cmds, len, n, replies, &got);
+            st = redis_exec_once(c, cmds, len, n, replies, &got, deadline);
         }
     }
 

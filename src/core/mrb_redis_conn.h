@@ -1,7 +1,8 @@
 /*
  * A Redis connection on hiredis, as the Ruby class uses it: connected on
  * demand, dropped after any I/O error or timeout (its reply stream is then
- * out of step), reconnected once when a command finds it broken, and never
+ * out of step) and at the end of a request that left it in a state of its
+ * own (a transaction, another database, a subscription), reconnected once when a command finds it broken, and never
  * used by a process other than the one that opened it (a connection made
  * before a fork belongs to the parent).
  */
@@ -34,6 +35,9 @@ typedef struct {
     unsigned       timeout_ms;
     pid_t          pid;         /* the process ctx belongs to */
     uint64_t       retry_at;    /* ms: no connect attempt before */
+    unsigned       dirty:1;     /* a request put it in a state of its own
+                                   (SELECT, SUBSCRIBE, CLIENT REPLY, ...) */
+    unsigned       in_tx:1;     /* MULTI or WATCH without EXEC / DISCARD */
     char           err[MRB_ERR_REASON_LEN]; /* why the last call failed */
 } mrb_redis_conn;
 
@@ -46,6 +50,8 @@ mrb_redis_status mrb_redis_conn_open(mrb_redis_conn *c);
 void mrb_redis_conn_close(mrb_redis_conn *c);
 int mrb_redis_conn_connected(mrb_redis_conn *c);
 
+/* The deadline of each later command (or pipeline) as a whole, and of a
+ * connect. */
 void mrb_redis_conn_set_timeout(mrb_redis_conn *c, unsigned timeout_ms);
 
 /*

@@ -242,3 +242,155 @@ def test_failed_connect_is_not_tried_again_for_a_second(kind, apache, nginx):
         conn, _ = listener.accept()
         conn.close()
         t.join(10)
+
+
+def one_interpreter(kind, apache, nginx, scripts):
+    if kind == "apache":
+        return server(kind, apache, nginx, scripts, mpm="prefork",
+                      mpm_conf=harness.ONE_CHILD["prefork"])
+    return server(kind, apache, nginx, scripts)
+
+
+# An argument whose to_s changes (and frees the buffer of) an argument
+# converted before it: the command must carry the arguments as they are
+# once all are converted, never bytes from a freed buffer.
+MUTATING_ARGS = r'''
+port = get_server_class::Request.new.args.to_i
+class Mutator
+  def initialize(victim); @victim = victim; end
+  def to_s; @victim.replace("new-key-" + "y" * 200); "value"; end
+end
+r = Redis.new("127.0.0.1", port)
+r.call("FLUSHDB")
+key = "old-key-" + "k" * 200
+r.call("SET", key, Mutator.new(key))
+get_server_class.rputs [r.get("new-key-" + "y" * 200), r.dbsize].inspect
+'''
+
+@pytest.mark.parametrize("kind", ["apache", "nginx"])
+def test_arguments_changed_by_a_later_to_s(kind, apache, nginx,
+                                           redis_server):
+    s = server(kind, apache, nginx, {"/args": MUTATING_ARGS})
+    r = s.get(f"/args?{redis_server.port}")
+    assert r.status_code == 200, s.error_log()[-2000:]
+    assert r.text == '["value", 1]'
+
+
+# /leave?<port>&<how>: leaves the kept connection in a state of its own,
+# then raises; /get?<port>: what the next request reads.
+LEAVE = r'''
+port, how = get_server_class::Request.new.args.split("&")
+r = Redis.new("127.0.0.1", port.to_i)
+case how
+when "multi" then r.call("MULTI"); r.set("k", "in-tx")
+when "select" then r.select(1); r.set("k", "db1")
+when "subscribe" then r.call("SUBSCRIBE", "chan")
+when "watch" then r.call("WATCH", "k")
+end
+raise "left the connection in #{how}"
+'''
+
+GET = r'''
+port = get_server_class::Request.new.args.to_i
+r = Redis.new("127.0.0.1", port)
+get_server_class.rputs [r.get("k"), r.set("k2", 1)].inspect
+'''
+
+# MULTI ... EXEC in one request leaves nothing behind: the connection stays.
+TX = r'''
+port = get_server_class::Request.new.args.to_i
+r = Redis.new("127.0.0.1", port)
+r.call("MULTI"); r.incr("n"); r.call("EXEC")
+get_server_class.rputs r.info("stats")[/total_connections_received:(\d+)/, 1]
+'''
+
+
+@pytest.mark.parametrize("kind", ["apache", "nginx"])
+@pytest.mark.parametrize("how", ["multi", "select", "subscribe"])
+def test_connection_state_does_not_leak_into_the_next_request(
+        kind, how, apache, nginx, redis_server):
+    s = one_interpreter(kind, apache, nginx, {"/leave": LEAVE, "/get": GET})
+    redis_server.command("SET", "k", "db0")
+    assert s.get(f"/get?{redis_server.port}").text == '["db0", "OK"]'
+    assert s.get(f"/leave?{redis_server.port}&{how}").status_code == 500
+    r = s.get(f"/get?{redis_server.port}")
+    assert r.status_code == 200, s.error_log()[-2000:]
+    assert r.text == '["db0", "OK"]'
+
+
+@pytest.mark.parametrize("kind", ["apache", "nginx"])
+def test_a_finished_transaction_keeps_the_connection(kind, apache, nginx,
+                                                      redis_server):
+    s = one_interpreter(kind, apache, nginx, {"/tx": TX})
+    counts = [s.get(f"/tx?{redis_server.port}").text for _ in range(4)]
+    assert len(set(counts)) == 1, counts
+
+
+class TricklingServer:
+    """Answers every command with +PONG, one byte every `pace` seconds:
+    each read finds a byte well within the timeout, the reply does not."""
+
+    def __init__(self, pace=0.15):
+        self.pace = pace
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        self.stop = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        self.sock.settimeout(0.2)
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            threading.Thread(target=self._trickle, args=(conn,),
+                             daemon=True).start()
+
+    def _trickle(self, conn):
+        with conn:
+            try:
+                conn.recv(4096)
+                for b in b"+PONG\r\n":
+                    if self.stop.is_set():
+                        return
+                    time.sleep(self.pace)
+                    conn.sendall(bytes([b]))
+            except OSError:
+                pass
+
+    def close(self):
+        self.stop.set()
+        self.sock.close()
+
+
+TRICKLE = r'''
+port = get_server_class::Request.new.args.to_i
+r = Redis.new("127.0.0.1", port, timeout: 0.4)
+t = Time.now
+begin
+  r.ping
+  out = "answered"
+rescue Redis::TimeoutError => e
+  out = e.class.to_s
+end
+get_server_class.rputs "#{out} #{((Time.now - t) * 1000).to_i}"
+'''
+
+
+@pytest.mark.parametrize("kind", ["apache", "nginx"])
+def test_timeout_bounds_the_whole_command(kind, apache, nginx):
+    """A server trickling its reply a byte at a time (7 bytes, 0.15 s
+    apart: 1.05 s) is timed out after 0.4 s, not answered after 1 s."""
+    trickle = TricklingServer()
+    try:
+        s = server(kind, apache, nginx, {"/t": TRICKLE})
+        r = s.get(f"/t?{trickle.port}")
+        assert r.status_code == 200, s.error_log()[-2000:]
+        what, ms = r.text.split()
+        assert what == "Redis::TimeoutError"
+        assert 350 <= int(ms) < 700
+    finally:
+        trickle.close()

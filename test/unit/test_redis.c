@@ -1,0 +1,149 @@
+/*
+ * Unit tests of the Redis class that need no Redis server: what a command
+ * whose argument raises leaves behind.  A socket that listens (and never
+ * answers) stands in for the server, so that Redis.new connects.
+ */
+
+#include <malloc.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <mruby.h>
+#include "mrb_interp.h"
+#include "mrb_script.h"
+#include "unit.h"
+
+
+static char  redis_out[256];
+
+
+static int
+redis_write(mrb_run *run, const char *data, size_t len)
+{
+    size_t  used = strlen(redis_out);
+
+    if (used + len >= sizeof(redis_out)) {
+        return -1;
+    }
+
+    memcpy(redis_out + used, data, len);
+    redis_out[used + len] = '\0';
+    return 0;
+}
+
+
+static void
+redis_logger(void *target, mrb_run *run, int level, const char *msg,
+    size_t len)
+{
+}
+
+
+static const mrb_server  redis_server = {
+    "Test", "Apache", "mod_mruby", "test", 0, NULL, redis_write, redis_logger
+};
+
+
+/* A listening socket on a free loopback port; returns the fd, the port in
+ * *port. */
+static int
+redis_listener(int *port)
+{
+    struct sockaddr_in  sin;
+    socklen_t           len = sizeof(sin);
+    int                 fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    memset(&sin, 0, sizeof(sin));
+    sin.sin_family = AF_INET;
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+
+    if (fd < 0 || bind(fd, (struct sockaddr *) &sin, sizeof(sin)) != 0
+        || listen(fd, 16) != 0
+        || getsockname(fd, (struct sockaddr *) &sin, &len) != 0)
+    {
+        return -1;
+    }
+
+    *port = ntohs(sin.sin_port);
+    return fd;
+}
+
+
+static int
+redis_run(mrb_interp *interp, const char *code, mrb_run *run)
+{
+    char         err[256];
+    mrb_script  *s;
+    int          rc;
+
+    s = mrb_script_from_code(code, strlen(code), "redis", 1, err,
+                             sizeof(err));
+    if (s == NULL) {
+        snprintf(run->error, sizeof(run->error), "%s", err);
+        return -2;
+    }
+
+    mrb_run_init(run, (void *) 1, 0);
+    rc = mrb_script_run(interp, s, run);
+    mrb_script_free(s);
+    return rc;
+}
+
+
+/*
+ * 20,000 commands of 22 arguments whose last to_s raises: the argument
+ * arrays (22 pointers and 22 lengths each) were allocated before the
+ * conversions and leaked by the raise, 7 MB in all.
+ */
+TEST(redis_raising_argument_leaks_nothing)
+{
+    char          err[256], code[1024];
+    mrb_interp   *interp;
+    mrb_run       run;
+    struct mallinfo2  before, after;
+    int           fd, port;
+
+    fd = redis_listener(&port);
+    REQUIRE(fd >= 0);
+
+    interp = mrb_interp_open(&redis_server, NULL, err, sizeof(err));
+    REQUIRE(interp != NULL);
+    mrb_interp_seal(interp);
+
+    snprintf(code, sizeof(code),
+             "class Bad; def to_s; raise 'no'; end; end\n"
+             "R = Redis.new('127.0.0.1', %d)\n"
+             "def many(n)\n"
+             "  args = ['SET'] + ['a'] * 20 + [Bad.new]\n"
+             "  n.times { begin; R.call(*args); rescue RuntimeError; end }\n"
+             "end\n"
+             "many(2000)\n"
+             "Apache.rputs 'warm'", port);
+
+    /* a startup run: R and many stay */
+    mrb_run_init(&run, (void *) 1, 0);
+    run.startup = 1;
+    {
+        mrb_script  *s = mrb_script_from_code(code, strlen(code), "warm", 1,
+                                              err, sizeof(err));
+        REQUIRE(s != NULL);
+        CHECK_EQ(mrb_script_run(interp, s, &run), 0);
+        mrb_script_free(s);
+    }
+    CHECK(strcmp(redis_out, "warm") == 0);
+
+    before = mallinfo2();
+    CHECK_EQ(redis_run(interp, "many(20000)", &run), 0);
+    after = mallinfo2();
+
+    CHECK(after.uordblks < before.uordblks + 1024 * 1024);
+    if (after.uordblks >= before.uordblks + 1024 * 1024) {
+        fprintf(stderr, "  grew by %zu bytes\n",
+                after.uordblks - before.uordblks);
+    }
+
+    mrb_interp_close(interp);
+    close(fd);
+}
