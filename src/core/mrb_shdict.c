@@ -5,7 +5,14 @@
  *
  * The registry is process-global and outlives configuration reloads: a zone
  * declared again with the same name and size keeps its mapping, so its
- * contents survive `apachectl graceful` and `nginx -s reload`.  Apache
+ * contents survive `apachectl graceful` and `nginx -s reload`.
+ *
+ * A reload is read into the registry's "next" side and committed only when
+ * the server puts the new configuration in use (mrb_shdict_config_end).
+ * nginx reads a configuration and may still refuse it afterwards (a listen
+ * address in use): the master then goes on with the old one and forks its
+ * replacement workers from it, so the zones they find must be the old
+ * ones.  What a refused reload mapped is unmapped by the next one.  Apache
  * unloads and reloads its modules on every restart, which would lose the
  * registry with the module's data, so the first declaration pins the module
  * in memory (RTLD_NODELETE): a new build of the module then needs a full
@@ -30,10 +37,14 @@
 struct mrb_shdict_ref_s {
     mrb_shdict_ref   *next;
     char              name[SHD_NAME_MAX + 1];
+
+    /* in use: what scripts find */
     size_t            size;
-    mrb_shdict_zone  *zone;      /* NULL: dropped by a reload */
-    mrb_shdict_zone  *retired;   /* replaced by a resize; unmapped at end */
-    size_t            retired_size;
+    mrb_shdict_zone  *zone;       /* NULL: not declared (yet, or any more) */
+
+    /* declared by the configuration being read */
+    size_t            next_size;
+    mrb_shdict_zone  *next_zone;  /* zone itself when the size is kept */
     unsigned          declared:1;
 };
 
@@ -106,13 +117,29 @@ shd_name_valid(const char *name)
 }
 
 
+/* Unmaps what the configuration being read mapped, if it is not in use. */
+static void
+shd_next_drop(mrb_shdict_ref *r)
+{
+    if (r->next_zone != NULL && r->next_zone != r->zone) {
+        munmap(r->next_zone, r->next_size);
+    }
+
+    r->next_zone = NULL;
+    r->next_size = 0;
+    r->declared = 0;
+}
+
+
 void
 mrb_shdict_config_begin(void)
 {
     mrb_shdict_ref  *r;
 
+    /* a configuration read before and never put in use (a refused reload)
+     * leaves its zones here */
     for (r = shd_registry; r != NULL; r = r->next) {
-        r->declared = 0;
+        shd_next_drop(r);
     }
 }
 
@@ -143,10 +170,10 @@ mrb_shdict_zone_add(const char *name, size_t size, char *err, size_t errlen)
     }
 
     if (r != NULL && r->declared) {
-        if (r->size != size) {
+        if (r->next_size != size) {
             snprintf(err, errlen, "shared dictionary \"%s\" is declared "
                      "twice with different sizes (%zu and %zu)", name,
-                     r->size, size);
+                     r->next_size, size);
             return -1;
         }
 
@@ -155,6 +182,8 @@ mrb_shdict_zone_add(const char *name, size_t size, char *err, size_t errlen)
 
     if (r != NULL && r->zone != NULL && r->size == size) {
         /* a reload: same zone, same contents */
+        r->next_zone = r->zone;
+        r->next_size = size;
         r->declared = 1;
         return 0;
     }
@@ -177,18 +206,8 @@ mrb_shdict_zone_add(const char *name, size_t size, char *err, size_t errlen)
         shd_registry = r;
     }
 
-    if (r->zone != NULL) {
-        /* resized: workers of the old configuration keep their own mapping
-         * of the old zone; this process lets go of it at config_end */
-        if (r->retired != NULL) {
-            munmap(r->retired, r->retired_size);
-        }
-        r->retired = r->zone;
-        r->retired_size = r->size;
-    }
-
-    r->zone = z;
-    r->size = size;
+    r->next_zone = z;
+    r->next_size = size;
     r->declared = 1;
 
     shd_pin_module();
@@ -197,21 +216,26 @@ mrb_shdict_zone_add(const char *name, size_t size, char *err, size_t errlen)
 }
 
 
+/*
+ * The configuration read since mrb_shdict_config_begin is in use.  A zone
+ * it resized or dropped is unmapped here: workers of the old configuration
+ * keep their own mapping of it until they exit.
+ */
 void
 mrb_shdict_config_end(void)
 {
     mrb_shdict_ref  *r;
 
     for (r = shd_registry; r != NULL; r = r->next) {
-        if (r->retired != NULL) {
-            munmap(r->retired, r->retired_size);
-            r->retired = NULL;
+        if (r->zone != NULL && r->zone != r->next_zone) {
+            munmap(r->zone, r->size);
         }
 
-        if (!r->declared && r->zone != NULL) {
-            munmap(r->zone, r->size);
-            r->zone = NULL;
-        }
+        r->zone = r->next_zone;
+        r->size = r->zone != NULL ? r->next_size : 0;
+        r->next_zone = NULL;
+        r->next_size = 0;
+        r->declared = 0;
     }
 }
 

@@ -14,16 +14,22 @@
 #include <stddef.h>
 #include <mruby.h>
 
-/* Starts a configuration (re)load: zones not declared again are dropped at
- * mrb_shdict_config_end. */
+/* Starts reading a configuration: zones not declared again are dropped
+ * when it is put in use (mrb_shdict_config_end).  What a configuration
+ * read before and never put in use (a refused reload) mapped is unmapped. */
 void mrb_shdict_config_begin(void);
 
-/* Declares a zone; returns 0, or -1 with a message in err (bad name or
- * size, name declared twice with different sizes, mapping failed). */
+/* Declares a zone in the configuration being read (mapped now, in the
+ * parent or master, found by scripts once the configuration is in use);
+ * returns 0, or -1 with a message in err (bad name or size, name declared
+ * twice with different sizes, mapping failed). */
 int mrb_shdict_zone_add(const char *name, size_t size, char *err,
     size_t errlen);
 
-/* Ends the (re)load: unmaps zones that were not declared again. */
+/* The configuration read is in use (Apache: post_config; nginx: the new
+ * cycle's init_module, after its listening sockets were opened): its zones
+ * become the ones scripts find; zones it resized or did not declare are
+ * unmapped. */
 void mrb_shdict_config_end(void);
 
 /* Parses a size such as "1m", "512k", "65536"; returns 0 or -1. */

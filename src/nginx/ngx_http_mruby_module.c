@@ -79,9 +79,6 @@ ngx_http_mruby_postconfiguration(ngx_conf_t *cf)
 {
     ngx_http_mruby_main_conf_t  *mmcf;
 
-    /* mapped now, in the master, so that every worker inherits them */
-    mrb_shdict_config_end();
-
     mmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_mruby_module);
 
     if (ngx_http_mruby_ssl_init(cf) != NGX_OK) {
@@ -182,10 +179,16 @@ ngx_http_mruby_main_conf(ngx_cycle_t *cycle)
 }
 
 
-/* mruby_init: once in the master, in an interpreter of its own. */
+/*
+ * The new cycle is in use (its listening sockets are open): its shared
+ * dictionaries become the ones scripts find; then mruby_init, once in the
+ * master, in an interpreter of its own.
+ */
 static ngx_int_t
 ngx_http_mruby_init_module(ngx_cycle_t *cycle)
 {
+    mrb_shdict_config_end();
+
     return ngx_mruby_init_master(&ngx_http_mruby_process,
                                  ngx_http_mruby_main_conf(cycle), cycle);
 }

@@ -2,6 +2,9 @@
 effect, old workers go, and nothing leaks in the master."""
 
 import os
+import signal
+import socket
+import time
 
 import harness
 
@@ -87,3 +90,46 @@ def test_reloads_do_not_leak(nginx):
     if not harness.ASAN:
         assert rss1 - rss0 < 1024, (rss0, rss1)
     assert len(n.worker_pids()) == 1
+
+
+DICT_CONF = """
+mruby_shared_dict kept SIZE;
+server {
+    listen 127.0.0.1:{port};
+    EXTRA
+    location /set { mruby_content_handler_code 'Nginx::SharedDict.new("kept")["k"] = "stored"; Nginx.rputs "ok"'; }
+    location /get { mruby_content_handler_code 'Nginx.rputs Nginx::SharedDict.new("kept")["k"].inspect'; }
+}
+"""
+
+
+def test_refused_reload_keeps_the_shared_dictionaries(nginx):
+    """A reload that resizes the dictionary and then fails (its listen
+    address is in use) leaves the master on the old configuration: a
+    worker forked after it reads what was stored before."""
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen(1)
+    n = nginx(start=False)
+    n.conf = DICT_CONF.replace("SIZE", "1m").replace("EXTRA", "")
+    n.start()
+    assert n.get("/set").text == "ok"
+    old = n.worker_pids()
+
+    n.conf = DICT_CONF.replace("SIZE", "2m").replace(
+        "EXTRA", "listen 127.0.0.1:%d;" % busy.getsockname()[1])
+    n.generate()
+    os.kill(n.master_pid(), signal.SIGHUP)
+    n.wait_log("Address already in use")
+    assert n.worker_pids() == old
+    assert n.get("/get").text == '"stored"'
+
+    # a worker forked now, from the master's old configuration
+    os.kill(old[0], signal.SIGKILL)
+    deadline = time.time() + 10
+    while time.time() < deadline and (not n.worker_pids()
+                                      or n.worker_pids() == old):
+        time.sleep(0.05)
+    assert n.worker_pids() and n.worker_pids() != old
+    assert n.get("/get").text == '"stored"'
+    busy.close()

@@ -1161,6 +1161,55 @@ TEST(registry_reload)
 }
 
 
+/*
+ * A configuration read and never put in use (nginx refusing a reload after
+ * reading it): the zones in use stay as they were, contents and all, until
+ * a configuration is committed.
+ */
+TEST(shdict_registry_refused_reload_changes_nothing)
+{
+    char              err[256];
+    mrb_shdict_ref   *kept, *resized;
+    mrb_shdict_zone  *zk, *zr;
+
+    mrb_shdict_config_begin();
+    CHECK_EQ(mrb_shdict_zone_add("keep", 64 * 1024, err, sizeof(err)), 0);
+    CHECK_EQ(mrb_shdict_zone_add("resize", 64 * 1024, err, sizeof(err)), 0);
+    mrb_shdict_config_end();
+
+    kept = mrb_shdict_find("keep", 4);
+    resized = mrb_shdict_find("resize", 6);
+    REQUIRE(kept != NULL && resized != NULL);
+    zk = mrb_shdict_ref_zone(kept);
+    zr = mrb_shdict_ref_zone(resized);
+    REQUIRE(zk != NULL && zr != NULL);
+    CHECK_EQ(set_int(zk, "k", 1, 0), MRB_SHDICT_OK);
+    CHECK_EQ(set_int(zr, "r", 2, 0), MRB_SHDICT_OK);
+
+    /* read: "keep" dropped, "resize" resized, "new" declared; refused */
+    mrb_shdict_config_begin();
+    CHECK_EQ(mrb_shdict_zone_add("resize", 128 * 1024, err, sizeof(err)), 0);
+    CHECK_EQ(mrb_shdict_zone_add("new", 64 * 1024, err, sizeof(err)), 0);
+
+    CHECK(mrb_shdict_ref_zone(kept) == zk);
+    CHECK(mrb_shdict_ref_zone(resized) == zr);
+    CHECK_EQ(get_int(zk, "k"), 1);
+    CHECK_EQ(get_int(zr, "r"), 2);
+    CHECK(mrb_shdict_ref_zone(mrb_shdict_find("new", 3)) == NULL);
+
+    /* the next reload, put in use, starts from what is in use */
+    mrb_shdict_config_begin();
+    CHECK_EQ(mrb_shdict_zone_add("keep", 64 * 1024, err, sizeof(err)), 0);
+    CHECK_EQ(mrb_shdict_zone_add("resize", 64 * 1024, err, sizeof(err)), 0);
+    mrb_shdict_config_end();
+
+    CHECK(mrb_shdict_ref_zone(kept) == zk);
+    CHECK(mrb_shdict_ref_zone(resized) == zr);
+    CHECK_EQ(get_int(zr, "r"), 2);
+    CHECK(mrb_shdict_ref_zone(mrb_shdict_find("new", 3)) == NULL);
+}
+
+
 /* The Ruby class, in a bare interpreter. */
 
 static mrb_state *
