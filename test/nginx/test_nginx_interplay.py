@@ -6,6 +6,7 @@ silent no-op.  Each test is a defect of issue 17 or a statement of the
 import os
 import re
 import socket
+import subprocess
 
 import harness
 from test_nginx_phases import code
@@ -78,6 +79,21 @@ def test_send_header_then_rputs_under_auth_request(nginx):
     out = raw_exchange(n, b"GET /index.html HTTP/1.1\r\nHost: x\r\n\r\n")
     assert out.startswith(b"HTTP/1.1 403"), out[:40]
     assert b"secret" not in out
+
+
+def test_send_header_then_rputs_on_http2_head(nginx):
+    n = nginx("server { listen 127.0.0.1:{port} http2; root {docroot};\n"
+              "  location / { mruby_content_handler_code "
+              + code('Nginx.send_header 200; Nginx.rputs "BODYBYTES"')
+              + "; } }")
+    url = f"http://127.0.0.1:{n.port}/"
+    out = subprocess.run(["curl", "-sI", "--http2-prior-knowledge", "-m", "5",
+                          url], capture_output=True, text=True).stdout
+    assert out.startswith("HTTP/2 200")
+    out = subprocess.run(["curl", "-s", "--http2-prior-knowledge", "-m", "5",
+                          url], capture_output=True, text=True).stdout
+    assert out == "BODYBYTES"
+    assert "output on closed stream" not in n.error_log()
 
 
 # --- defect 3: accepted, then never run ---
