@@ -118,11 +118,15 @@ def test_access_and_content_scripts_inside_if_run(nginx):
     n = nginx("location / { if ($arg_deny) { mruby_access_handler_code "
               + code("Nginx.return 403") + "; } }\n"
               "location /c { if ($arg_c) { mruby_content_handler_code "
-              + code('Nginx.rputs "from if"') + "; } }\n",
+              + code('Nginx.rputs "from if"') + ";\n"
+              "  mruby_output_header_filter_code "
+              + code('Nginx::Request.new.headers_out["X-If"] = "1"')
+              + "; } }\n",
               docs={"index.html": "open\n", "c": "file c\n"})
     assert n.get("/index.html").text == "open\n"
     assert n.get("/index.html?deny=1").status_code == 403
-    assert n.get("/c?c=1").text == "from if"
+    r = n.get("/c?c=1")
+    assert (r.text, r.headers.get("X-If")) == ("from if", "1")
     assert n.get("/c").text == "file c\n"
 
 
@@ -215,8 +219,11 @@ def test_internal_redirects_run_the_scripts_again(nginx):
               "location /uri/ { mruby_rewrite_handler_code "
               + code('Nginx::Request.new.uri = "/target.html"') + "; }\n"
               "location /nr/ { mruby_rewrite_handler_code "
-              + code('Nginx.redirect "/target.html"') + "; }\n",
-              docs={"target.html": "target\n"})
+              + code('Nginx.redirect "/target.html"') + "; }\n"
+              "location /named/ { mruby_rewrite_handler_code "
+              + code('Nginx.redirect "@named"') + "; }\n"
+              "location @named { root {docroot}/n; try_files /p.html =404; }\n",
+              docs={"target.html": "target\n", "n/p.html": "named\n"})
     again = ["server_rewrite /target.html", "rewrite /target.html",
              "access /target.html"]
     # error_page, try_files, Nginx.redirect: all phases from server rewrite
@@ -227,6 +234,10 @@ def test_internal_redirects_run_the_scripts_again(nginx):
     assert n.get("/nr/x", headers={"X-T": "nr"}).text == "target\n"
     assert traces(n, "nr", "access /target.html") == [
         "server_rewrite /nr/x"] + again
+    # a named location: its phases from rewrite on
+    assert n.get("/named/x", headers={"X-T": "nl"}).text == "named\n"
+    assert traces(n, "nl", "access /named/x") == [
+        "server_rewrite /named/x", "rewrite /named/x", "access /named/x"]
     # rewrite ... last and r.uri=: the new location's rewrite and access
     assert n.get("/rw/x", headers={"X-T": "rw"}).text == "target\n"
     assert traces(n, "rw", "access /target.html") == [
@@ -270,7 +281,14 @@ def test_subrequests_skip_access_scripts(nginx):
 
 
 def test_scripts_run_before_nginx_modules_of_their_phase(nginx):
-    n = nginx("location /set/ { set $v from_set;\n"
+    n = nginx("location /ret/ { return 404;\n"
+              "  mruby_rewrite_handler_code "
+              + code('Nginx.rputs "script first"') + "; }\n"
+              "location = /auth { internal; mruby_content_handler_code "
+              + trace("auth_request") + "; }\n"
+              "location /ar/ { auth_request /auth;\n"
+              "  mruby_access_handler_code " + trace("access") + "; }\n"
+              "location /set/ { set $v from_set;\n"
               "  mruby_rewrite_handler_code "
               + code('Nginx.rputs "v=#{Nginx::Request.new.var.v}"') + "; }\n"
               "location /deny/ { deny all;\n"
@@ -283,9 +301,15 @@ def test_scripts_run_before_nginx_modules_of_their_phase(nginx):
                      '"trace b user=#{r.user}"; '
                      'Nginx.return 403 if r.user == "mallory"') + "; }\n",
               files={"htpasswd": "alice:{PLAIN}secret\n"},
-              docs={"basic/page.html": "members\n", "deny/p.html": "no\n"})
-    # rewrite: the script runs before "set"
+              docs={"basic/page.html": "members\n", "deny/p.html": "no\n",
+                    "ar/p.html": "ar\n"})
+    # rewrite: the script runs before "return" and "set"
+    assert n.get("/ret/").text == "script first"
     assert n.get("/set/").text == "v="
+    # access: before auth_request
+    assert n.get("/ar/p.html", headers={"X-T": "ar"}).text == "ar\n"
+    assert traces(n, "ar", "auth_request /auth") == [
+        "access /ar/p.html", "auth_request /auth"]
     # access: before allow/deny (and deny still answers)
     assert n.get("/deny/p.html", headers={"X-T": "d"}).status_code == 403
     assert traces(n, "d", "access /deny/p.html") == ["access /deny/p.html"]
