@@ -261,6 +261,22 @@ location /var {
     assert "cycle while evaluating variable" not in log
 
 
+@pytest.mark.parametrize("kind", SERVERS)
+def test_client_crlf_copied_into_a_header_is_refused(kind, apache, nginx):
+    """A decoded URI holds the CR LF a client sent as %0d%0a: a script that
+    copies it into a header gets a 500, the client no split response."""
+    s = content(kind, apache, nginx, '''
+Server = get_server_class
+r = Server::Request.new
+r.headers_out["X-Path"] = r.uri
+Server.rputs "copied"
+''')
+    resp = get_raw(s, "/t/a%0d%0aSet-Cookie:%20x=1")
+    assert resp.startswith(b"HTTP/1.1 500"), resp[:300]
+    assert b"Set-Cookie" not in resp
+    assert "invalid value for header X-Path" in s.error_log()
+
+
 RACK = r'''
 class App
   def call(env)
