@@ -8,9 +8,11 @@
 #include <mruby/data.h>
 #include <mruby/variable.h>
 
+#include "mrb_digest.h"
 #include "mrb_json.h"
 #include "mrb_lib.h"
 #include "mrb_regexp.h"
+#include "mrb_securerandom.h"
 
 
 static void
@@ -44,6 +46,8 @@ mrb_lib_define(mrb_state *mrb)
     mrb_matchdata_define(mrb);
     mrb_regexp_string_define(mrb);
     mrb_json_define(mrb);
+    mrb_digest_define(mrb);
+    mrb_securerandom_define(mrb);
 }
 
 

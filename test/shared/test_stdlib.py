@@ -123,3 +123,31 @@ def test_json_script(kind, apache, nginx):
         r = s.get("/json")
         assert r.status_code == 200, s.error_log()[-2000:]
         assert r.content.decode("utf-8") == JSON_EXPECTED
+
+
+# Signing a request the way the originals' scripts do (Digest, HMAC,
+# Base64), and a token of SecureRandom.
+DIGEST_SCRIPT = r'''
+Server = get_server_class
+out = []
+out << Digest::SHA256.hexdigest("abc")
+out << Digest::HMAC.hexdigest("msg", "secret", Digest::SHA1)
+out << Base64.urlsafe_encode64(Digest::MD5.digest("abc"), padding: false)
+out << (SecureRandom.hex(8) =~ /\A\h{16}\z/).inspect
+Server.rputs out.join("\n")
+'''
+
+DIGEST_EXPECTED = "\n".join([
+    "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+    "ca3efb15cfaf530e0d771e5cbe707104f006b257",
+    "kAFQmDzST7DWlj99KOF_cg",
+    "0",
+])
+
+
+@pytest.mark.parametrize("kind", ["apache", "nginx"])
+def test_digest_script(kind, apache, nginx):
+    s = server_with(kind, apache, nginx, {"sign": DIGEST_SCRIPT})
+    r = s.get("/sign")
+    assert r.status_code == 200, s.error_log()[-2000:]
+    assert r.text == DIGEST_EXPECTED
