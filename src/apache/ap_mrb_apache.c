@@ -7,6 +7,8 @@
 
 #include <string.h>
 #include <syslog.h>
+#include <unistd.h>
+#include <sys/syscall.h>
 
 #include <http_core.h>
 #include <http_main.h>
@@ -107,6 +109,23 @@ ap_mrb_syslogger(mrb_state *mrb, mrb_value self)
 }
 
 
+/* The id of the thread running the script (the original's get_tid). */
+static mrb_value
+ap_mrb_get_tid(mrb_state *mrb, mrb_value self)
+{
+    return mrb_int_value(mrb, (mrb_int) syscall(SYS_gettid));
+}
+
+
+/* How many objects the current C call keeps alive in the GC arena: a
+ * debugging aid of the original, for scripts that hunt a leak. */
+static mrb_value
+ap_mrb_count_arena(mrb_state *mrb, mrb_value self)
+{
+    return mrb_int_value(mrb, mrb_gc_arena_save(mrb));
+}
+
+
 static mrb_value
 ap_mrb_server_version(mrb_state *mrb, mrb_value self)
 {
@@ -196,6 +215,9 @@ static const mrb_api_const  ap_mrb_consts[] = {
 static const mrb_api_method  ap_mrb_class_methods[] = {
     { "sleep", ap_mrb_sleep, MRB_ARGS_REQ(1) },
     { "syslogger", ap_mrb_syslogger, MRB_ARGS_ARG(1, 1) },
+    { "syslog", ap_mrb_syslogger, MRB_ARGS_REQ(2) },
+    { "get_tid", ap_mrb_get_tid, MRB_ARGS_NONE() },
+    { "count_arena", ap_mrb_count_arena, MRB_ARGS_NONE() },
     { "server_version", ap_mrb_server_version, MRB_ARGS_NONE() },
     { "server_build", ap_mrb_server_build, MRB_ARGS_NONE() },
     MRB_API_METHOD_END

@@ -539,6 +539,13 @@ const command_rec ap_mrb_cmds[] = {
     AP_MRB_PHASE("Handler", AP_MRB_HANDLER),
     AP_MRB_PHASE("LogTransaction", AP_MRB_LOG_TRANSACTION),
 
+    /* the original accepted a bare mrubyHandler (and never ran it): here
+     * it is the handler script a reader of the configuration expects */
+    AP_INIT_TAKE12("mrubyHandler", ap_mrb_cmd_hook,
+        &ap_mrb_hook_cmds[AP_MRB_HANDLER][AP_MRB_MIDDLE], AP_MRB_WHERE,
+        "a Ruby script file and optionally \"cache\" (as "
+        "mrubyHandlerMiddle)"),
+
     AP_INIT_TAKE1("mrubyHandlerCode", ap_mrb_cmd_handler_code, NULL,
         AP_MRB_WHERE, "Ruby code run for requests whose handler is "
         AP_MRB_HANDLER_NATIVE),

@@ -2,6 +2,8 @@
  * Apache::Connection: the client connection of the current request.
  */
 
+#include <http_core.h>
+
 #include "ap_mrb.h"
 
 
@@ -52,6 +54,29 @@ ap_mrb_conn_remote_host(mrb_state *mrb, mrb_value self)
 }
 
 
+/* The identd user name, if IdentityCheck looked it up, or nil. */
+static mrb_value
+ap_mrb_conn_remote_logname(mrb_state *mrb, mrb_value self)
+{
+    return ap_mrb_str(mrb, ap_get_remote_logname(ap_mrb_request(mrb)));
+}
+
+
+static mrb_value
+ap_mrb_conn_local_host(mrb_state *mrb, mrb_value self)
+{
+    return ap_mrb_str(mrb, ap_mrb_conn(mrb)->local_host);
+}
+
+
+/* 1 when input filters hold data already read from the client. */
+static mrb_value
+ap_mrb_conn_data_in_input_filters(mrb_state *mrb, mrb_value self)
+{
+    return mrb_int_value(mrb, ap_mrb_conn(mrb)->data_in_input_filters != 0);
+}
+
+
 static mrb_value
 ap_mrb_conn_keepalives(mrb_state *mrb, mrb_value self)
 {
@@ -86,6 +111,10 @@ static const mrb_api_method  ap_mrb_connection_methods[] = {
     { "local_ip", ap_mrb_conn_local_ip, MRB_ARGS_NONE() },
     { "local_port", ap_mrb_conn_local_port, MRB_ARGS_NONE() },
     { "remote_host", ap_mrb_conn_remote_host, MRB_ARGS_NONE() },
+    { "remote_logname", ap_mrb_conn_remote_logname, MRB_ARGS_NONE() },
+    { "local_host", ap_mrb_conn_local_host, MRB_ARGS_NONE() },
+    { "data_in_input_filters", ap_mrb_conn_data_in_input_filters,
+      MRB_ARGS_NONE() },
     { "keepalives", ap_mrb_conn_keepalives, MRB_ARGS_NONE() },
     { "keepalive?", ap_mrb_conn_keepalive, MRB_ARGS_NONE() },
     { "aborted?", ap_mrb_conn_aborted, MRB_ARGS_NONE() },

@@ -25,6 +25,7 @@ typedef struct {
     apr_bucket_brigade  *body;      /* the collected body, then the new one */
     apr_bucket_brigade  *meta;      /* metadata buckets met while collecting */
     apr_off_t            len;       /* bytes collected */
+    int                  error;     /* error_create's status, or 0 */
     unsigned             ran:1;     /* the script has run */
     unsigned             changed:1; /* the script changed the body */
     unsigned             too_large:1; /* past mrubyRequestBodyLimit */
@@ -151,6 +152,9 @@ ap_mrb_output_filter(ap_filter_t *f, apr_bucket_brigade *bb)
 
     dconf = ap_get_module_config(r->per_dir_config, &mruby_module);
     rc = ap_mrb_filter_run(ctx, dconf->output_filter, "mrubyOutputFilter");
+    if (rc == OK && ctx->error != 0) {
+        rc = ctx->error;
+    }
 
     APR_BRIGADE_PREPEND(ctx->body, ctx->meta);
 
@@ -374,7 +378,7 @@ ap_mrb_filter_set_body(mrb_state *mrb, mrb_value self)
     ap_mrb_filter_ctx  *ctx = ap_mrb_filter_of(mrb);
     mrb_value           s;
 
-    mrb_get_args(mrb, "S", &s);
+    s = mrb_obj_as_string(mrb, mrb_get_arg1(mrb));
     apr_brigade_cleanup(ctx->body);
     ap_mrb_filter_write(ctx, RSTRING_PTR(s), (size_t) RSTRING_LEN(s));
     return s;
@@ -387,7 +391,7 @@ ap_mrb_filter_puts(mrb_state *mrb, mrb_value self)
     ap_mrb_filter_ctx  *ctx = ap_mrb_filter_of(mrb);
     mrb_value           s;
 
-    mrb_get_args(mrb, "S", &s);
+    s = mrb_obj_as_string(mrb, mrb_get_arg1(mrb));
     if (ap_mrb_filter_write(ctx, RSTRING_PTR(s), (size_t) RSTRING_LEN(s))
         != 0)
     {
@@ -404,7 +408,7 @@ ap_mrb_filter_insert_head(mrb_state *mrb, mrb_value self)
     mrb_value           s;
     apr_bucket         *e;
 
-    mrb_get_args(mrb, "S", &s);
+    s = mrb_obj_as_string(mrb, mrb_get_arg1(mrb));
     e = apr_bucket_heap_create(RSTRING_PTR(s), (apr_size_t) RSTRING_LEN(s),
                                NULL, ctx->r->connection->bucket_alloc);
     APR_BRIGADE_INSERT_HEAD(ctx->body, e);
@@ -446,6 +450,71 @@ ap_mrb_filter_is_empty(mrb_state *mrb, mrb_value self)
 }
 
 
+/* The filter sends the end of the body itself once the script ran: the
+ * original's insert_eos has nothing left to do. */
+static mrb_value
+ap_mrb_filter_insert_eos(mrb_state *mrb, mrb_value self)
+{
+    (void) ap_mrb_filter_of(mrb);
+    return self;
+}
+
+
+/* The owner of the file being sent (the request's file), or nil when the
+ * response is not a file's. */
+static mrb_value
+ap_mrb_filter_owner(mrb_state *mrb, int gid)
+{
+    request_rec  *r = ap_mrb_filter_of(mrb)->r;
+
+    if (r->finfo.filetype != APR_REG) {
+        return mrb_nil_value();
+    }
+
+    return mrb_int_value(mrb, gid ? (mrb_int) r->finfo.group
+                                  : (mrb_int) r->finfo.user);
+}
+
+
+static mrb_value
+ap_mrb_filter_uid(mrb_state *mrb, mrb_value self)
+{
+    return ap_mrb_filter_owner(mrb, 0);
+}
+
+
+static mrb_value
+ap_mrb_filter_gid(mrb_state *mrb, mrb_value self)
+{
+    return ap_mrb_filter_owner(mrb, 1);
+}
+
+
+/* error_create(status): the response becomes Apache's error response for
+ * status instead of the body (an output filter only). */
+static mrb_value
+ap_mrb_filter_error_create(mrb_state *mrb, mrb_value self)
+{
+    ap_mrb_filter_ctx  *ctx = ap_mrb_filter_of(mrb);
+    mrb_int             status;
+
+    mrb_get_args(mrb, "i", &status);
+
+    if (ctx->kind != AP_MRB_RUN_OUTPUT_FILTER) {
+        mrb_raise(mrb, E_RUNTIME_ERROR, "error_create: only in an "
+                  "mrubyOutputFilter script");
+    }
+
+    if (status < 400 || status > 599) {
+        mrb_raise(mrb, E_ARGUMENT_ERROR, "error_create: an error status "
+                  "(400-599)");
+    }
+
+    ctx->error = (int) status;
+    return self;
+}
+
+
 static mrb_value
 ap_mrb_filter_is_output(mrb_state *mrb, mrb_value self)
 {
@@ -462,6 +531,11 @@ static const mrb_api_method  ap_mrb_filter_methods[] = {
     { "insert_tail", ap_mrb_filter_puts, MRB_ARGS_REQ(1) },
     { "insert_head", ap_mrb_filter_insert_head, MRB_ARGS_REQ(1) },
     { "cleanup", ap_mrb_filter_cleanup, MRB_ARGS_NONE() },
+    { "destroy", ap_mrb_filter_cleanup, MRB_ARGS_NONE() },
+    { "insert_eos", ap_mrb_filter_insert_eos, MRB_ARGS_NONE() },
+    { "uid", ap_mrb_filter_uid, MRB_ARGS_NONE() },
+    { "gid", ap_mrb_filter_gid, MRB_ARGS_NONE() },
+    { "error_create", ap_mrb_filter_error_create, MRB_ARGS_REQ(1) },
     { "length", ap_mrb_filter_length, MRB_ARGS_NONE() },
     { "size", ap_mrb_filter_length, MRB_ARGS_NONE() },
     { "empty?", ap_mrb_filter_is_empty, MRB_ARGS_NONE() },

@@ -23,6 +23,8 @@ ap_mrb_finfo(mrb_state *mrb)
 
 AP_MRB_FINFO_INT(filetype, f->filetype)
 AP_MRB_FINFO_INT(size, f->size)
+AP_MRB_FINFO_INT(csize, f->csize)
+AP_MRB_FINFO_INT(permission, f->protection)
 AP_MRB_FINFO_INT(user, f->user)
 AP_MRB_FINFO_INT(group, f->group)
 AP_MRB_FINFO_INT(inode, f->inode)
@@ -87,6 +89,8 @@ ap_mrb_finfo_exists(mrb_state *mrb, mrb_value self)
 static const mrb_api_method  ap_mrb_finfo_methods[] = {
     { "filetype", ap_mrb_finfo_filetype, MRB_ARGS_NONE() },
     { "size", ap_mrb_finfo_size, MRB_ARGS_NONE() },
+    { "csize", ap_mrb_finfo_csize, MRB_ARGS_NONE() },
+    { "permission", ap_mrb_finfo_permission, MRB_ARGS_NONE() },
     { "mode", ap_mrb_finfo_mode, MRB_ARGS_NONE() },
     { "user", ap_mrb_finfo_user, MRB_ARGS_NONE() },
     { "group", ap_mrb_finfo_group, MRB_ARGS_NONE() },

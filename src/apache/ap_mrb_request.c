@@ -111,8 +111,29 @@ AP_MRB_STR_ATTR_CHECKED(range, 1, mrb_http_check_header_value, "Range")
 AP_MRB_STR_ATTR_NIL(handler)
 AP_MRB_STR_ATTR_CHECKED(content_encoding, 1, mrb_http_check_header_value,
                         "Content-Encoding")
+AP_MRB_STR_ATTR_NIL(vlist_validator)
 AP_MRB_STR_GET(method)
 AP_MRB_STR_GET(content_type)
+
+
+/* The request's flags, as Integers as the original gave them (0 is true in
+ * Ruby: compare with 1). */
+#define AP_MRB_FLAG_GET(field)                                                \
+    static mrb_value                                                          \
+    ap_mrb_get_##field(mrb_state *mrb, mrb_value self)                        \
+    {                                                                         \
+        return mrb_int_value(mrb, ap_mrb_request(mrb)->field);                \
+    }
+
+AP_MRB_FLAG_GET(assbackwards)
+AP_MRB_FLAG_GET(header_only)
+AP_MRB_FLAG_GET(chunked)
+AP_MRB_FLAG_GET(read_body)
+AP_MRB_FLAG_GET(read_chunked)
+AP_MRB_FLAG_GET(used_path_info)
+AP_MRB_FLAG_GET(eos_sent)
+AP_MRB_FLAG_GET(no_cache)
+AP_MRB_FLAG_GET(no_local_copy)
 
 
 /* Setting the method keeps method_number in step, as Apache reads both.
@@ -240,13 +261,6 @@ ap_mrb_get_scheme(mrb_state *mrb, mrb_value self)
 
 
 static mrb_value
-ap_mrb_get_header_only(mrb_state *mrb, mrb_value self)
-{
-    return mrb_bool_value(ap_mrb_request(mrb)->header_only != 0);
-}
-
-
-static mrb_value
 ap_mrb_get_proto_num(mrb_state *mrb, mrb_value self)
 {
     return mrb_int_value(mrb, ap_mrb_request(mrb)->proto_num);
@@ -257,13 +271,6 @@ static mrb_value
 ap_mrb_get_method_number(mrb_state *mrb, mrb_value self)
 {
     return mrb_int_value(mrb, ap_mrb_request(mrb)->method_number);
-}
-
-
-static mrb_value
-ap_mrb_get_chunked(mrb_state *mrb, mrb_value self)
-{
-    return mrb_bool_value(ap_mrb_request(mrb)->chunked != 0);
 }
 
 
@@ -454,10 +461,12 @@ AP_MRB_OBJECT_GETTER(subprocess_env, "Subprocess_env")
 AP_MRB_OBJECT_GETTER(finfo, "Finfo")
 
 
+/* As the original: true when r->main is set, that is for a subrequest
+ * (the same as sub_request?; the name reads the other way). */
 static mrb_value
 ap_mrb_is_main(mrb_state *mrb, mrb_value self)
 {
-    return mrb_bool_value(ap_mrb_request(mrb)->main == NULL);
+    return mrb_bool_value(ap_mrb_request(mrb)->main != NULL);
 }
 
 
@@ -475,6 +484,37 @@ ap_mrb_is_internal_redirect(mrb_state *mrb, mrb_value self)
 }
 
 
+/* A request an internal redirect replaced (r->next set). */
+static mrb_value
+ap_mrb_is_external_redirect(mrb_state *mrb, mrb_value self)
+{
+    return mrb_bool_value(ap_mrb_request(mrb)->next != NULL);
+}
+
+
+/*
+ * r.run_handler: runs the handler phase now (ap_invoke_handler), as the
+ * original did, and returns its status; one that failed is logged and the
+ * connection marked aborted, so nothing more is sent on it.
+ */
+static mrb_value
+ap_mrb_run_handler(mrb_state *mrb, mrb_value self)
+{
+    request_rec  *r = ap_mrb_request(mrb);
+    int           rc;
+
+    rc = ap_invoke_handler(r);
+
+    if (rc != OK && rc != DONE) {
+        ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, "run_handler: the "
+                      "handler answered %d", rc);
+        r->connection->aborted = 1;
+    }
+
+    return mrb_int_value(mrb, rc);
+}
+
+
 /* r.log(level, message): the error log, with this request's client. */
 static mrb_value
 ap_mrb_request_log(mrb_state *mrb, mrb_value self)
@@ -483,7 +523,8 @@ ap_mrb_request_log(mrb_state *mrb, mrb_value self)
     mrb_int       level;
     mrb_value     msg;
 
-    mrb_get_args(mrb, "iS", &level, &msg);
+    mrb_get_args(mrb, "io", &level, &msg);
+    msg = mrb_obj_as_string(mrb, msg);
 
     if (level < APLOG_EMERG) {
         level = APLOG_EMERG;
@@ -552,12 +593,20 @@ static const mrb_api_attr  ap_mrb_request_attrs[] = {
     AP_MRB_RW(content_encoding),
     AP_MRB_RW(proxyreq),
     AP_MRB_RW(status),
+    AP_MRB_RW(vlist_validator),
 
     AP_MRB_RO(scheme),
     AP_MRB_RO(header_only),
     AP_MRB_RO(proto_num),
     AP_MRB_RO(method_number),
     AP_MRB_RO(chunked),
+    AP_MRB_RO(assbackwards),
+    AP_MRB_RO(read_body),
+    AP_MRB_RO(read_chunked),
+    AP_MRB_RO(used_path_info),
+    AP_MRB_RO(eos_sent),
+    AP_MRB_RO(no_cache),
+    AP_MRB_RO(no_local_copy),
     AP_MRB_RO(request_time),
     AP_MRB_RO(response_time),
     AP_MRB_RO(body),
@@ -577,7 +626,11 @@ static const mrb_api_method  ap_mrb_request_methods[] = {
     { "sub_request?", ap_mrb_is_sub_request, MRB_ARGS_NONE() },
     { "prev?", ap_mrb_is_internal_redirect, MRB_ARGS_NONE() },
     { "internal_redirect?", ap_mrb_is_internal_redirect, MRB_ARGS_NONE() },
+    { "next?", ap_mrb_is_external_redirect, MRB_ARGS_NONE() },
+    { "external_redirect?", ap_mrb_is_external_redirect, MRB_ARGS_NONE() },
+    { "run_handler", ap_mrb_run_handler, MRB_ARGS_NONE() },
     { "log", ap_mrb_request_log, MRB_ARGS_REQ(2) },
+    { "error_log", ap_mrb_request_log, MRB_ARGS_REQ(2) },
     { "reverse_proxy", ap_mrb_reverse_proxy, MRB_ARGS_REQ(1) },
     MRB_API_METHOD_END
 };

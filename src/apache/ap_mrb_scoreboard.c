@@ -6,6 +6,7 @@
 
 #include <stdlib.h>
 #include <unistd.h>
+#include <sys/resource.h>
 
 #include <ap_mpm.h>
 #include <scoreboard.h>
@@ -232,6 +233,63 @@ ap_mrb_sb_loadavg(mrb_state *mrb, mrb_value self)
 }
 
 
+/* access_counter(pid): the requests the workers of process pid served,
+ * or -1 when no process of the scoreboard has that pid. */
+static mrb_value
+ap_mrb_sb_access_counter(mrb_state *mrb, mrb_value self)
+{
+    global_score    *g;
+    process_score   *ps;
+    worker_score    *ws;
+    mrb_int          pid;
+    unsigned long    count = 0;
+    int              i, j, found = 0;
+
+    mrb_get_args(mrb, "i", &pid);
+    ap_mrb_sb_check(mrb);
+    g = ap_scoreboard_image->global;
+
+    for (i = 0; i < g->server_limit; i++) {
+        ps = ap_get_scoreboard_process(i);
+        if (ps->pid == 0 || ps->pid != (pid_t) pid) {
+            continue;
+        }
+
+        found = 1;
+        for (j = 0; j < g->thread_limit; j++) {
+            ws = ap_get_scoreboard_worker_from_indexes(i, j);
+            count += ws->access_count;
+        }
+    }
+
+    return mrb_int_value(mrb, found ? (mrb_int) count : -1);
+}
+
+
+/* This process's CPU time (user and system) since the server last
+ * (re)started, as a percentage of the time since then. */
+static mrb_value
+ap_mrb_sb_cpu_load(mrb_state *mrb, mrb_value self)
+{
+    struct rusage  ru;
+    double         cpu, wall;
+
+    ap_mrb_sb_check(mrb);
+
+    if (getrusage(RUSAGE_SELF, &ru) != 0) {
+        mrb_raise(mrb, E_RUNTIME_ERROR, "getrusage() failed");
+    }
+
+    cpu = ru.ru_utime.tv_sec + ru.ru_stime.tv_sec
+          + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+    wall = (double) (apr_time_now()
+                     - ap_scoreboard_image->global->restart_time)
+           / APR_USEC_PER_SEC;
+
+    return mrb_float_value(mrb, wall > 0 ? cpu * 100 / wall : 0.0);
+}
+
+
 static mrb_value
 ap_mrb_sb_pid(mrb_state *mrb, mrb_value self)
 {
@@ -252,6 +310,15 @@ static const mrb_api_method  ap_mrb_scoreboard_methods[] = {
     { "thread_limit", ap_mrb_sb_thread_limit, MRB_ARGS_NONE() },
     { "loadavg", ap_mrb_sb_loadavg, MRB_ARGS_NONE() },
     { "pid", ap_mrb_sb_pid, MRB_ARGS_NONE() },
+    { "access_counter", ap_mrb_sb_access_counter, MRB_ARGS_REQ(1) },
+    { "cpu_load", ap_mrb_sb_cpu_load, MRB_ARGS_NONE() },
+    MRB_API_METHOD_END
+};
+
+
+/* Apache::Load: the original's optional extension, for its one method. */
+static const mrb_api_method  ap_mrb_load_methods[] = {
+    { "getloadavg", ap_mrb_sb_loadavg, MRB_ARGS_NONE() },
     MRB_API_METHOD_END
 };
 
@@ -261,4 +328,5 @@ ap_mrb_define_scoreboard(mrb_state *mrb, struct RClass *apache)
 {
     mrb_api_define_class(mrb, apache, "Scoreboard", NULL,
                          ap_mrb_scoreboard_methods);
+    mrb_api_define_class(mrb, apache, "Load", NULL, ap_mrb_load_methods);
 }

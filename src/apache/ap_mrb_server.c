@@ -49,14 +49,50 @@ AP_MRB_SERVER_STR(document_root, ((core_server_config *)
 AP_MRB_SERVER_INT(port, s->port)
 AP_MRB_SERVER_INT(defn_line_number, s->defn_line_number)
 AP_MRB_SERVER_INT(loglevel, s->log.level)
-AP_MRB_SERVER_INT(timeout, apr_time_sec(s->timeout))
+/* Timeouts in microseconds (APR's interval), as the original gave them. */
+AP_MRB_SERVER_INT(timeout, s->timeout)
 AP_MRB_SERVER_INT(keep_alive, s->keep_alive)
-AP_MRB_SERVER_INT(keep_alive_timeout, apr_time_sec(s->keep_alive_timeout))
+AP_MRB_SERVER_INT(keep_alive_timeout, s->keep_alive_timeout)
 AP_MRB_SERVER_INT(keep_alive_max, s->keep_alive_max)
 AP_MRB_SERVER_INT(is_virtual, s->is_virtual)
 AP_MRB_SERVER_INT(limit_req_line, s->limit_req_line)
 AP_MRB_SERVER_INT(limit_req_fieldsize, s->limit_req_fieldsize)
 AP_MRB_SERVER_INT(limit_req_fields, s->limit_req_fields)
+AP_MRB_SERVER_INT(pathlen, s->pathlen)
+
+
+/*
+ * server.timeout = microseconds: the original wrote the server's Timeout,
+ * which every thread reads, at request time.  Here it is the current
+ * request's connection that waits that long (reading the client, sending
+ * to it), which is what a script that raises it for one slow request
+ * wants; the configuration stays as it was read.
+ */
+static mrb_value
+ap_mrb_server_set_timeout(mrb_state *mrb, mrb_value self)
+{
+    request_rec  *r = ap_mrb_request(mrb);
+    apr_socket_t *sock;
+    mrb_int       usec;
+
+    mrb_get_args(mrb, "i", &usec);
+
+    if (usec <= 0) {
+        mrb_raise(mrb, E_ARGUMENT_ERROR, "timeout must be positive "
+                  "(microseconds)");
+    }
+
+    sock = ap_get_conn_socket(r->connection);
+    if (sock == NULL
+        || apr_socket_timeout_set(sock, (apr_interval_time_t) usec)
+           != APR_SUCCESS)
+    {
+        mrb_raise(mrb, E_RUNTIME_ERROR, "cannot set this connection's "
+                  "timeout");
+    }
+
+    return mrb_int_value(mrb, usec);
+}
 
 
 #define AP_MRB_M(name)  { #name, ap_mrb_server_##name, MRB_ARGS_NONE() }
@@ -80,10 +116,14 @@ static const mrb_api_method  ap_mrb_server_methods[] = {
     AP_MRB_M(limit_req_line),
     AP_MRB_M(limit_req_fieldsize),
     AP_MRB_M(limit_req_fields),
+    AP_MRB_M(pathlen),
+    { "timeout=", ap_mrb_server_set_timeout, MRB_ARGS_REQ(1) },
 
     /* the original mod_mruby's names */
     { "server_hostname", ap_mrb_server_hostname, MRB_ARGS_NONE() },
     { "server_admin", ap_mrb_server_admin, MRB_ARGS_NONE() },
+    { "redirect_server_scheme", ap_mrb_server_scheme, MRB_ARGS_NONE() },
+    { "redirect_server_port", ap_mrb_server_port, MRB_ARGS_NONE() },
 
     MRB_API_METHOD_END
 };

@@ -252,17 +252,43 @@ static const mrb_api_method  ap_mrb_table_methods[] = {
 };
 
 
-/* each subclass knows only which table of the request it reads */
+/* The original's shortcuts for two request headers. */
+static mrb_value
+ap_mrb_headers_in_user_agent(mrb_state *mrb, mrb_value self)
+{
+    return ap_mrb_str(mrb, apr_table_get(ap_mrb_request(mrb)->headers_in,
+                                         "User-Agent"));
+}
+
+
+static mrb_value
+ap_mrb_headers_in_referer(mrb_state *mrb, mrb_value self)
+{
+    return ap_mrb_str(mrb, apr_table_get(ap_mrb_request(mrb)->headers_in,
+                                         "Referer"));
+}
+
+
+static const mrb_api_method  ap_mrb_headers_in_methods[] = {
+    { "user_agent", ap_mrb_headers_in_user_agent, MRB_ARGS_NONE() },
+    { "referer", ap_mrb_headers_in_referer, MRB_ARGS_NONE() },
+    MRB_API_METHOD_END
+};
+
+
+/* each subclass knows only which table of the request it reads, and may
+ * have methods of its own */
 static const struct {
-    const char  *name;
-    mrb_func_t   init;
+    const char            *name;
+    mrb_func_t             init;
+    const mrb_api_method  *methods;
 } ap_mrb_table_classes[] = {
-    { "Headers_in", ap_mrb_headers_in_init },
-    { "Headers_out", ap_mrb_headers_out_init },
-    { "Err_headers_out", ap_mrb_err_headers_out_init },
-    { "Notes", ap_mrb_notes_init },
-    { "Subprocess_env", ap_mrb_subprocess_env_init },
-    { "Env", ap_mrb_env_init }
+    { "Headers_in", ap_mrb_headers_in_init, ap_mrb_headers_in_methods },
+    { "Headers_out", ap_mrb_headers_out_init, NULL },
+    { "Err_headers_out", ap_mrb_err_headers_out_init, NULL },
+    { "Notes", ap_mrb_notes_init, NULL },
+    { "Subprocess_env", ap_mrb_subprocess_env_init, NULL },
+    { "Env", ap_mrb_env_init, NULL }
 };
 
 
@@ -287,5 +313,9 @@ ap_mrb_define_tables(mrb_state *mrb, struct RClass *apache)
         c = mrb_api_define_class(mrb, apache, ap_mrb_table_classes[i].name,
                                  table, init);
         MRB_SET_INSTANCE_TT(c, MRB_TT_DATA);
+
+        if (ap_mrb_table_classes[i].methods != NULL) {
+            mrb_api_define_methods(mrb, c, ap_mrb_table_classes[i].methods);
+        }
     }
 }

@@ -70,10 +70,10 @@ def test_request_read_attributes(apache):
         "scheme": "http",
         "proto_num": 1001,
         "method_number": 0,
-        "header_only": False,
+        "header_only": 0,
         "user": None,
         "handler": "",
-        "main": True,
+        "main": False,
         "sub_request": False,
         "prev": False,
         "internal_redirect": False,
@@ -315,7 +315,7 @@ def test_server(apache):
     got = from_json(a.get("/t").text)
     assert got == {
         "hostname": "127.0.0.1", "admin": "root@localhost", "port": 0,
-        "timeout": 30, "keep_alive": 1, "keep_alive_timeout": 5,
+        "timeout": 30000000, "keep_alive": 1, "keep_alive_timeout": 5000000,
         "keep_alive_max": 0, "is_virtual": 0, "document_root": a.docroot,
         "error_fname": f"{a.logs}/error.log", "loglevel": 6,
         "limit_req_fieldsize": 8190, "server_hostname": "127.0.0.1"}

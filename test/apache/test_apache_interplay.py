@@ -11,7 +11,7 @@ def trace(what):
     """Ruby: one error-log line per run, tagged by the client's X-T."""
     return ('r = Apache::Request.new; Apache.errlogger Apache::APLOG_NOTICE, '
             f'"trace #{{r.headers_in["X-T"]}} {what} #{{r.uri}} '
-            'main=#{r.main?}"')
+            'sub=#{r.sub_request?}"')
 
 
 def traces(a, tag, expect_last):
@@ -48,23 +48,23 @@ def test_access_checkers_in_index_lookups_and_ssi(apache):
     assert a.get("/", headers={"X-T": "dir"}).text == "home\n"
     assert a.get("/sub/", headers={"X-T": "own"}).text == "own\n"
     assert a.get("/p.shtml", headers={"X-T": "ssi"}).text == "xINCOTHERy\n"
-    assert traces(a, "ssi", "other-access /other/inc.txt main=false") == [
-        "access /p.shtml main=true", "other-access /other/inc.txt main=false"]
-    assert traces(a, "own", "files-access /sub/own.html main=false") == [
-        "access /sub/ main=true", "files-access /sub/own.html main=false"]
-    assert traces(a, "dir", "access / main=true") == ["access / main=true"]
+    assert traces(a, "ssi", "other-access /other/inc.txt sub=true") == [
+        "access /p.shtml sub=false", "other-access /other/inc.txt sub=true"]
+    assert traces(a, "own", "files-access /sub/own.html sub=true") == [
+        "access /sub/ sub=false", "files-access /sub/own.html sub=true"]
+    assert traces(a, "dir", "access / sub=false") == ["access / sub=false"]
 
 
 def test_fixups_header_with_directory_index_and_main_guard(apache):
     """mod_dir's lookup is a subrequest whose headers Apache merges into the
-    response: a fixups script's header comes out twice, once with r.main?."""
+    response: a fixups script's header comes out twice, once with a sub_request? guard."""
     set_acao = 'Apache::Request.new.headers_out["Access-Control-Allow-Origin"] = "*"'
     a = apache(f"""
 <Directory {{docroot}}/twice>
     mrubyFixupsMiddleCode '{set_acao}'
 </Directory>
 <Directory {{docroot}}/once>
-    mrubyFixupsMiddleCode 'r = Apache::Request.new; {set_acao.replace("Apache::Request.new", "r")} if r.main?'
+    mrubyFixupsMiddleCode 'r = Apache::Request.new; {set_acao.replace("Apache::Request.new", "r")} unless r.sub_request?'
 </Directory>
 """, docs={"twice/index.html": "t\n", "once/index.html": "o\n"})
     r = a.get("/twice/")

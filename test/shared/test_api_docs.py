@@ -108,7 +108,8 @@ def call_name(span):
     if re.fullmatch(rf"{NAME}\s*=\s*{CLASS}\.new.*", span):
         return None  # a variable: r = Apache::Request.new
     m = re.fullmatch(rf"({NAME})(=|\s*=(\s*[^=].*)?)?(\(.*\))?", span)
-    if m and m.group(1) not in KEYWORDS | NOT_RUBY:
+    # a name of NOT_RUBY with an argument list is a call: `error_log(l, m)`
+    if m and (m.group(1) not in KEYWORDS | NOT_RUBY or m.group(4)):
         return recv, m.group(1) + ("=" if m.group(2) else "")
     return None
 
