@@ -84,7 +84,8 @@ def mruby_headers(tmp_path, teeny):
 def compile_core(rel, inc):
     return subprocess.run(
         ["gcc", "-fsyntax-only", "-std=gnu11", "-DMRB_USE_RATIONAL",
-         "-DMRB_USE_COMPLEX", f"-I{inc}", f"-I{REPO}/src/core", f"-I{BUILD}",
+         "-DMRB_USE_COMPLEX", f"-I{inc}", f"-I{REPO}/src/core", f"-I{REPO}/src/lib",
+         f"-I{BUILD}",
          os.path.join(REPO, rel)],
         capture_output=True, text=True)
 

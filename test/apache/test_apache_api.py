@@ -4,6 +4,7 @@ import ast
 import json
 import os
 import socket
+import time
 
 import pytest
 
@@ -406,9 +407,20 @@ Apache.rputs [sb.busy_worker, sb.idle_worker > 0, sb.total_access >= 0,
               sb.counter.values.inject(0) { |s, n| s + n },
               sb.status.include?("W"), sb.total_kbyte >= 0].inspect
 """, mpm=mpm)
-    got = a.get("/t").text
-    v = ast.literal_eval(got.replace("true", "True").replace("false",
-                                                               "False"))
+
+    def ask():
+        got = a.get("/t").text
+        return ast.literal_eval(got.replace("true", "True").replace(
+            "false", "False"))
+    # A prefork child can serve before its parent wrote the child's pid
+    # into the scoreboard (the parent does it after fork returns), and
+    # mod_status, like busy_worker, counts no worker of a process without
+    # a pid: ask until the parent has caught up.
+    deadline = time.monotonic() + 10
+    v = ask()
+    while v[0] != 1 and time.monotonic() < deadline:
+        time.sleep(0.1)
+        v = ask()
     assert v[0] == 1            # this request's worker
     assert v[1:8] == [True, True, True, True, 3, True, True]
     # one slot per ServerLimit x ThreadLimit of the harness's config
