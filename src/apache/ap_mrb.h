@@ -97,6 +97,9 @@ typedef struct {
 typedef struct {
     mrb_script  *proc_hooks[AP_MRB_NPROC_PHASES][AP_MRB_NORDERS];
     int          cache_policy;        /* mrubyCodeCache at server level */
+    int          stat_on_error_fail;  /* mrubyStatOnError fail (1), keep (0);
+                                         a virtual host without one takes
+                                         the main server's at post_config */
 } ap_mrb_srv_conf;
 
 /*
@@ -129,6 +132,11 @@ void *ap_mrb_merge_srv_conf(apr_pool_t *p, void *basev, void *addv);
 apr_off_t ap_mrb_body_limit(request_rec *r);
 mrb_cache_policy ap_mrb_cache_policy(const ap_mrb_dir_conf *dconf,
     server_rec *s);
+/* Gives each virtual host without mrubyStatOnError the main server's. */
+void ap_mrb_srv_conf_inherit(server_rec *main_server);
+
+/* file watch: logs what the configuration's `stat` scripts need of inotify. */
+void ap_mrb_file_watch_limits(server_rec *s);
 
 /* hooks: registration, and runs in an interpreter lent by the process */
 void ap_mrb_register_request_hooks(void);

@@ -36,9 +36,10 @@ static authn_status
 ap_mrb_authn_run(request_rec *r, mrb_script *script, ap_mrb_authn_ctx *ctx,
     authn_status default_result, const char *what)
 {
-    mrb_interp  *interp;
-    mrb_run      run;
-    int          rc;
+    mrb_interp       *interp;
+    mrb_run           run;
+    int               rc;
+    ap_mrb_srv_conf  *sconf;
 
     if (script == NULL) {
         ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, "authn provider mruby "
@@ -53,6 +54,8 @@ ap_mrb_authn_run(request_rec *r, mrb_script *script, ap_mrb_authn_ctx *ctx,
 
     mrb_run_init(&run, r, default_result);
     run.data = ctx;
+    sconf = ap_get_module_config(r->server->module_config, &mruby_module);
+    run.stat_on_error_fail = sconf->stat_on_error_fail == 1;
 
     rc = mrb_script_run(interp, script, &run);
     mrb_interp_give_back(interp);

@@ -132,7 +132,29 @@ ap_mrb_create_srv_conf(apr_pool_t *p, server_rec *s)
     ap_mrb_srv_conf  *conf = apr_pcalloc(p, sizeof(ap_mrb_srv_conf));
 
     conf->cache_policy = AP_MRB_UNSET;
+    conf->stat_on_error_fail = AP_MRB_UNSET;
     return conf;
+}
+
+
+void
+ap_mrb_srv_conf_inherit(server_rec *main_server)
+{
+    ap_mrb_srv_conf  *main_conf, *conf;
+    server_rec       *s;
+
+    main_conf = ap_get_module_config(main_server->module_config,
+                                     &mruby_module);
+    if (main_conf->stat_on_error_fail == AP_MRB_UNSET) {
+        main_conf->stat_on_error_fail = 0;
+    }
+
+    for (s = main_server->next; s != NULL; s = s->next) {
+        conf = ap_get_module_config(s->module_config, &mruby_module);
+        if (conf->stat_on_error_fail == AP_MRB_UNSET) {
+            conf->stat_on_error_fail = main_conf->stat_on_error_fail;
+        }
+    }
 }
 
 
@@ -462,6 +484,26 @@ ap_mrb_cmd_code_cache(cmd_parms *cmd, void *mconfig, const char *arg)
 
 
 static const char *
+ap_mrb_cmd_stat_on_error(cmd_parms *cmd, void *mconfig, const char *arg)
+{
+    ap_mrb_srv_conf  *sconf;
+
+    sconf = ap_get_module_config(cmd->server->module_config, &mruby_module);
+
+    if (strcmp(arg, "keep") == 0) {
+        sconf->stat_on_error_fail = 0;
+    } else if (strcmp(arg, "fail") == 0) {
+        sconf->stat_on_error_fail = 1;
+    } else {
+        return apr_psprintf(cmd->pool, "%s: expected keep or fail, not "
+                            "\"%s\"", cmd->cmd->name, arg);
+    }
+
+    return NULL;
+}
+
+
+static const char *
 ap_mrb_cmd_shared_dict(cmd_parms *cmd, void *mconfig, const char *name,
     const char *size_arg)
 {
@@ -572,6 +614,9 @@ const command_rec ap_mrb_cmds[] = {
     AP_INIT_TAKE1("mrubyCodeCache", ap_mrb_cmd_code_cache, NULL, AP_MRB_WHERE,
         "stat, forever or never: how file scripts declared after it are "
         "cached"),
+    AP_INIT_TAKE1("mrubyStatOnError", ap_mrb_cmd_stat_on_error, NULL,
+        RSRC_CONF, "keep (the default) or fail: whether a `stat` script "
+        "whose file no longer compiles goes on running its last version"),
     AP_INIT_TAKE2("mrubySharedDict", ap_mrb_cmd_shared_dict, NULL, AP_MRB_WHERE,
         "a name and a size: a dictionary shared by all server processes"),
 

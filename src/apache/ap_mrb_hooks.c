@@ -160,17 +160,21 @@ int
 ap_mrb_run_script(request_rec *r, mrb_script *script, void *data,
     mrb_int default_result, const char *what)
 {
-    mrb_interp  *interp;
-    mrb_run      run;
-    int          rc;
+    mrb_interp       *interp;
+    mrb_run           run;
+    int               rc;
+    ap_mrb_srv_conf  *sconf;
 
     interp = ap_mrb_interp_take(r);
     if (interp == NULL) {
         return HTTP_INTERNAL_SERVER_ERROR;
     }
 
+    sconf = ap_get_module_config(r->server->module_config, &mruby_module);
+
     mrb_run_init(&run, r, default_result);
     run.data = data;
+    run.stat_on_error_fail = sconf->stat_on_error_fail == 1;
 
     rc = mrb_script_run(interp, script, &run);
     mrb_interp_give_back(interp);

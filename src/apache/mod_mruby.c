@@ -175,10 +175,15 @@ ap_mrb_post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
 
     /* scripts are compiled: the configuration-time compiler's work is done */
     mrb_script_compiler_close();
+    ap_mrb_srv_conf_inherit(s);
 
-    if (ap_state_query(AP_SQ_MAIN_STATE) == AP_SQ_MS_CREATE_PRE_CONFIG
-        || !ap_mrb_has_scripts(s, AP_MRB_POST_CONFIG))
-    {
+    if (ap_state_query(AP_SQ_MAIN_STATE) == AP_SQ_MS_CREATE_PRE_CONFIG) {
+        return OK;
+    }
+
+    ap_mrb_file_watch_limits(s);
+
+    if (!ap_mrb_has_scripts(s, AP_MRB_POST_CONFIG)) {
         return OK;
     }
 

@@ -1,25 +1,36 @@
 /*
  * Change notification for `stat` scripts (see mrb_file_watch.h).
  *
- * Why ask the queue on every run rather than have a thread read it: the
- * kernel queues an event before the write or rename that caused it
- * returns, so a run that finds the queue empty knows that nothing changed
- * before it started: an edit is seen by the very next request.  A thread
- * would save the system call (a third of a stat()) but leave a window, as
- * long as its wake-up under load, where a new request runs the old version.
- *
  * Why every directory on the way: editors save by writing a new file and
  * renaming it over the old one, and deployments switch a symbolic link
  * ("current" -> releases/N).  Neither touches the old file; both change a
  * name in a directory the path resolves through.
+ *
+ * Why a change waits for the writer: `cp`, `cat >` and config management
+ * truncate the file and write it in pieces; a run that compiled it between
+ * two writes would compile half a script.  The file's own watch reports
+ * the writes (IN_MODIFY) and the close that ends them (IN_CLOSE_WRITE);
+ * its directory's watch reports the close too, for a file created while
+ * the file's watch did not exist yet.  Runs keep trusting the version they
+ * have until the close, or until MRB_FILE_WATCH_QUIET_MS without a write.
+ *
+ * Why the cost of an event does not grow with the number of paths: an
+ * event is looked up by (watch descriptor, name) in a hash, reaches only
+ * the paths that looked that name up there, and only those paths are
+ * watched again and see their epoch move.  A watch (an inotify descriptor)
+ * is shared by every path that goes through its directory and is removed
+ * when the last one leaves.
+ *
+ * Why every epoch carries the pid: no value trusted in one process can be
+ * trusted in a process forked from it.
  */
 
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -27,6 +38,7 @@
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <linux/magic.h>
@@ -34,10 +46,11 @@
 #include "mrb_file_watch.h"
 
 
-/* A directory is watched for the names looked up in it ... */
+/* A directory is watched for the names looked up in it (a close after a
+ * write included: see above) ... */
 #define WATCH_DIR_MASK   (IN_ATTRIB | IN_CREATE | IN_DELETE | IN_MOVED_FROM \
                           | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF     \
-                          | IN_ONLYDIR)
+                          | IN_CLOSE_WRITE | IN_ONLYDIR)
 /* ... and the file for its content.  Appends to other files in the same
  * directory (a log) wake nobody. */
 #define WATCH_FILE_MASK  (IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE             \
@@ -47,40 +60,97 @@
  * two PATH_MAX buffers); a longer chain is stat()ed instead. */
 #define WATCH_MAX_LINKS  8
 
+/* One read of the queue: about 150 events of a short name.  A batch is
+ * what one call of mrb_file_watch_process does before it lets the event
+ * loop serve requests again. */
+#define WATCH_BATCH_BYTES  8192
+
 #ifndef ZFS_SUPER_MAGIC
 #define ZFS_SUPER_MAGIC  0x2fc12fc1
 #endif
 
 
-/*
- * An inotify watch and the name in it that matters (NULL: any).  Events
- * about the watched inode itself (moved, deleted) always matter.
- */
+typedef struct watch_node_s      watch_node;
+typedef struct watch_name_s      watch_name;
+typedef struct watch_interest_s  watch_interest;
+typedef mrb_file_watch_path      watch_path;
+
+/* One inotify watch, shared by every path that needs it. */
+struct watch_node_s {
+    watch_node      *hash_next;
+    int              wd;
+    unsigned         is_dir:1;
+    watch_name      *names;        /* doubly linked: node_prev/node_next */
+    char             dir[];        /* a directory's path, for lstat() */
+};
+
+/* A name looked up in a watched directory, or "" (the file itself),
+ * shared by every path that looks it up there. */
+struct watch_name_s {
+    watch_name      *hash_next;    /* by (wd, name) */
+    uint32_t         hash;
+    watch_node      *node;
+    watch_name      *node_prev, *node_next;
+    watch_interest  *interests;    /* doubly linked: prev/next */
+    char             name[];
+};
+
+/* One path's need of one name. */
+struct watch_interest_s {
+    watch_name      *name;
+    watch_interest  *prev, *next;
+    watch_interest  *path_next;
+    watch_path      *path;
+};
+
+struct mrb_file_watch_path_s {
+    mrb_file_watch_path_head  head;        /* first: the inline epoch */
+    watch_path               *hash_next;
+    uint32_t                  hash;
+    watch_interest           *interests;
+    unsigned                  watched:1;   /* its watches are in place */
+    unsigned                  touched:1;   /* in this batch's list */
+    unsigned                  changed:1;   /* a change counts */
+    unsigned                  rewatch:1;   /* lookups to watch again */
+    unsigned                  writing:1;   /* in the writing list */
+    watch_path               *touched_next;
+    watch_path               *writing_prev, *writing_next;
+    uint64_t                  write_first_ms, write_last_ms;
+    char                      name[];
+};
+
+/* A table of items singly chained through the pointer at next_at. */
 typedef struct {
-    int    wd;
-    char  *name;
-} mrb_watch_entry;
+    void    **bucket;
+    size_t    size;                 /* a power of two */
+    size_t    count;
+    size_t    next_at;              /* offsetof(item, hash_next) */
+} watch_table;
+
+#define WATCH_NEXT(t, item)  (*(void **) ((char *) (item) + (t)->next_at))
 
 typedef struct {
     pthread_mutex_t   lock;
     _Atomic int       fd;          /* -1: no watch in this process */
     _Atomic unsigned  instance;    /* which fd: bumps at each start */
+    _Atomic int       driven;      /* an event loop reads fd */
+    _Atomic unsigned  nwriting;    /* paths in the writing list */
     unsigned          failed:1;    /* it could not start, or stopped */
-    uint32_t          changes;     /* the low half of the epoch */
+    uint32_t          changes;     /* the low half of every epoch */
 
-    char            **paths;       /* what was added, watched again ... */
-    size_t            npaths;
-    mrb_watch_entry  *entries;     /* ... into these after each change */
-    size_t            nentries;
-    size_t            entries_cap;
+    watch_table       paths;       /* by name */
+    watch_table       nodes;       /* by wd */
+    watch_table       names;       /* by (wd, name) */
+    watch_path       *writing;     /* written, not closed nor quiet yet */
 } mrb_file_watch;
 
 
-static _Atomic uint64_t  mrb_file_watch_epoch_now;
-
 static mrb_file_watch  watch = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
-    .fd = -1
+    .fd = -1,
+    .paths = { .next_at = offsetof(mrb_file_watch_path, hash_next) },
+    .nodes = { .next_at = offsetof(watch_node, hash_next) },
+    .names = { .next_at = offsetof(watch_name, hash_next) }
 };
 
 static pthread_once_t  watch_atfork_once = PTHREAD_ONCE_INIT;
@@ -91,18 +161,146 @@ static char            watch_why[256];
 static char            watch_failure[256];
 
 
+/* ------------------------------------------------------------------ */
+/* Tables                                                              */
+/* ------------------------------------------------------------------ */
 
-/*
- * The epoch carries the pid, so that no value trusted in one process can
- * be trusted in another.
- */
+static uint32_t
+watch_hash(int wd, const char *s)
+{
+    uint32_t  h = 2166136261u ^ (uint32_t) wd * 2654435761u;
+
+    while (*s) {
+        h = (h ^ (unsigned char) *s++) * 16777619u;
+    }
+
+    return h;
+}
+
+
+/* The chain of hash h; NULL when the table is empty. */
+static void **
+watch_table_chain(watch_table *t, uint32_t h)
+{
+    return t->size ? &t->bucket[h & (t->size - 1)] : NULL;
+}
+
+
+typedef uint32_t (*watch_rehash_pt)(void *item);
+
+/* Makes room for one more item; returns 0, or -1 out of memory. */
+static int
+watch_table_reserve(watch_table *t, watch_rehash_pt rehash)
+{
+    void    **grown, *item, *next;
+    size_t    size, i;
+
+    if (t->count < t->size) {
+        return 0;
+    }
+
+    size = t->size ? t->size * 2 : 64;
+    grown = calloc(size, sizeof(void *));
+    if (grown == NULL) {
+        return -1;
+    }
+
+    for (i = 0; i < t->size; i++) {
+        for (item = t->bucket[i]; item != NULL; item = next) {
+            next = WATCH_NEXT(t, item);
+            WATCH_NEXT(t, item) = grown[rehash(item) & (size - 1)];
+            grown[rehash(item) & (size - 1)] = item;
+        }
+    }
+
+    free(t->bucket);
+    t->bucket = grown;
+    t->size = size;
+    return 0;
+}
+
+
 static void
-watch_bump_locked(void)
+watch_table_unlink(watch_table *t, void *item, uint32_t h)
+{
+    void  **p;
+
+    for (p = watch_table_chain(t, h); *p != NULL; p = &WATCH_NEXT(t, *p)) {
+        if (*p == item) {
+            *p = WATCH_NEXT(t, item);
+            t->count--;
+            return;
+        }
+    }
+}
+
+
+static uint32_t
+watch_path_rehash(void *item)
+{
+    return ((watch_path *) item)->hash;
+}
+
+
+static uint32_t
+watch_node_rehash(void *item)
+{
+    return (uint32_t) ((watch_node *) item)->wd * 2654435761u;
+}
+
+
+static uint32_t
+watch_name_rehash(void *item)
+{
+    return ((watch_name *) item)->hash;
+}
+
+
+static watch_node *
+watch_node_find_locked(int wd)
+{
+    void        **chain = watch_table_chain(&watch.nodes,
+                                            (uint32_t) wd * 2654435761u);
+    watch_node   *n;
+
+    for (n = chain ? *chain : NULL; n != NULL; n = n->hash_next) {
+        if (n->wd == wd) {
+            return n;
+        }
+    }
+
+    return NULL;
+}
+
+
+/* ------------------------------------------------------------------ */
+/* Epochs                                                              */
+/* ------------------------------------------------------------------ */
+
+static uint64_t
+watch_epoch_next_locked(void)
 {
     watch.changes++;
-    atomic_store_explicit(&mrb_file_watch_epoch_now,
-                          (uint64_t) getpid() << 32 | watch.changes,
+    return (uint64_t) getpid() << 32 | watch.changes;
+}
+
+
+static void
+watch_bump_locked(watch_path *p)
+{
+    atomic_store_explicit(&p->head.epoch,
+                          p->watched ? watch_epoch_next_locked() : 0,
                           memory_order_release);
+}
+
+
+static uint64_t
+watch_now_ms(void)
+{
+    struct timespec  ts;
+
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 
@@ -119,23 +317,9 @@ watch_fail_locked(const char *fmt, ...)
 }
 
 
-/* Every run stats from now on. */
-static void
-watch_stop_locked(void)
-{
-    if (!watch.failed) {
-        snprintf(watch_failure, sizeof(watch_failure),
-                 "the inotify queue failed: %.200s", watch_why);
-    }
-    watch.failed = 1;
-    atomic_store_explicit(&mrb_file_watch_epoch_now, 0, memory_order_release);
-
-    if (watch.fd >= 0) {
-        close(watch.fd);
-        atomic_store_explicit(&watch.fd, -1, memory_order_release);
-    }
-}
-
+/* ------------------------------------------------------------------ */
+/* Watches of one path                                                 */
+/* ------------------------------------------------------------------ */
 
 /* inotify does not see changes made by other machines or by FUSE daemons. */
 static int
@@ -163,31 +347,175 @@ watch_fs_is_local(const char *path)
 }
 
 
-static int
-watch_entry_add_locked(int wd, const char *name)
+/* The node of an inotify_add_watch result, made if new. */
+static watch_node *
+watch_node_get_locked(int wd, const char *dir)
 {
-    mrb_watch_entry  *grown;
-    char             *copy = NULL;
-    size_t            cap;
+    watch_node  *n = watch_node_find_locked(wd);
+    size_t       len = dir ? strlen(dir) : 0;
+    void       **chain;
 
-    if (watch.nentries == watch.entries_cap) {
-        cap = watch.entries_cap ? watch.entries_cap * 2 : 16;
-        grown = realloc(watch.entries, cap * sizeof(mrb_watch_entry));
-        if (grown == NULL) {
-            return -1;
+    if (n != NULL) {
+        return n;
+    }
+
+    if (watch_table_reserve(&watch.nodes, watch_node_rehash) != 0) {
+        return NULL;
+    }
+
+    n = calloc(1, sizeof(watch_node) + len + 1);
+    if (n == NULL) {
+        return NULL;
+    }
+
+    n->wd = wd;
+    n->is_dir = dir != NULL;
+    if (dir != NULL) {
+        memcpy(n->dir, dir, len + 1);
+    }
+
+    chain = watch_table_chain(&watch.nodes, watch_node_rehash(n));
+    n->hash_next = *chain;
+    *chain = n;
+    watch.nodes.count++;
+    return n;
+}
+
+
+/* The (wd, name) entry, made if new; NULL out of memory. */
+static watch_name *
+watch_name_get_locked(watch_node *n, const char *name)
+{
+    uint32_t      h = watch_hash(n->wd, name);
+    void        **chain = watch_table_chain(&watch.names, h);
+    watch_name   *k;
+    size_t        len = strlen(name);
+
+    for (k = chain ? *chain : NULL; k != NULL; k = k->hash_next) {
+        if (k->hash == h && k->node == n && strcmp(k->name, name) == 0) {
+            return k;
         }
-        watch.entries = grown;
-        watch.entries_cap = cap;
     }
 
-    if (name != NULL && (copy = strdup(name)) == NULL) {
-        return -1;
+    if (watch_table_reserve(&watch.names, watch_name_rehash) != 0
+        || (k = malloc(sizeof(watch_name) + len + 1)) == NULL)
+    {
+        return NULL;
     }
 
-    watch.entries[watch.nentries].wd = wd;
-    watch.entries[watch.nentries].name = copy;
-    watch.nentries++;
+    memcpy(k->name, name, len + 1);
+    k->hash = h;
+    k->node = n;
+    k->interests = NULL;
+    k->node_prev = NULL;
+    k->node_next = n->names;
+    if (n->names != NULL) {
+        n->names->node_prev = k;
+    }
+    n->names = k;
+
+    chain = watch_table_chain(&watch.names, h);
+    k->hash_next = *chain;
+    *chain = k;
+    watch.names.count++;
+    return k;
+}
+
+
+/* Frees k if no path needs it, and its watch if no name is left. */
+static void
+watch_name_release_locked(watch_name *k)
+{
+    watch_node  *n = k->node;
+
+    if (k->interests != NULL) {
+        return;
+    }
+
+    watch_table_unlink(&watch.names, k, k->hash);
+    if (k->node_prev != NULL) {
+        k->node_prev->node_next = k->node_next;
+    } else {
+        n->names = k->node_next;
+    }
+    if (k->node_next != NULL) {
+        k->node_next->node_prev = k->node_prev;
+    }
+    free(k);
+
+    if (n->names == NULL) {
+        watch_table_unlink(&watch.nodes, n, watch_node_rehash(n));
+        if (watch.fd >= 0) {
+            /* its IN_IGNORED then finds no node */
+            inotify_rm_watch(watch.fd, n->wd);
+        }
+        free(n);
+    }
+}
+
+
+/* Records that p needs the watch wd for name ("" for the file itself). */
+static int
+watch_interest_add_locked(watch_path *p, int wd, const char *dir,
+    const char *name)
+{
+    watch_interest  *i = NULL;
+    watch_name      *k = NULL;
+    watch_node      *n;
+
+    n = watch_node_get_locked(wd, dir);
+    if (n == NULL
+        || (k = watch_name_get_locked(n, name)) == NULL
+        || (i = malloc(sizeof(watch_interest))) == NULL)
+    {
+        if (k != NULL) {
+            watch_name_release_locked(k);
+        } else if (n != NULL && n->names == NULL) {
+            watch_table_unlink(&watch.nodes, n, watch_node_rehash(n));
+            inotify_rm_watch(watch.fd, n->wd);
+            free(n);
+        }
+        return watch_fail_locked("out of memory");
+    }
+
+    i->name = k;
+    i->path = p;
+    i->path_next = p->interests;
+    p->interests = i;
+
+    i->prev = NULL;
+    i->next = k->interests;
+    if (k->interests != NULL) {
+        k->interests->prev = i;
+    }
+    k->interests = i;
     return 0;
+}
+
+
+/* Drops a list of interests; what no path needs any more goes. */
+static void
+watch_interests_drop_locked(watch_interest *i)
+{
+    watch_interest  *path_next;
+    watch_name      *k;
+
+    for ( ; i != NULL; i = path_next) {
+        path_next = i->path_next;
+        k = i->name;
+
+        if (i->prev != NULL) {
+            i->prev->next = i->next;
+        } else {
+            k->interests = i->next;
+        }
+        if (i->next != NULL) {
+            i->next->prev = i->prev;
+        }
+        free(i);
+
+        watch_name_release_locked(k);
+    }
 }
 
 
@@ -198,7 +526,7 @@ watch_entry_add_locked(int wd, const char *name)
  * tells when it appears.  Returns 0, or -1 if a change could go unseen.
  */
 static int
-watch_lookup_locked(const char *path, int links)
+watch_lookup_locked(watch_path *p, const char *path, int links)
 {
     char         dir[PATH_MAX], target[PATH_MAX];
     const char  *name, *end;
@@ -232,14 +560,17 @@ watch_lookup_locked(const char *path, int links)
         wd = inotify_add_watch(watch.fd, dir, WATCH_DIR_MASK);
         if (wd < 0) {
             return (errno == ENOENT || errno == ENOTDIR)
-                   ? 0 : watch_fail_locked("inotify_add_watch %s: %s", dir,
-                                           strerror(errno));
+                   ? 0 : watch_fail_locked("inotify_add_watch %s: %s%s", dir,
+                                           strerror(errno),
+                                           errno == ENOSPC
+                                           ? " (fs.inotify.max_user_watches)"
+                                           : "");
         }
 
-        memcpy(dir, name, end - name);
-        dir[end - name] = '\0';
-        if (watch_entry_add_locked(wd, dir) != 0) {
-            return watch_fail_locked("out of memory");
+        memcpy(target, name, end - name);
+        target[end - name] = '\0';
+        if (watch_interest_add_locked(p, wd, dir, target) != 0) {
+            return -1;
         }
 
         memcpy(dir, path, end - path);
@@ -273,7 +604,7 @@ watch_lookup_locked(const char *path, int links)
             memcpy(target, path, dirlen);
         }
 
-        if (watch_lookup_locked(target, links + 1) != 0) {
+        if (watch_lookup_locked(p, target, links + 1) != 0) {
             return -1;
         }
     }
@@ -282,147 +613,544 @@ watch_lookup_locked(const char *path, int links)
 }
 
 
-/* Watches path: its lookup and, if it exists, the file itself. */
+/*
+ * Watches p's lookup and, if it exists, the file itself.  The watches it
+ * had are dropped after the new ones are in place, so that a directory
+ * both need keeps its watch (and queues no IN_IGNORED).  On failure p is
+ * left unwatched: its epoch stays 0 and its runs stat().
+ */
 static int
-watch_path_locked(const char *path)
+watch_path_locked(watch_path *p)
 {
-    int  wd;
+    watch_interest  *old = p->interests;
+    int              wd;
 
-    if (watch_lookup_locked(path, 0) != 0) {
+    p->interests = NULL;
+
+    if (watch_lookup_locked(p, p->name, 0) != 0) {
+        goto failed;
+    }
+
+    wd = inotify_add_watch(watch.fd, p->name, WATCH_FILE_MASK);
+    if (wd < 0) {
+        if (errno == ENOENT || errno == ENOTDIR) {
+            goto done;
+        }
+        watch_fail_locked("inotify_add_watch %s: %s%s", p->name,
+                          strerror(errno),
+                          errno == ENOSPC ? " (fs.inotify.max_user_watches)"
+                                          : "");
+        goto failed;
+    }
+
+    if (!watch_fs_is_local(p->name)) {
+        watch_fail_locked("%s is not on a local file system", p->name);
+        goto failed;
+    }
+
+    if (watch_interest_add_locked(p, wd, NULL, "") != 0) {
+        goto failed;
+    }
+
+done:
+    watch_interests_drop_locked(old);
+    p->watched = 1;
+    return 0;
+
+failed:
+    watch_interests_drop_locked(old);
+    watch_interests_drop_locked(p->interests);
+    p->interests = NULL;
+    p->watched = 0;
+    atomic_store_explicit(&p->head.epoch, 0, memory_order_release);
+    return -1;
+}
+
+
+/* ------------------------------------------------------------------ */
+/* Events                                                              */
+/* ------------------------------------------------------------------ */
+
+enum {
+    WATCH_WRITE = 1,     /* a write: counts after a close or quiet */
+    WATCH_CHANGE,        /* counts now */
+    WATCH_MOVED          /* counts now, and the lookup changed */
+};
+
+
+/* What an event on the file itself means. */
+static int
+watch_file_event(uint32_t mask)
+{
+    if (mask & (IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED)) {
+        return WATCH_MOVED;
+    }
+    if (mask & (IN_CLOSE_WRITE | IN_ATTRIB)) {
+        return WATCH_CHANGE;
+    }
+    return (mask & IN_MODIFY) ? WATCH_WRITE : 0;
+}
+
+
+/*
+ * What an event about a name in a directory means.  A regular file
+ * created there is being written: it counts when it is closed (or quiet);
+ * a link or a directory is complete when it appears.
+ */
+static int
+watch_name_event(watch_node *n, const struct inotify_event *ev)
+{
+    char         entry[PATH_MAX];
+    struct stat  st;
+
+    if (ev->mask & IN_CLOSE_WRITE) {
+        return WATCH_MOVED;    /* a file this path's watch may not know */
+    }
+
+    if ((ev->mask & IN_CREATE) && !(ev->mask & IN_ISDIR)) {
+        snprintf(entry, sizeof(entry), "%s/%s",
+                 strcmp(n->dir, "/") == 0 ? "" : n->dir, ev->name);
+        if (lstat(entry, &st) != 0 || S_ISREG(st.st_mode)) {
+            return -WATCH_MOVED;    /* watch it again, wait for the writer */
+        }
+    }
+
+    return WATCH_MOVED;
+}
+
+
+static void
+watch_writing_unlink_locked(watch_path *p)
+{
+    if (!p->writing) {
+        return;
+    }
+
+    if (p->writing_prev != NULL) {
+        p->writing_prev->writing_next = p->writing_next;
+    } else {
+        watch.writing = p->writing_next;
+    }
+    if (p->writing_next != NULL) {
+        p->writing_next->writing_prev = p->writing_prev;
+    }
+
+    p->writing = 0;
+    atomic_fetch_sub_explicit(&watch.nwriting, 1, memory_order_relaxed);
+}
+
+
+/*
+ * Notes what an event means for p; the last event of a batch wins, so
+ * that a file rewritten again after a close waits for the new writer.
+ */
+static void
+watch_note_locked(watch_path *p, int what, uint64_t now,
+    watch_path **touched)
+{
+    if (!p->touched) {
+        p->touched = 1;
+        p->touched_next = *touched;
+        *touched = p;
+    }
+
+    if (what < 0) {          /* the lookup changed, and a writer began */
+        p->rewatch = 1;
+        what = WATCH_WRITE;
+    }
+
+    if (what == WATCH_WRITE) {
+        p->changed = 0;
+        if (!p->writing) {
+            p->writing = 1;
+            p->write_first_ms = now;
+            p->writing_prev = NULL;
+            p->writing_next = watch.writing;
+            if (watch.writing != NULL) {
+                watch.writing->writing_prev = p;
+            }
+            watch.writing = p;
+            atomic_fetch_add_explicit(&watch.nwriting, 1,
+                                      memory_order_relaxed);
+        }
+        p->write_last_ms = now;
+        return;
+    }
+
+    p->changed = 1;
+    p->rewatch |= what == WATCH_MOVED;
+    watch_writing_unlink_locked(p);
+}
+
+
+static void
+watch_event_locked(const struct inotify_event *ev, uint64_t now,
+    watch_path **touched)
+{
+    watch_interest  *i;
+    watch_name      *k;
+    watch_node      *n;
+    void           **chain;
+    uint32_t         h;
+    int              what;
+
+    n = watch_node_find_locked(ev->wd);
+    if (n == NULL) {
+        return;          /* a watch removed since, or never ours */
+    }
+
+    if (ev->len == 0) {  /* about the watched inode itself */
+        what = n->is_dir ? WATCH_MOVED : watch_file_event(ev->mask);
+        if (what == 0) {
+            return;
+        }
+        for (k = n->names; k != NULL; k = k->node_next) {
+            for (i = k->interests; i != NULL; i = i->next) {
+                watch_note_locked(i->path, what, now, touched);
+            }
+        }
+        return;
+    }
+
+    h = watch_hash(ev->wd, ev->name);
+    chain = watch_table_chain(&watch.names, h);
+
+    for (k = chain ? *chain : NULL; k != NULL; k = k->hash_next) {
+        if (k->hash == h && k->node == n && strcmp(k->name, ev->name) == 0) {
+            what = watch_name_event(n, ev);
+            for (i = k->interests; i != NULL; i = i->next) {
+                watch_note_locked(i->path, what, now, touched);
+            }
+            return;
+        }
+    }
+}
+
+
+/*
+ * Applies a batch's notes.  A change bumps the path's epoch before it is
+ * watched again, so that runs stop trusting at once, and after, so that a
+ * run that stat()ed while the new inodes were not yet watched does not
+ * keep trusting what it saw.  A path still being written is watched again
+ * now (a new inode) and counts later.
+ */
+static void
+watch_apply_locked(watch_path *touched)
+{
+    watch_path  *p, *next;
+
+    for (p = touched; p != NULL; p = next) {
+        next = p->touched_next;
+        p->touched = 0;
+
+        if (p->changed && p->watched) {
+            watch_bump_locked(p);
+        }
+        if (p->rewatch && p->watched) {
+            watch_path_locked(p);
+        }
+        if (p->changed && p->watched) {
+            watch_bump_locked(p);
+        }
+
+        p->changed = 0;
+        p->rewatch = 0;
+    }
+}
+
+
+/* The writes quiet for long enough count; returns ms to the next one. */
+static long
+watch_quiet_locked(uint64_t now)
+{
+    watch_path  *p, *next;
+    uint64_t     due, soonest = UINT64_MAX;
+
+    for (p = watch.writing; p != NULL; p = next) {
+        next = p->writing_next;
+        due = p->write_last_ms + MRB_FILE_WATCH_QUIET_MS;
+
+        if (due <= now) {
+            watch_writing_unlink_locked(p);
+            watch_bump_locked(p);
+        } else if (due < soonest) {
+            soonest = due;
+        }
+    }
+
+    return soonest == UINT64_MAX ? MRB_FILE_WATCH_IDLE
+                                 : (long) (soonest - now);
+}
+
+
+/* Every path watched again: after a queue overflow lost events. */
+static void
+watch_all_changed_locked(uint64_t now, watch_path **touched)
+{
+    watch_path  *p;
+    size_t       b;
+
+    for (b = 0; b < watch.paths.size; b++) {
+        for (p = watch.paths.bucket[b]; p != NULL; p = p->hash_next) {
+            watch_note_locked(p, WATCH_MOVED, now, touched);
+        }
+    }
+}
+
+
+static void watch_stop_locked(void);
+
+
+/* One read of the queue, applied; returns whether more may be queued. */
+static int
+watch_batch_locked(void)
+{
+    char                         buf[WATCH_BATCH_BYTES]
+                                 __attribute__((aligned(__alignof__(struct inotify_event))));
+    const struct inotify_event  *ev;
+    const char                  *q;
+    watch_path                  *touched = NULL;
+    uint64_t                     now;
+    ssize_t                      n;
+
+    do {
+        n = read(watch.fd, buf, sizeof(buf));
+    } while (n < 0 && errno == EINTR);
+
+    if (n < 0 && errno == EAGAIN) {
+        return 0;
+    }
+    if (n <= 0) {
+        watch_fail_locked("read: %s", n == 0 ? "end of file"
+                                             : strerror(errno));
+        watch_stop_locked();
+        return 0;
+    }
+
+    now = watch_now_ms();
+
+    for (q = buf; q < buf + n; q += sizeof(*ev) + ev->len) {
+        ev = (const struct inotify_event *) q;
+        if (ev->mask & IN_Q_OVERFLOW) {
+            watch_all_changed_locked(now, &touched);
+        } else {
+            watch_event_locked(ev, now, &touched);
+        }
+    }
+
+    watch_apply_locked(touched);
+    return n > (ssize_t) (sizeof(buf) / 2);
+}
+
+
+/* ------------------------------------------------------------------ */
+/* The queue of this process                                           */
+/* ------------------------------------------------------------------ */
+
+static void
+watch_paths_untrust_locked(void)
+{
+    watch_path  *p;
+    size_t       b;
+
+    for (b = 0; b < watch.paths.size; b++) {
+        for (p = watch.paths.bucket[b]; p != NULL; p = p->hash_next) {
+            watch_interests_drop_locked(p->interests);
+            p->interests = NULL;
+            p->watched = 0;
+            watch_writing_unlink_locked(p);
+            atomic_store_explicit(&p->head.epoch, 0, memory_order_release);
+        }
+    }
+}
+
+
+/* Every run stats from now on. */
+static void
+watch_stop_locked(void)
+{
+    int  fd = watch.fd;
+
+    if (!watch.failed) {
+        snprintf(watch_failure, sizeof(watch_failure),
+                 "the inotify queue failed: %.200s", watch_why);
+    }
+    watch.failed = 1;
+
+    atomic_store_explicit(&watch.fd, -1, memory_order_release);
+    watch_paths_untrust_locked();
+    if (fd >= 0) {
+        close(fd);
+    }
+}
+
+
+/*
+ * A forked child must not read its parent's queue (they share it), nor
+ * trust an epoch it inherited.  It keeps the paths (runs point to them)
+ * and may watch them again with a queue of its own.
+ */
+static void
+watch_atfork_prepare(void)
+{
+    pthread_mutex_lock(&watch.lock);
+}
+
+
+static void
+watch_atfork_parent(void)
+{
+    pthread_mutex_unlock(&watch.lock);
+}
+
+
+static void
+watch_atfork_child(void)
+{
+    int  fd = watch.fd;
+
+    watch.fd = -1;
+    watch.failed = 0;
+    watch.driven = 0;
+    watch_paths_untrust_locked();
+    if (fd >= 0) {
+        close(fd);
+    }
+
+    pthread_mutex_unlock(&watch.lock);
+}
+
+
+static void
+watch_atfork_register(void)
+{
+    pthread_atfork(watch_atfork_prepare, watch_atfork_parent,
+                   watch_atfork_child);
+}
+
+
+static int
+watch_start_locked(void)
+{
+    int  fd;
+
+    if (watch.fd >= 0) {
+        return 0;
+    }
+
+    if (watch.failed) {
         return -1;
     }
 
-    wd = inotify_add_watch(watch.fd, path, WATCH_FILE_MASK);
-    if (wd < 0) {
-        return (errno == ENOENT || errno == ENOTDIR)
-               ? 0 : watch_fail_locked("inotify_add_watch %s: %s", path,
-                                       strerror(errno));
+    pthread_once(&watch_atfork_once, watch_atfork_register);
+
+    fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    if (fd < 0) {
+        snprintf(watch_failure, sizeof(watch_failure), "inotify_init1: %s%s",
+                 strerror(errno),
+                 errno == EMFILE ? " (fs.inotify.max_user_instances)" : "");
+        watch.failed = 1;
+        return -1;
     }
 
-    if (!watch_fs_is_local(path)) {
-        return watch_fail_locked("%s is not on a local file system", path);
-    }
-
-    if (watch_entry_add_locked(wd, NULL) != 0) {
-        return watch_fail_locked("out of memory");
-    }
-
+    atomic_fetch_add_explicit(&watch.instance, 1, memory_order_relaxed);
+    atomic_store_explicit(&watch.fd, fd, memory_order_release);
     return 0;
 }
 
 
-static void
-watch_entries_clear_locked(void)
+static watch_path *
+watch_path_get_locked(const char *name)
 {
-    size_t  i;
+    uint32_t      h = watch_hash(0, name);
+    void        **chain = watch_table_chain(&watch.paths, h);
+    watch_path   *p;
+    size_t        len = strlen(name);
 
-    for (i = 0; i < watch.nentries; i++) {
-        free(watch.entries[i].name);
+    for (p = chain ? *chain : NULL; p != NULL; p = p->hash_next) {
+        if (p->hash == h && strcmp(p->name, name) == 0) {
+            return p;
+        }
     }
-    watch.nentries = 0;
+
+    if (watch_table_reserve(&watch.paths, watch_path_rehash) != 0
+        || (p = calloc(1, sizeof(watch_path) + len + 1)) == NULL)
+    {
+        return NULL;
+    }
+
+    memcpy(p->name, name, len + 1);
+    p->hash = h;
+    chain = watch_table_chain(&watch.paths, h);
+    p->hash_next = *chain;
+    *chain = p;
+    watch.paths.count++;
+    return p;
 }
 
 
-/*
- * After a change, watches every path again: a renamed-over file is a new
- * inode, a switched link leads to new directories.  Watches left behind on
- * old inodes only queue events that do not matter, until those are deleted.
- */
-static void
-watch_rebuild_locked(void)
+static watch_path *
+watch_add_locked(const char *name)
 {
-    size_t  i;
+    watch_path  *p;
 
-    watch_entries_clear_locked();
-
-    for (i = 0; i < watch.npaths; i++) {
-        if (watch_path_locked(watch.paths[i]) != 0) {
-            watch_stop_locked();
-            return;
-        }
+    if (watch_start_locked() != 0) {
+        watch_fail_locked("%s", watch_failure);
+        return NULL;
     }
+
+    p = watch_path_get_locked(name);
+    if (p == NULL) {
+        watch_fail_locked("out of memory");
+        return NULL;
+    }
+
+    if (!p->watched) {
+        if (watch_path_locked(p) != 0) {
+            return NULL;
+        }
+        watch_bump_locked(p);
+    }
+
+    return p;
 }
 
 
-static int
-watch_event_matters_locked(const struct inotify_event *ev)
+mrb_file_watch_path *
+mrb_file_watch_add(const char *path, char *why, size_t whylen)
 {
-    size_t  i;
+    watch_path  *p;
 
-    if (ev->mask & (IN_Q_OVERFLOW | IN_IGNORED)) {
-        return 1;
+    pthread_mutex_lock(&watch.lock);
+    p = watch_add_locked(path);
+    if (p == NULL) {
+        snprintf(why, whylen, "%s", watch_why);
     }
+    pthread_mutex_unlock(&watch.lock);
 
-    for (i = 0; i < watch.nentries; i++) {
-        if (watch.entries[i].wd == ev->wd
-            && (watch.entries[i].name == NULL || ev->len == 0
-                || strcmp(watch.entries[i].name, ev->name) == 0))
-        {
-            return 1;
-        }
-    }
-
-    return 0;
+    return p;
 }
 
 
-static int
-watch_events_matter_locked(const char *buf, ssize_t len)
+int
+mrb_file_watch_writing(mrb_file_watch_path *path, long *ms)
 {
-    const struct inotify_event  *ev;
-    const char                  *p;
+    int  writing;
 
-    for (p = buf; p < buf + len; p += sizeof(*ev) + ev->len) {
-        ev = (const struct inotify_event *) p;
-        if (watch_event_matters_locked(ev)) {
-            return 1;
-        }
+    pthread_mutex_lock(&watch.lock);
+    writing = path->writing;
+    if (writing) {
+        *ms = (long) (watch_now_ms() - path->write_first_ms);
     }
+    pthread_mutex_unlock(&watch.lock);
 
-    return 0;
+    return writing;
 }
 
 
-/*
- * Reads what the queue holds; after a change that matters, bumps the epoch
- * before watching again, so that runs stop trusting at once, and after, so
- * that a run that stat()ed while the new inodes were not yet watched does
- * not keep trusting what it saw.
- */
-static void
-watch_drain_locked(void)
-{
-    char     buf[4096]
-             __attribute__((aligned(__alignof__(struct inotify_event))));
-    ssize_t  n;
-    int      changed = 0;
-
-    for ( ;; ) {
-        n = read(watch.fd, buf, sizeof(buf));
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        if (n < 0 && errno == EAGAIN) {
-            break;
-        }
-        if (n <= 0) {
-            watch_stop_locked();
-            return;
-        }
-        if (!changed && watch_events_matter_locked(buf, n)) {
-            changed = 1;
-        }
-    }
-
-    if (changed) {
-        watch_bump_locked();
-        watch_rebuild_locked();
-        if (!watch.failed) {
-            watch_bump_locked();
-        }
-    }
-}
-
+/* ------------------------------------------------------------------ */
+/* Asked by each run                                                   */
+/* ------------------------------------------------------------------ */
 
 void
 mrb_file_watch_poller_close(mrb_file_watch_poller *poller)
@@ -483,147 +1211,150 @@ watch_pending(mrb_file_watch_poller *poller, int fd)
 }
 
 
-uint64_t
-mrb_file_watch_epoch(mrb_file_watch_poller *poller)
+/*
+ * The kernel queues an event before the write or rename that caused it
+ * returns, so a run that finds the queue empty knows that nothing changed
+ * before it started.  The whole queue is read here, however long: a run
+ * that waits for it is the one that must see the change.
+ */
+void
+mrb_file_watch_poll(mrb_file_watch_poller *poller)
 {
     int  fd = atomic_load_explicit(&watch.fd, memory_order_acquire);
+    int  events, quiet;
 
-    if (fd < 0) {
-        return 0;
+    if (fd < 0 || atomic_load_explicit(&watch.driven, memory_order_relaxed)) {
+        return;
     }
 
-    if (watch_pending(poller, fd)) {
-        pthread_mutex_lock(&watch.lock);
-        if (!watch.failed) {
-            watch_drain_locked();
-        }
-        pthread_mutex_unlock(&watch.lock);
+    events = watch_pending(poller, fd);
+    quiet = atomic_load_explicit(&watch.nwriting, memory_order_relaxed) != 0;
+    if (!events && !quiet) {
+        return;
     }
 
-    return atomic_load_explicit(&mrb_file_watch_epoch_now,
-                                memory_order_acquire);
-}
-
-
-/*
- * A forked child must not read its parent's queue (they share it), nor
- * trust the epoch it inherited.  It may start its own.
- */
-static void
-watch_atfork_prepare(void)
-{
     pthread_mutex_lock(&watch.lock);
-}
-
-
-static void
-watch_atfork_parent(void)
-{
-    pthread_mutex_unlock(&watch.lock);
-}
-
-
-static void
-watch_atfork_child(void)
-{
-    size_t  i;
-
-    atomic_store_explicit(&mrb_file_watch_epoch_now, 0, memory_order_relaxed);
-
     if (watch.fd >= 0) {
-        close(watch.fd);
-        watch.fd = -1;
+        while (events && watch_batch_locked()) {
+            /* the rest of a long queue */
+        }
+        if (watch.fd >= 0) {
+            watch_quiet_locked(watch_now_ms());
+        }
     }
-    watch.failed = 0;
-    watch_entries_clear_locked();
-    for (i = 0; i < watch.npaths; i++) {
-        free(watch.paths[i]);
-    }
-    watch.npaths = 0;
-
     pthread_mutex_unlock(&watch.lock);
 }
 
 
-static void
-watch_atfork_register(void)
-{
-    pthread_atfork(watch_atfork_prepare, watch_atfork_parent,
-                   watch_atfork_child);
-}
+/* ------------------------------------------------------------------ */
+/* Driven by an event loop                                             */
+/* ------------------------------------------------------------------ */
 
-
-static int
-watch_start_locked(void)
+int
+mrb_file_watch_start(char *why, size_t whylen)
 {
     int  fd;
 
-    pthread_once(&watch_atfork_once, watch_atfork_register);
-
-    fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-    if (fd < 0) {
-        snprintf(watch_failure, sizeof(watch_failure), "inotify_init1: %s%s",
-                 strerror(errno),
-                 errno == EMFILE ? " (fs.inotify.max_user_instances)" : "");
-        return -1;
+    pthread_mutex_lock(&watch.lock);
+    if (watch_start_locked() == 0) {
+        fd = watch.fd;
+        atomic_store_explicit(&watch.driven, 1, memory_order_release);
+    } else {
+        fd = -1;
+        snprintf(why, whylen, "%s", watch_failure);
     }
+    pthread_mutex_unlock(&watch.lock);
 
-    atomic_fetch_add_explicit(&watch.instance, 1, memory_order_relaxed);
-    atomic_store_explicit(&watch.fd, fd, memory_order_release);
-    watch.changes = 0;
-    watch_bump_locked();
-    return 0;
+    return fd;
 }
 
 
-static int
-watch_add_locked(const char *path)
+void
+mrb_file_watch_stop_driving(void)
 {
-    char   **grown, *copy;
-    size_t   i;
+    atomic_store_explicit(&watch.driven, 0, memory_order_release);
+}
 
-    for (i = 0; i < watch.npaths; i++) {
-        if (strcmp(watch.paths[i], path) == 0) {
-            return 0;
-        }
+
+long
+mrb_file_watch_process(void)
+{
+    long  rc = MRB_FILE_WATCH_IDLE;
+    int   more = 0;
+
+    pthread_mutex_lock(&watch.lock);
+    if (watch.fd >= 0) {
+        more = watch_batch_locked();
     }
-
-    if (watch.failed || (watch.fd < 0 && watch_start_locked() != 0)) {
-        watch.failed = 1;
-        return watch_fail_locked("%s", watch_failure);
+    if (watch.fd >= 0) {
+        rc = watch_quiet_locked(watch_now_ms());
     }
+    pthread_mutex_unlock(&watch.lock);
 
-    if (watch_path_locked(path) != 0) {
+    return more ? MRB_FILE_WATCH_MORE : rc;
+}
+
+
+/* ------------------------------------------------------------------ */
+/* Limits                                                              */
+/* ------------------------------------------------------------------ */
+
+static long
+watch_read_limit(const char *name)
+{
+    char   path[96];
+    long   v = -1;
+    FILE  *f;
+
+    snprintf(path, sizeof(path), "/proc/sys/fs/inotify/%s", name);
+    f = fopen(path, "re");
+    if (f == NULL) {
         return -1;
     }
-
-    copy = strdup(path);
-    grown = realloc(watch.paths, (watch.npaths + 1) * sizeof(char *));
-    if (copy == NULL || grown == NULL) {
-        free(copy);
-        if (grown != NULL) {
-            watch.paths = grown;
-        }
-        return watch_fail_locked("out of memory");
+    if (fscanf(f, "%ld", &v) != 1) {
+        v = -1;
     }
-
-    watch.paths = grown;
-    watch.paths[watch.npaths++] = copy;
-    return 0;
+    fclose(f);
+    return v;
 }
 
 
 int
-mrb_file_watch_add(const char *path, char *why, size_t whylen)
+mrb_file_watch_check_limits(size_t scripts, size_t watches, size_t processes,
+    char *msg, size_t msglen)
 {
-    int  rc;
+    long    max_watches = watch_read_limit("max_user_watches");
+    long    max_instances = watch_read_limit("max_user_instances");
+    size_t  total = watches * processes, fit;
 
-    pthread_mutex_lock(&watch.lock);
-    rc = watch_add_locked(path);
-    if (rc != 0) {
-        snprintf(why, whylen, "%s", watch_why);
+    if (max_watches < 0 || max_instances < 0) {
+        snprintf(msg, msglen, "%zu stat scripts: cannot read "
+                 "/proc/sys/fs/inotify limits", scripts);
+        return -1;
     }
-    pthread_mutex_unlock(&watch.lock);
 
-    return rc;
+    if (total <= (size_t) max_watches && processes <= (size_t) max_instances) {
+        snprintf(msg, msglen, "%zu stat scripts need %zu inotify watches "
+                 "in each of %zu processes (%zu of fs.inotify."
+                 "max_user_watches %ld, shared by the user's programs; "
+                 "%zu of max_user_instances %ld)", scripts, watches,
+                 processes, total, max_watches, processes, max_instances);
+        return 0;
+    }
+
+    /* scripts past the limit, in proportion (paths share directories) */
+    fit = watches ? (size_t) max_watches / processes * scripts / watches : 0;
+    snprintf(msg, msglen, "%zu stat scripts need %zu inotify watches in "
+             "each of %zu processes (%zu) and %zu inotify instances, over "
+             "fs.inotify.max_user_watches %ld or max_user_instances %ld: "
+             "about %zu scripts per process will be stat()ed on every run "
+             "(raise with sysctl fs.inotify.max_user_watches=%zu "
+             "fs.inotify.max_user_instances=%zu)", scripts, watches,
+             processes, total, processes, max_watches, max_instances,
+             scripts > fit ? scripts - fit : 0,
+             total * 2 > (size_t) max_watches ? total * 2
+                                               : (size_t) max_watches,
+             processes * 2 > (size_t) max_instances ? processes * 2
+                                                     : (size_t) max_instances);
+    return 1;
 }

@@ -67,6 +67,9 @@ struct mrb_run_s {
     unsigned     startup:1;   /* a startup script: its top-level state stays */
     unsigned     want_value:1; /* keep the script's last value in value */
     unsigned     wrote:1;     /* Server.rputs/echo added body bytes */
+    unsigned     stat_on_error_fail:1; /* a `stat` file that no longer
+                                 compiles fails the run instead of running
+                                 its last version (mrubyStatOnError fail) */
     mrb_value    value;       /* with want_value, after a run that succeeded:
                                  the last value, protected in the caller's
                                  GC arena (the caller saves and restores it) */
@@ -86,6 +89,7 @@ mrb_run_init(mrb_run *run, void *request, mrb_int default_result)
     run->startup = 0;
     run->want_value = 0;
     run->wrote = 0;
+    run->stat_on_error_fail = 0;
     run->value = mrb_nil_value();
     run->prev = NULL;
     run->error[0] = '\0';

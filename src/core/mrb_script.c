@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <mruby.h>
@@ -63,18 +64,30 @@ struct mrb_script_s {
     uint32_t          generation;  /* 0: no bytecode; bumps on each compile */
     mrb_file_id       file_id;     /* the file version compiled or failed */
     uint64_t          source_hash; /* and a hash of its content */
-    char             *failure;     /* why file_id did not compile, or NULL */
+    char             *failure;     /* why the file on disk does not run */
+    unsigned          failure_unread:1; /* ... it could not be read */
+    time_t            failure_since;
+    mrb_file_id       candidate;   /* not watched: a change seen once */
+    uint64_t          candidate_ms;
 
     /* The newest version that compiled, read without the lock. */
     mrb_script_version *_Atomic  compiled;
+    _Atomic int       broken;      /* failure != NULL */
 
-    /* Under `stat`: the process whose file watch covers the file, if any,
-     * or that the file cannot be watched (mrb_file_watch.h). */
-    _Atomic pid_t     watched_by;
+    /* Under `stat`: the file watch's path in this process, or that the
+     * file cannot be watched (mrb_file_watch.h). */
+    mrb_file_watch_path *_Atomic  watch;
     _Atomic int       unwatchable;
+
+    mrb_script       *prev, *next; /* the `stat` files of the process */
+    mrb_script       *named_next;  /* in the table of mrb_script_for_file */
+    uint32_t          named_hash;
 };
 
+/* Ids, and the `stat` file scripts in the order of their ids (for
+ * mrb_script_stale_next and mrb_script_watch_needs). */
 static unsigned         script_next_id;
+static mrb_script      *script_stat_first, *script_stat_last;
 static pthread_mutex_t  script_id_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Compiles at configuration time, when no interpreter exists yet. */
@@ -344,6 +357,15 @@ script_new(const char *name, mrb_cache_policy policy, int is_file, int line,
 
     pthread_mutex_lock(&script_id_lock);
     script->id = script_next_id++;
+    if (is_file && policy == MRB_CACHE_STAT) {
+        script->prev = script_stat_last;
+        if (script_stat_last != NULL) {
+            script_stat_last->next = script;
+        } else {
+            script_stat_first = script;
+        }
+        script_stat_last = script;
+    }
     pthread_mutex_unlock(&script_id_lock);
 
     return script;
@@ -402,30 +424,57 @@ mrb_script_from_code(const char *code, size_t len, const char *origin,
 }
 
 
-/* The scripts of mrb_script_for_file, chained by path hash. */
-#define SCRIPT_TABLE_SIZE  256
-
-typedef struct mrb_script_entry_s  mrb_script_entry;
-
-struct mrb_script_entry_s {
-    mrb_script        *script;
-    mrb_script_entry  *next;
-};
-
-static mrb_script_entry  *script_table[SCRIPT_TABLE_SIZE];
-static pthread_mutex_t    script_table_lock = PTHREAD_MUTEX_INITIALIZER;
+/*
+ * The scripts of mrb_script_for_file, chained by path hash in a table that
+ * doubles as it fills: a hosting server may name 100,000 of them.
+ */
+static mrb_script      **script_named;
+static size_t            script_named_size, script_named_count;
+static pthread_mutex_t   script_named_lock = PTHREAD_MUTEX_INITIALIZER;
 
 
-static unsigned
+static uint32_t
 path_hash(const char *s)
 {
-    unsigned  h = 5381;
+    uint32_t  h = 5381;
 
     while (*s) {
         h = h * 33 + (unsigned char) *s++;
     }
 
-    return h % SCRIPT_TABLE_SIZE;
+    return h;
+}
+
+
+/* Room for one more; lock held.  Returns 0, or -1 out of memory. */
+static int
+script_named_reserve_locked(void)
+{
+    mrb_script  **grown, *s, *next;
+    size_t        size, i;
+
+    if (script_named_count < script_named_size) {
+        return 0;
+    }
+
+    size = script_named_size ? script_named_size * 2 : 256;
+    grown = calloc(size, sizeof(mrb_script *));
+    if (grown == NULL) {
+        return -1;
+    }
+
+    for (i = 0; i < script_named_size; i++) {
+        for (s = script_named[i]; s != NULL; s = next) {
+            next = s->named_next;
+            s->named_next = grown[s->named_hash & (size - 1)];
+            grown[s->named_hash & (size - 1)] = s;
+        }
+    }
+
+    free(script_named);
+    script_named = grown;
+    script_named_size = size;
+    return 0;
 }
 
 
@@ -433,39 +482,39 @@ mrb_script *
 mrb_script_for_file(const char *path, mrb_cache_policy policy, char *err,
     size_t errlen)
 {
-    mrb_script_entry  *e;
-    unsigned           h = path_hash(path);
+    mrb_script  *s = NULL;
+    uint32_t     h = path_hash(path);
 
-    pthread_mutex_lock(&script_table_lock);
+    pthread_mutex_lock(&script_named_lock);
 
-    for (e = script_table[h]; e != NULL; e = e->next) {
-        if (e->script->policy == policy
-            && strcmp(e->script->name, path) == 0)
+    if (script_named_size != 0) {
+        for (s = script_named[h & (script_named_size - 1)]; s != NULL;
+             s = s->named_next)
         {
-            pthread_mutex_unlock(&script_table_lock);
-            return e->script;
+            if (s->named_hash == h && s->policy == policy
+                && strcmp(s->name, path) == 0)
+            {
+                goto done;
+            }
         }
     }
 
-    e = malloc(sizeof(mrb_script_entry));
-    if (e == NULL) {
-        pthread_mutex_unlock(&script_table_lock);
+    if (script_named_reserve_locked() != 0) {
         snprintf(err, errlen, "%s: out of memory", path);
-        return NULL;
+        goto done;
     }
 
-    e->script = mrb_script_from_file(path, policy, err, errlen);
-    if (e->script == NULL) {
-        pthread_mutex_unlock(&script_table_lock);
-        free(e);
-        return NULL;
+    s = mrb_script_from_file(path, policy, err, errlen);
+    if (s != NULL) {
+        s->named_hash = h;
+        s->named_next = script_named[h & (script_named_size - 1)];
+        script_named[h & (script_named_size - 1)] = s;
+        script_named_count++;
     }
 
-    e->next = script_table[h];
-    script_table[h] = e;
-
-    pthread_mutex_unlock(&script_table_lock);
-    return e->script;
+done:
+    pthread_mutex_unlock(&script_named_lock);
+    return s;
 }
 
 
@@ -477,6 +526,21 @@ mrb_script_free(mrb_script *script)
     if (script == NULL) {
         return;
     }
+
+    pthread_mutex_lock(&script_id_lock);
+    if (script->is_file && script->policy == MRB_CACHE_STAT) {
+        if (script->prev != NULL) {
+            script->prev->next = script->next;
+        } else {
+            script_stat_first = script->next;
+        }
+        if (script->next != NULL) {
+            script->next->prev = script->prev;
+        } else {
+            script_stat_last = script->prev;
+        }
+    }
+    pthread_mutex_unlock(&script_id_lock);
 
     for (v = script->compiled; v != NULL; v = older) {
         older = v->older;
@@ -560,16 +624,72 @@ source_hash(const char *src, size_t len)
 }
 
 
-/* The outcome of the version compiled or failed last; lock held. */
-static int
-script_last_outcome_locked(mrb_script *script, char *err, size_t errlen)
+/*
+ * Not watched, a changed file counts when two looks at least this far
+ * apart find the same size, mtime and inode: a look between a truncation
+ * and the write that follows, or between two writes, sees a file that
+ * changes again before the next look.
+ */
+#define SCRIPT_SETTLE_MS  20
+
+
+static uint64_t
+script_now_ms(void)
 {
-    if (script->failure != NULL) {
-        snprintf(err, errlen, "%s", script->failure);
-        return -1;
+    struct timespec  ts;
+
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+
+/*
+ * The outcome of the file on disk as last seen; lock held.  A file that
+ * does not run still leaves the last version that compiled: with keep,
+ * runs go on with it.
+ */
+static int
+script_outcome_locked(mrb_script *script, int keep, char *err, size_t errlen)
+{
+    if (script->failure == NULL || (keep && script->generation != 0)) {
+        return 0;
     }
 
-    return 0;
+    snprintf(err, errlen, "%s", script->failure);
+    return -1;
+}
+
+
+/*
+ * Records why the file on disk does not run (err): unread, it could not be
+ * stat()ed or read; else it did not compile.  Each new failure gets one
+ * log line when the previous version goes on serving; a run that asked for
+ * failures (mrubyStatOnError fail) gets them as errors, as does any run
+ * while no version ever compiled.  Lock held.
+ */
+static int
+script_fail_locked(mrb_interp *interp, mrb_script *script, int unread,
+    int keep, char *err, size_t errlen)
+{
+    if (script->failure == NULL || !unread || !script->failure_unread) {
+        free(script->failure);
+        script->failure = strdup(err);
+        script->failure_unread = unread;
+        script->failure_since = time(NULL);
+        atomic_store_explicit(&script->broken, 1, memory_order_relaxed);
+
+        if (keep && script->generation != 0) {
+            mrb_interp_log(interp, MRB_LOG_ERR, "%s; the previous version "
+                           "is still served", err);
+        }
+    }
+
+    if (unread) {
+        /* whatever comes back, even the same inode, is read again */
+        memset(&script->file_id, 0, sizeof(script->file_id));
+    }
+
+    return script_outcome_locked(script, keep, err, errlen);
 }
 
 
@@ -577,27 +697,51 @@ script_last_outcome_locked(mrb_script *script, char *err, size_t errlen)
  * Under `stat`: recompiles when the file is not the version compiled (or
  * failed) last.  A file rewritten within one tick of the clock keeps its
  * size and mtime: with verify (the file watch saw a change), the content
- * decides.  Lock held.  Returns 0, or -1 with the error in err.
+ * decides.  settle: the file is not watched, so a change counts only once
+ * two looks agree.  st is NULL when stat() failed with stat_errno.  Lock
+ * held.  Returns 0, or -1 with the error in err.
  */
 static int
 script_refresh_locked(mrb_interp *interp, mrb_script *script,
-    const struct stat *st, int verify, char *err, size_t errlen)
+    const struct stat *st, int stat_errno, int verify, int settle, int keep,
+    char *err, size_t errlen)
 {
     mrb_file_id  id;
-    uint64_t     hash;
+    uint64_t     hash, now;
     char        *src;
     size_t       len;
     int          known, rc;
 
     known = script->generation != 0 || script->failure != NULL;
 
+    if (st == NULL) {
+        snprintf(err, errlen, "%s: cannot stat: %s", script->name,
+                 strerror(stat_errno));
+        return script_fail_locked(interp, script, 1, keep, err, errlen);
+    }
+
     if (known && !verify && file_id_equal(&script->file_id, st)) {
-        return script_last_outcome_locked(script, err, errlen);
+        return script_outcome_locked(script, keep, err, errlen);
+    }
+
+    if (settle && script->generation != 0) {
+        now = script_now_ms();
+        if (!file_id_equal(&script->candidate, st)) {
+            script->candidate.dev = st->st_dev;
+            script->candidate.ino = st->st_ino;
+            script->candidate.size = st->st_size;
+            script->candidate.mtime = st->st_mtim;
+            script->candidate_ms = now;
+            return script_outcome_locked(script, keep, err, errlen);
+        }
+        if (now - script->candidate_ms < SCRIPT_SETTLE_MS) {
+            return script_outcome_locked(script, keep, err, errlen);
+        }
     }
 
     src = file_read(script->name, &len, &id, err, errlen);
     if (src == NULL) {
-        return -1;
+        return script_fail_locked(interp, script, 1, keep, err, errlen);
     }
 
     hash = source_hash(src, len);
@@ -605,11 +749,9 @@ script_refresh_locked(mrb_interp *interp, mrb_script *script,
         && file_id_same(&id, &script->file_id))
     {
         free(src);
-        return script_last_outcome_locked(script, err, errlen);
+        return script_outcome_locked(script, keep, err, errlen);
     }
 
-    free(script->failure);
-    script->failure = NULL;
     script->file_id = id;
     script->source_hash = hash;
     rc = script_compile_locked(mrb_interp_state(interp), script, src, len,
@@ -617,11 +759,13 @@ script_refresh_locked(mrb_interp *interp, mrb_script *script,
     free(src);
 
     if (rc != 0) {
-        /* Remember why, so that the broken version is not parsed again. */
-        script->failure = strdup(err);
-        return rc;
+        /* remembered, so that the broken version is not parsed again */
+        return script_fail_locked(interp, script, 0, keep, err, errlen);
     }
 
+    free(script->failure);
+    script->failure = NULL;
+    atomic_store_explicit(&script->broken, 0, memory_order_relaxed);
     script_publish_locked(script);
     return 0;
 }
@@ -644,43 +788,44 @@ script_proc_toplevel(mrb_state *mrb, struct RProc *proc)
 
 
 /*
- * Under `stat`: the file watch epoch a run may compare a version's fresh_at
- * with, or 0 when the file is not watched in this process.  watched_by is
- * read first: a stat() made at this epoch then saw a file already watched,
- * so no change after it can go unnoticed.
+ * Under `stat`: the file watch epoch of the script's path that a run may
+ * compare a version's fresh_at with, or 0 when the file is not watched in
+ * this process.  The path is read first: a stat() made at this epoch then
+ * saw a file already watched, so no change after it can go unnoticed.
  */
 static uint64_t
 script_watch_epoch(mrb_interp *interp, mrb_script *script)
 {
-    pid_t     watcher = atomic_load_explicit(&script->watched_by,
-                                             memory_order_acquire);
-    uint64_t  epoch;
+    mrb_file_watch_path  *path = atomic_load_explicit(&script->watch,
+                                                      memory_order_acquire);
 
-    if (watcher == 0) {
+    if (path == NULL) {
         return 0;
     }
 
-    epoch = mrb_file_watch_epoch(mrb_interp_file_watch(interp));
-    return (pid_t) (epoch >> 32) == watcher ? epoch : 0;
+    mrb_file_watch_poll(mrb_interp_file_watch(interp));
+    return mrb_file_watch_path_epoch(path);
 }
 
 
 /*
- * Under `stat`, a file not watched yet in this process: watches it.  The
- * runs that follow stat() once more at an epoch that covers the file, and
- * the first to find it unchanged marks the version fresh.
+ * Under `stat`, a file not watched (yet, or any more) in this process:
+ * watches it.  The runs that follow stat() once more at an epoch that
+ * covers the file, and the first to find it unchanged marks the version
+ * fresh.
  */
 static void
 script_watch_start(mrb_interp *interp, mrb_script *script)
 {
-    uint64_t  epoch;
-    char      why[256];
+    mrb_file_watch_path  *path;
+    char                  why[256];
 
     if (atomic_load_explicit(&script->unwatchable, memory_order_relaxed)) {
         return;
     }
 
-    if (mrb_file_watch_add(script->name, why, sizeof(why)) != 0) {
+    path = mrb_file_watch_add(script->name, why, sizeof(why));
+    if (path == NULL) {
         if (!atomic_exchange_explicit(&script->unwatchable, 1,
                                       memory_order_relaxed))
         {
@@ -691,11 +836,7 @@ script_watch_start(mrb_interp *interp, mrb_script *script)
         return;
     }
 
-    epoch = mrb_file_watch_epoch(mrb_interp_file_watch(interp));
-    if (epoch != 0) {
-        atomic_store_explicit(&script->watched_by, (pid_t) (epoch >> 32),
-                              memory_order_release);
-    }
+    atomic_store_explicit(&script->watch, path, memory_order_release);
 }
 
 
@@ -706,11 +847,12 @@ script_watch_start(mrb_interp *interp, mrb_script *script)
  * While the file watch has seen no change since the version was last found
  * current, not even stat() is needed; after a change, the content is read
  * again (verify) even if size and mtime match.  Sets *proc (NULL: go
- * through the lock), st, epoch and verify; returns -1 if stat() fails.
+ * through the lock), st (or *stat_errno), epoch and verify.
  */
-static int
+static void
 script_proc_current(mrb_interp *interp, mrb_script *script, int watch,
-    struct stat *st, uint64_t *epoch, int *verify, struct RProc **proc)
+    int keep, struct stat *st, int *stat_errno, uint64_t *epoch, int *verify,
+    struct RProc **proc)
 {
     mrb_script_version  *version;
     int                  fresh;
@@ -718,24 +860,28 @@ script_proc_current(mrb_interp *interp, mrb_script *script, int watch,
     version = atomic_load_explicit(&script->compiled, memory_order_acquire);
     *epoch = watch ? script_watch_epoch(interp, script) : 0;
     *verify = 0;
+    *stat_errno = 0;
     *proc = NULL;
 
     fresh = version != NULL && *epoch != 0
             && atomic_load_explicit(&version->fresh_at, memory_order_relaxed)
-               == *epoch;
+               == *epoch
+            && (keep || !atomic_load_explicit(&script->broken,
+                                              memory_order_relaxed));
     if (fresh) {
         *proc = mrb_interp_proc(interp, script->id, version->generation);
         if (*proc != NULL) {
-            return 0;
+            return;
         }
     }
 
     if (stat(script->name, st) != 0) {
-        return -1;
+        *stat_errno = errno;
+        return;
     }
 
     if (version == NULL || !file_id_equal(&version->file_id, st)) {
-        return 0;
+        return;
     }
 
     if (*epoch == 0) {
@@ -747,6 +893,48 @@ script_proc_current(mrb_interp *interp, mrb_script *script, int watch,
     } else if (!fresh) {
         *verify = 1;
     }
+}
+
+
+/*
+ * Under `stat`, through the lock: brings the script up to the file on
+ * disk, unless a writer is still at it (then the version that runs stays,
+ * and no run compiles half a file).  Returns 0, or -1 with err.
+ */
+static int
+script_update_locked(mrb_interp *interp, mrb_script *script, int watch,
+    int keep, const struct stat *st, int stat_errno, uint64_t epoch,
+    int verify, char *err, size_t errlen)
+{
+    mrb_script_version   *version;
+    mrb_file_watch_path  *path;
+    long                  ms;
+
+    path = atomic_load_explicit(&script->watch, memory_order_relaxed);
+    if (epoch != 0 && script->generation != 0 && path != NULL
+        && mrb_file_watch_writing(path, &ms))
+    {
+        return script_outcome_locked(script, keep, err, errlen);
+    }
+
+    if (script_refresh_locked(interp, script, stat_errno ? NULL : st,
+                              stat_errno, verify, epoch == 0, keep, err,
+                              errlen)
+        != 0)
+    {
+        return -1;
+    }
+
+    /* the file was read (or found fresh) since epoch was read */
+    version = script->compiled;
+    if (epoch != 0 && version != NULL
+        && version->generation == script->generation)
+    {
+        atomic_store_explicit(&version->fresh_at, epoch,
+                              memory_order_relaxed);
+    } else if (watch && epoch == 0) {
+        script_watch_start(interp, script);
+    }
 
     return 0;
 }
@@ -756,29 +944,23 @@ script_proc_current(mrb_interp *interp, mrb_script *script, int watch,
  * The proc of script in interp, loading its current bytecode if needed.
  * watch: a request's run, in the process that serves it, where the file
  * of a `stat` script may be watched instead of stat()ed on every run.
+ * keep: a file that no longer compiles leaves the last version running.
  */
 static struct RProc *
-script_proc(mrb_interp *interp, mrb_script *script, int watch, char *err,
-    size_t errlen)
+script_proc(mrb_interp *interp, mrb_script *script, int watch, int keep,
+    char *err, size_t errlen)
 {
-    mrb_state           *mrb = mrb_interp_state(interp);
-    mrb_script_version  *version;
-    struct RProc        *proc;
-    struct stat          st;
-    uint64_t             epoch = 0;
-    int                  verify = 0;
-    mrbc_context        *cxt;
-    mrb_value            v;
+    mrb_state     *mrb = mrb_interp_state(interp);
+    struct RProc  *proc;
+    struct stat    st;
+    uint64_t       epoch = 0;
+    int            verify = 0, stat_errno = 0, rc = 0;
+    mrbc_context  *cxt;
+    mrb_value      v;
 
     if (script->policy == MRB_CACHE_STAT) {
-        if (script_proc_current(interp, script, watch, &st, &epoch, &verify,
-                                &proc)
-            != 0)
-        {
-            snprintf(err, errlen, "%s: cannot stat: %s", script->name,
-                     strerror(errno));
-            return NULL;
-        }
+        script_proc_current(interp, script, watch, keep, &st, &stat_errno,
+                            &epoch, &verify, &proc);
         if (proc != NULL) {
             return proc;
         }
@@ -793,35 +975,21 @@ script_proc(mrb_interp *interp, mrb_script *script, int watch, char *err,
     pthread_mutex_lock(&script->lock);
 
     if (script->policy == MRB_CACHE_STAT) {
-        if (script_refresh_locked(interp, script, &st, verify, err, errlen)
-            != 0)
-        {
-            pthread_mutex_unlock(&script->lock);
-            return NULL;
-        }
-        /* the file was read (or found fresh) since epoch was read */
-        version = script->compiled;
-        if (epoch != 0 && version != NULL
-            && version->generation == script->generation)
-        {
-            atomic_store_explicit(&version->fresh_at, epoch,
-                                  memory_order_relaxed);
-        } else if (watch && epoch == 0) {
-            script_watch_start(interp, script);
-        }
+        rc = script_update_locked(interp, script, watch, keep, &st,
+                                  stat_errno, epoch, verify, err, errlen);
     }
 
-    proc = mrb_interp_proc(interp, script->id, script->generation);
-    if (proc != NULL) {
-        pthread_mutex_unlock(&script->lock);
-        return proc;
+    if (rc == 0) {
+        proc = mrb_interp_proc(interp, script->id, script->generation);
+    }
+    if (rc != 0 || proc != NULL) {
+        goto done;
     }
 
     cxt = mrbc_context_new(mrb);
     if (cxt == NULL) {
-        pthread_mutex_unlock(&script->lock);
         snprintf(err, errlen, "%s: out of memory loading", script->name);
-        return NULL;
+        goto done;
     }
 
     cxt->no_exec = TRUE;
@@ -830,9 +998,8 @@ script_proc(mrb_interp *interp, mrb_script *script, int watch, char *err,
 
     if (mrb->exc != NULL || !mrb_proc_p(v)) {
         mrb->exc = NULL;
-        pthread_mutex_unlock(&script->lock);
         snprintf(err, errlen, "%s: cannot load the bytecode", script->name);
-        return NULL;
+        goto done;
     }
 
     proc = mrb_proc_ptr(v);
@@ -841,12 +1008,12 @@ script_proc(mrb_interp *interp, mrb_script *script, int watch, char *err,
     if (mrb_interp_proc_keep(interp, script->id, script->generation, proc)
         != 0)
     {
-        pthread_mutex_unlock(&script->lock);
         snprintf(err, errlen, "%s: out of memory keeping the proc",
                  script->name);
-        return NULL;
+        proc = NULL;
     }
 
+done:
     pthread_mutex_unlock(&script->lock);
     return proc;
 }
@@ -926,7 +1093,8 @@ script_run_loading(mrb_interp *interp, mrb_script *script, mrb_run *run)
         proc = script_proc_uncached(interp, script, run->error,
                                     sizeof(run->error));
     } else {
-        proc = script_proc(interp, script, !run->startup, run->error,
+        proc = script_proc(interp, script, !run->startup,
+                           !run->stat_on_error_fail, run->error,
                            sizeof(run->error));
     }
 
@@ -963,4 +1131,124 @@ mrb_script_run(mrb_interp *interp, mrb_script *script, mrb_run *run)
     }
 
     return script_run_loading(interp, script, run);
+}
+
+
+int
+mrb_script_stale_next(unsigned *cursor, mrb_script_stale *out)
+{
+    mrb_file_watch_path  *path;
+    mrb_script           *s;
+    long                  ms;
+    int                   found = 0;
+
+    pthread_mutex_lock(&script_id_lock);
+
+    for (s = script_stat_first; s != NULL && !found; s = s->next) {
+        if (s->id < *cursor) {
+            continue;
+        }
+
+        pthread_mutex_lock(&s->lock);
+        path = atomic_load_explicit(&s->watch, memory_order_relaxed);
+
+        if (s->failure != NULL) {
+            snprintf(out->reason, sizeof(out->reason), "%s", s->failure);
+            out->since = s->failure_since;
+            out->serving = s->generation != 0;
+            found = 1;
+
+        } else if (s->generation != 0 && path != NULL
+                   && mrb_file_watch_writing(path, &ms))
+        {
+            snprintf(out->reason, sizeof(out->reason),
+                     "%s: being written for %ld ms (a change counts when "
+                     "the writer closes the file, or after %d ms without "
+                     "a write)", s->name, ms, MRB_FILE_WATCH_QUIET_MS);
+            out->since = time(NULL) - ms / 1000;
+            out->serving = 1;
+            found = 1;
+        }
+
+        if (found) {
+            snprintf(out->path, sizeof(out->path), "%s", s->name);
+            *cursor = s->id + 1;
+        }
+        pthread_mutex_unlock(&s->lock);
+    }
+
+    pthread_mutex_unlock(&script_id_lock);
+    return found;
+}
+
+
+typedef struct {
+    const char  *s;
+    size_t       len;
+} script_prefix;
+
+
+static int
+script_prefix_cmp(const void *a, const void *b)
+{
+    const script_prefix  *x = a, *y = b;
+    int                   c;
+
+    c = memcmp(x->s, y->s, x->len < y->len ? x->len : y->len);
+    if (c != 0) {
+        return c;
+    }
+    return (x->len > y->len) - (x->len < y->len);
+}
+
+
+/*
+ * Each path's directories ("/", "/a", "/a/b") and the path itself, sorted;
+ * the distinct ones are what the watch would add (links not followed).
+ */
+int
+mrb_script_watch_needs(size_t *scripts, size_t *watches)
+{
+    script_prefix  *all = NULL, *grown;
+    size_t          n = 0, cap = 0, i, distinct = 0, count = 0;
+    mrb_script     *s;
+    const char     *c;
+
+    pthread_mutex_lock(&script_id_lock);
+
+    for (s = script_stat_first; s != NULL; s = s->next) {
+        count++;
+        for (c = s->name; c != NULL; c = strchr(c + 1, '/')) {
+            if (n + 2 > cap) {
+                cap = cap ? cap * 2 : 1024;
+                grown = realloc(all, cap * sizeof(script_prefix));
+                if (grown == NULL) {
+                    pthread_mutex_unlock(&script_id_lock);
+                    free(all);
+                    return -1;
+                }
+                all = grown;
+            }
+            all[n].s = s->name;
+            all[n].len = c == s->name ? 1 : (size_t) (c - s->name);
+            n++;
+        }
+        all[n].s = s->name;
+        all[n].len = strlen(s->name);
+        n++;
+    }
+
+    pthread_mutex_unlock(&script_id_lock);
+
+    if (n > 0) {
+        qsort(all, n, sizeof(script_prefix), script_prefix_cmp);
+    }
+    for (i = 0; i < n; i++) {
+        distinct += i == 0 || script_prefix_cmp(&all[i - 1], &all[i]) != 0;
+    }
+
+    free(all);
+    *scripts = count;
+    *watches = distinct;
+    return 0;
 }

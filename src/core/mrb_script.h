@@ -4,8 +4,11 @@
  *
  * Cache policies (DESIGN.md):
  *   stat     recompile when the file changed (watched with inotify, see
- *            mrb_file_watch.h; stat() on every run where it cannot be):
- *            the next run after an edit sees it, with no restart;
+ *            mrb_file_watch.h; stat() on every run where it cannot be),
+ *            once the writer is done: edits apply with no restart; a
+ *            change that does not compile (or a file removed) leaves the
+ *            last version that compiled running, with one log line, unless
+ *            the run says stat_on_error_fail;
  *   forever  compile at configuration time (the `cache` flag); a syntax
  *            error fails the configuration test;
  *   never    read and compile on every run, drop the bytecode after.
@@ -67,6 +70,33 @@ mrb_script *mrb_script_for_file(const char *path, mrb_cache_policy policy,
 /* The file path, or "origin:line" of inline code. */
 const char *mrb_script_name(const mrb_script *script);
 mrb_cache_policy mrb_script_policy(const mrb_script *script);
+
+/*
+ * A `stat` script whose file on disk does not run: it did not compile or
+ * could not be read (then, if an older version compiled, that one runs,
+ * unless the run asked for failures with stat_on_error_fail), or it is
+ * still being written.  As seen by this process's runs.
+ */
+typedef struct {
+    char    path[1024];
+    char    reason[1024];   /* "file:line: message", "file: cannot ..." */
+    long    since;          /* time(): when that began */
+    int     serving;        /* 1: an older version runs; 0: none (500) */
+} mrb_script_stale;
+
+/*
+ * The next such script from *cursor on (0: the first); returns 1 with out
+ * filled and *cursor moved past it, or 0 when there is none.
+ */
+int mrb_script_stale_next(unsigned *cursor, mrb_script_stale *out);
+
+/*
+ * What the `stat` files of this process (those named in the configuration
+ * so far) need of the file watch: how many scripts, and how many watches
+ * (each directory on the way once, and each file; symbolic links would
+ * add their targets').  Returns 0, or -1 out of memory.
+ */
+int mrb_script_watch_needs(size_t *scripts, size_t *watches);
 
 /*
  * Runs the script in interp as run.  Saves and restores the GC arena,

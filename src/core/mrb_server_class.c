@@ -8,12 +8,15 @@
 #include <string.h>
 
 #include <mruby.h>
+#include <mruby/array.h>
 #include <mruby/class.h>
+#include <mruby/hash.h>
 #include <mruby/string.h>
 #include <mruby/variable.h>
 
 #include "mrb_api.h"
 #include "mrb_interp_core.h"
+#include "mrb_script.h"
 #include "mrb_shdict.h"
 
 
@@ -182,6 +185,40 @@ kernel_get_server_class(mrb_state *mrb, mrb_value self)
 }
 
 
+/*
+ * Server.stale_scripts: the `stat` scripts whose file on disk does not run
+ * in this process, each {"path", "reason", "since" (Unix time), "serving"
+ * ("previous": an older version runs; "none": its requests get 500)}.
+ * One entry at a time is copied out of the script list, so nothing is
+ * locked while Ruby allocates (which may raise).
+ */
+static mrb_value
+server_stale_scripts(mrb_state *mrb, mrb_value self)
+{
+    mrb_script_stale  stale;
+    mrb_value         list = mrb_ary_new(mrb), h;
+    unsigned          cursor = 0;
+    int               ai = mrb_gc_arena_save(mrb);
+
+    while (mrb_script_stale_next(&cursor, &stale)) {
+        h = mrb_hash_new_capa(mrb, 4);
+        mrb_hash_set(mrb, h, mrb_str_new_lit(mrb, "path"),
+                     mrb_str_new_cstr(mrb, stale.path));
+        mrb_hash_set(mrb, h, mrb_str_new_lit(mrb, "reason"),
+                     mrb_str_new_cstr(mrb, stale.reason));
+        mrb_hash_set(mrb, h, mrb_str_new_lit(mrb, "since"),
+                     mrb_int_value(mrb, (mrb_int) stale.since));
+        mrb_hash_set(mrb, h, mrb_str_new_lit(mrb, "serving"),
+                     stale.serving ? mrb_str_new_lit(mrb, "previous")
+                                   : mrb_str_new_lit(mrb, "none"));
+        mrb_ary_push(mrb, list, h);
+        mrb_gc_arena_restore(mrb, ai);
+    }
+
+    return list;
+}
+
+
 static const mrb_api_method  server_class_methods[] = {
     { "rputs", server_rputs, MRB_ARGS_REQ(1) },
     { "return", server_return, MRB_ARGS_REQ(1) },
@@ -193,6 +230,7 @@ static const mrb_api_method  server_class_methods[] = {
     { "remove_global_variable", server_remove_global_variable,
       MRB_ARGS_REQ(1) },
     { "global_remove", server_remove_global_variable, MRB_ARGS_REQ(1) },
+    { "stale_scripts", server_stale_scripts, MRB_ARGS_NONE() },
     MRB_API_METHOD_END
 };
 

@@ -114,6 +114,13 @@ ngx_command_t  ngx_http_mruby_commands[] = {
       offsetof(ngx_http_mruby_loc_conf_t, cache),
       NULL },
 
+    { ngx_string("mruby_stat_on_error"),
+      NGX_HTTP_MRUBY_ANY_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_enum_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_mruby_loc_conf_t, stat_on_error),
+      ngx_mruby_stat_on_error_values },
+
     { ngx_string("mruby_shared_dict"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE2,
       ngx_http_mruby_shared_dict,

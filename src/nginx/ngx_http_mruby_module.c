@@ -134,6 +134,7 @@ ngx_http_mruby_create_loc_conf(ngx_conf_t *cf)
      */
 
     mlcf->cache = NGX_MRUBY_CACHE_UNSET;
+    mlcf->stat_on_error = NGX_CONF_UNSET_UINT;
     mlcf->read_body = NGX_CONF_UNSET;
     mlcf->add_handler = NGX_CONF_UNSET;
     mlcf->body_limit = NGX_CONF_UNSET;
@@ -154,6 +155,8 @@ ngx_http_mruby_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
         conf->cache = prev->cache;
     }
 
+    ngx_conf_merge_uint_value(conf->stat_on_error, prev->stat_on_error,
+                              NGX_MRUBY_STAT_ON_ERROR_KEEP);
     ngx_conf_merge_value(conf->read_body, prev->read_body, 0);
     ngx_conf_merge_value(conf->add_handler, prev->add_handler, 0);
     ngx_conf_merge_off_value(conf->body_limit, prev->body_limit,
@@ -241,8 +244,14 @@ ngx_int_t
 ngx_http_mruby_run(ngx_http_request_t *r, ngx_mruby_script_t *s,
     ngx_http_mruby_run_data_t *data, mrb_run *run, mrb_int dflt)
 {
+    ngx_http_mruby_loc_conf_t  *mlcf;
+
+    mlcf = ngx_http_get_module_loc_conf(r, ngx_http_mruby_module);
+
     mrb_run_init(run, r, dflt);
     run->data = data;
+    run->stat_on_error_fail = mlcf->stat_on_error
+                              == NGX_MRUBY_STAT_ON_ERROR_FAIL;
 
     return ngx_mruby_run(&ngx_http_mruby_process, s, run, r->connection->log);
 }

@@ -70,6 +70,7 @@ typedef struct {
     ngx_mruby_script_t   *handlers[NGX_HTTP_MRUBY_NHANDLERS];
     ngx_array_t          *sets;           /* of ngx_http_mruby_set_t */
     ngx_uint_t            cache;          /* mrb_cache_policy or UNSET */
+    ngx_uint_t            stat_on_error;  /* NGX_MRUBY_STAT_ON_ERROR_* */
     ngx_flag_t            read_body;
     ngx_flag_t            add_handler;
     off_t                 body_limit;     /* 0: only client_max_body_size */

@@ -213,6 +213,8 @@ ngx_http_mruby_variable(ngx_http_request_t *r, ngx_http_variable_value_t *v,
     mrb_run_init(&run, r, NGX_DECLINED);
     run.data = &rd;
     run.want_value = 1;
+    run.stat_on_error_fail = mlcf->stat_on_error
+                             == NGX_MRUBY_STAT_ON_ERROR_FAIL;
 
     if (ngx_mruby_run(&ngx_http_mruby_process, set->script, &run,
                       r->connection->log)

@@ -80,6 +80,13 @@ typedef struct {
     }
 
 
+/* "mruby_stat_on_error" values: a `stat` file that no longer compiles
+ * leaves its last version running (keep), or fails its runs (fail). */
+#define NGX_MRUBY_STAT_ON_ERROR_KEEP  0
+#define NGX_MRUBY_STAT_ON_ERROR_FAIL  1
+
+extern ngx_conf_enum_t  ngx_mruby_stat_on_error_values[];
+
 /* "mruby_cache" values: the policy of file scripts without one of their own */
 #define NGX_MRUBY_CACHE_UNSET  NGX_CONF_UNSET_UINT
 
@@ -159,6 +166,15 @@ mrb_interp *ngx_mruby_interp(ngx_mruby_process_t *p, ngx_log_t *log);
  */
 ngx_int_t ngx_mruby_run(ngx_mruby_process_t *p, ngx_mruby_script_t *s,
     mrb_run *run, ngx_log_t *log);
+
+
+/* ngx_mruby_file_watch.c */
+
+/* Puts this worker's file watch into its event loop (or says why not). */
+void ngx_mruby_file_watch_init(ngx_cycle_t *cycle);
+
+/* Logs what the `stat` scripts of the configuration need of inotify. */
+void ngx_mruby_file_watch_limits(ngx_cycle_t *cycle);
 
 
 /* ngx_mruby_core.c */

@@ -6,6 +6,13 @@
 #include "ngx_mruby.h"
 
 
+ngx_conf_enum_t  ngx_mruby_stat_on_error_values[] = {
+    { ngx_string("keep"), NGX_MRUBY_STAT_ON_ERROR_KEEP },
+    { ngx_string("fail"), NGX_MRUBY_STAT_ON_ERROR_FAIL },
+    { ngx_null_string, 0 }
+};
+
+
 static void
 ngx_mruby_script_cleanup(void *data)
 {

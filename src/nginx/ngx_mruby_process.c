@@ -44,7 +44,13 @@ ngx_mruby_init_master(ngx_mruby_process_t *p, ngx_mruby_main_conf_t *mcf,
     char         err[MRB_ERR_MSG_LEN];
     mrb_interp  *interp;
 
-    if (mcf == NULL || mcf->init.nelts == 0 || ngx_test_config) {
+    if (mcf == NULL || ngx_test_config) {
+        return NGX_OK;
+    }
+
+    ngx_mruby_file_watch_limits(cycle);
+
+    if (mcf->init.nelts == 0) {
         return NGX_OK;
     }
 
@@ -100,7 +106,10 @@ ngx_mruby_init_worker(ngx_mruby_process_t *p, ngx_mruby_main_conf_t *mcf,
         /* the worker serves on: each script run fails and says why */
         ngx_log_error(NGX_LOG_ALERT, cycle->log, 0,
                       "%s: no interpreter in this worker: %s", p->name, err);
+        return NGX_OK;
     }
+
+    ngx_mruby_file_watch_init(cycle);
 
     return NGX_OK;
 }

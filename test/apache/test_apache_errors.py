@@ -144,7 +144,10 @@ def test_stat_script_missing_then_created(apache, mpm):
 
 @pytest.mark.parametrize("mpm", MPMS)
 def test_stat_syntax_error_then_fixed(apache, mpm):
-    a = apache("<Location /s>\nmrubyHandlerMiddle {dir}/s.rb\n</Location>",
+    """With mrubyStatOnError fail (by default the last version that
+    compiled goes on: test/test_stat_edits_live.py)."""
+    a = apache("mrubyStatOnError fail\n"
+               "<Location /s>\nmrubyHandlerMiddle {dir}/s.rb\n</Location>",
                mpm=mpm, files={"s.rb": "Apache.rputs 'v1'"})
     assert a.get("/s").text == "v1"
     time.sleep(0.01)

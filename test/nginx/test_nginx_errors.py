@@ -93,7 +93,10 @@ def test_missing_cached_file_fails_configtest(nginx):
 
 
 def test_stat_syntax_error_then_fix(nginx):
-    n = nginx("location / { mruby_content_handler {dir}/s.rb; }",
+    """With mruby_stat_on_error fail (by default the last version that
+    compiled goes on: test/test_stat_edits_live.py)."""
+    n = nginx("mruby_stat_on_error fail;\n"
+              "location / { mruby_content_handler {dir}/s.rb; }",
               files={"s.rb": "Nginx.rputs 'v1'"})
     assert n.get("/").text == "v1"
     n.write("s.rb", "Nginx.rputs(\n")

@@ -1,8 +1,12 @@
 /*
- * The file watch behind `stat` scripts: which changes move the epoch, and
- * which must not.
+ * The file watch behind `stat` scripts: which changes move a path's epoch,
+ * when (once the writer is done), and which must not; what an event costs
+ * with many paths watched.
  */
 
+#include <fcntl.h>
+#include <malloc.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,13 +48,33 @@ watch_write(const char *rel, const char *text, const char *mode)
 
 static char                   watch_why[256];
 static mrb_file_watch_poller  watch_poller = MRB_FILE_WATCH_POLLER_INIT;
+static mrb_file_watch_path   *watch_path;
 
 
+/* Watches path (the one the tests then ask about); 0 or -1. */
 static int
 watch_add(const char *path)
 {
     watch_why[0] = '\0';
-    return mrb_file_watch_add(path, watch_why, sizeof(watch_why));
+    watch_path = mrb_file_watch_add(path, watch_why, sizeof(watch_why));
+    return watch_path != NULL ? 0 : -1;
+}
+
+
+/* What a run of path finds: the queue asked through poller, then the
+ * path's epoch. */
+static uint64_t
+watch_epoch_via(mrb_file_watch_poller *poller, mrb_file_watch_path *path)
+{
+    mrb_file_watch_poll(poller);
+    return mrb_file_watch_path_epoch(path);
+}
+
+
+static uint64_t
+watch_epoch(void)
+{
+    return watch_epoch_via(&watch_poller, watch_path);
 }
 
 
@@ -89,42 +113,42 @@ TEST(file_watch_sees_edits_renames_and_link_switches)
     uint64_t  e;
 
     REQUIRE(watch_setup() == 0);
-    CHECK_EQ(mrb_file_watch_epoch(&watch_poller), 0);
+    CHECK(watch_path == NULL);
     REQUIRE(watch_add(watch_file("current/e.rb")) == 0);
 
-    e = mrb_file_watch_epoch(&watch_poller);
+    e = watch_epoch();
     CHECK(e != 0);
     CHECK_EQ(e >> 32, getpid());
-    CHECK_EQ(mrb_file_watch_epoch(&watch_poller), e);
+    CHECK_EQ(watch_epoch(), e);
 
     /* the file edited in place */
     watch_write("current/e.rb", "one, edited", "w");
-    CHECK(mrb_file_watch_epoch(&watch_poller) != e);
-    e = mrb_file_watch_epoch(&watch_poller);
+    CHECK(watch_epoch() != e);
+    e = watch_epoch();
 
     /* a new file renamed over it */
     watch_write("r1/e.rb.new", "one, renamed in", "w");
     REQUIRE(rename(watch_file("r1/e.rb.new"), watch_file("r1/e.rb")) == 0);
-    CHECK(mrb_file_watch_epoch(&watch_poller) != e);
-    e = mrb_file_watch_epoch(&watch_poller);
+    CHECK(watch_epoch() != e);
+    e = watch_epoch();
 
     /* the new inode is watched too */
     watch_write("r1/e.rb", "one, edited again", "w");
-    CHECK(mrb_file_watch_epoch(&watch_poller) != e);
-    e = mrb_file_watch_epoch(&watch_poller);
+    CHECK(watch_epoch() != e);
+    e = watch_epoch();
 
     /* the link switched to another release */
     REQUIRE(symlink("r2", watch_file("current.new")) == 0);
     REQUIRE(rename(watch_file("current.new"), watch_file("current")) == 0);
-    CHECK(mrb_file_watch_epoch(&watch_poller) != e);
-    e = mrb_file_watch_epoch(&watch_poller);
+    CHECK(watch_epoch() != e);
+    e = watch_epoch();
 
     watch_write("r2/e.rb", "two, edited", "w");
-    CHECK(mrb_file_watch_epoch(&watch_poller) != e);
-    e = mrb_file_watch_epoch(&watch_poller);
+    CHECK(watch_epoch() != e);
+    e = watch_epoch();
 
     watch_teardown();
-    CHECK(mrb_file_watch_epoch(&watch_poller) != e);
+    CHECK(watch_epoch() != e);
 }
 
 
@@ -134,14 +158,14 @@ TEST(file_watch_ignores_what_the_path_does_not_depend_on)
 
     REQUIRE(watch_setup() == 0);
     REQUIRE(watch_add(watch_file("current/e.rb")) == 0);
-    e = mrb_file_watch_epoch(&watch_poller);
+    e = watch_epoch();
 
     /* a log written next to the script, another file, the old release */
     watch_write("r1/access.log", "GET /\n", "a");
     watch_write("r1/access.log", "GET /\n", "a");
     watch_write("r2/e.rb", "two, edited", "w");
     watch_write("other.rb", "other", "w");
-    CHECK_EQ(mrb_file_watch_epoch(&watch_poller), e);
+    CHECK_EQ(watch_epoch(), e);
 
     watch_teardown();
 }
@@ -163,17 +187,17 @@ TEST(file_watch_is_not_inherited_by_a_child)
 
     REQUIRE(watch_setup() == 0);
     REQUIRE(watch_add(watch_file("current/e.rb")) == 0);
-    CHECK(mrb_file_watch_epoch(&watch_poller) != 0);
+    CHECK(watch_epoch() != 0);
 
     pid = fork();
     REQUIRE(pid >= 0);
     if (pid == 0) {
         /* nothing to trust until the child watches for itself */
-        if (mrb_file_watch_epoch(&watch_poller) != 0) {
+        if (watch_epoch() != 0) {
             _exit(1);
         }
         if (watch_add(watch_file("current/e.rb")) != 0
-            || mrb_file_watch_epoch(&watch_poller) >> 32 != (uint64_t) getpid())
+            || watch_epoch() >> 32 != (uint64_t) getpid())
         {
             _exit(2);
         }
@@ -182,7 +206,7 @@ TEST(file_watch_is_not_inherited_by_a_child)
 
     REQUIRE(waitpid(pid, &status, 0) == pid);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    CHECK(mrb_file_watch_epoch(&watch_poller) >> 32 == (uint64_t) getpid());
+    CHECK(watch_epoch() >> 32 == (uint64_t) getpid());
 
     watch_teardown();
 }
@@ -205,11 +229,11 @@ watch_asker(void *arg)
     long                   me = (long) arg;
     int                    round;
 
-    mrb_file_watch_epoch(&poller);
+    watch_epoch_via(&poller, watch_path);
     for (round = 0; round < WATCH_ROUNDS; round++) {
         pthread_barrier_wait(&watch_barrier);
         if (round % 2 == me) {
-            watch_seen[round] = mrb_file_watch_epoch(&poller);
+            watch_seen[round] = watch_epoch_via(&poller, watch_path);
         }
         pthread_barrier_wait(&watch_barrier);
     }
@@ -233,7 +257,7 @@ TEST(file_watch_each_thread_sees_an_edit_at_once)
     REQUIRE(pthread_create(&t[1], NULL, watch_asker, (void *) 1L) == 0);
 
     for (round = 0; round < WATCH_ROUNDS; round++) {
-        before[round] = mrb_file_watch_epoch(&watch_poller);
+        before[round] = watch_epoch();
         snprintf(text, sizeof(text), "version %d", round);
         watch_write("current/e.rb", text, "w");
         pthread_barrier_wait(&watch_barrier);
@@ -249,4 +273,285 @@ TEST(file_watch_each_thread_sees_an_edit_at_once)
     }
 
     watch_teardown();
+}
+
+
+/* A writer that truncates and writes in pieces: nothing counts before its
+ * close, which counts at once. */
+TEST(file_watch_counts_a_write_when_the_writer_closes)
+{
+    uint64_t  e;
+    int       fd;
+
+    REQUIRE(watch_setup() == 0);
+    REQUIRE(watch_add(watch_file("current/e.rb")) == 0);
+    e = watch_epoch();
+
+    fd = open(watch_file("current/e.rb"), O_WRONLY | O_TRUNC);
+    REQUIRE(fd >= 0);
+    CHECK_EQ(write(fd, "first half ", 11), 11);
+    CHECK_EQ(watch_epoch(), e);
+    CHECK(mrb_file_watch_writing(watch_path, &(long) { 0 }));
+    CHECK_EQ(write(fd, "second half", 11), 11);
+    CHECK_EQ(watch_epoch(), e);
+    close(fd);
+    CHECK(watch_epoch() != e);
+    CHECK(!mrb_file_watch_writing(watch_path, &(long) { 0 }));
+
+    watch_teardown();
+}
+
+
+/* A writer that keeps the file open counts after the quiet interval. */
+TEST(file_watch_takes_a_write_left_open_after_the_quiet_interval)
+{
+    uint64_t  e, start;
+    int       fd;
+
+    REQUIRE(watch_setup() == 0);
+    REQUIRE(watch_add(watch_file("current/e.rb")) == 0);
+    e = watch_epoch();
+
+    fd = open(watch_file("current/e.rb"), O_WRONLY | O_APPEND);
+    REQUIRE(fd >= 0);
+    CHECK_EQ(write(fd, " more", 5), 5);
+    start = unit_now_ns();
+    CHECK_EQ(watch_epoch(), e);
+
+    while (watch_epoch() == e
+           && unit_now_ns() - start < 3000000000ull)
+    {
+        usleep(5000);
+    }
+
+    /* the coarse clock ticks every 4 ms */
+    CHECK(watch_epoch() != e);
+    CHECK(unit_now_ns() - start
+          >= (MRB_FILE_WATCH_QUIET_MS - 10) * 1000000ull);
+    unit_report("quiet interval measured", (unit_now_ns() - start) / 1e6,
+                "ms");
+    close(fd);
+
+    watch_teardown();
+}
+
+
+/* A file created under the watched name counts when its writer closes it,
+ * not when it appears empty; a link switched by rename counts at once. */
+TEST(file_watch_waits_for_a_created_file_to_be_closed)
+{
+    uint64_t  e;
+    int       fd;
+
+    REQUIRE(watch_setup() == 0);
+    REQUIRE(watch_add(watch_file("r1/e.rb")) == 0);
+    e = watch_epoch();
+
+    REQUIRE(unlink(watch_file("r1/e.rb")) == 0);
+    CHECK(watch_epoch() != e);
+    e = watch_epoch();
+
+    fd = open(watch_file("r1/e.rb"), O_WRONLY | O_CREAT | O_EXCL, 0644);
+    REQUIRE(fd >= 0);
+    CHECK_EQ(watch_epoch(), e);
+    CHECK_EQ(write(fd, "back", 4), 4);
+    CHECK_EQ(watch_epoch(), e);
+    close(fd);
+    CHECK(watch_epoch() != e);
+    e = watch_epoch();
+
+    /* the new inode is watched */
+    watch_write("r1/e.rb", "back, edited", "w");
+    CHECK(watch_epoch() != e);
+
+    watch_teardown();
+}
+
+
+/*
+ * An edit reaches only the paths that depend on it: with many scripts
+ * watched in one directory and in directories of their own, one file
+ * edited moves one epoch.
+ */
+#define WATCH_MANY  2000
+
+TEST(file_watch_an_edit_moves_only_its_paths_epoch)
+{
+    static mrb_file_watch_path  *path[WATCH_MANY];
+    static uint64_t              before[WATCH_MANY];
+    char                         rel[64];
+    int                          i, moved = 0;
+
+    REQUIRE(watch_setup() == 0);
+    REQUIRE(mkdir(watch_file("sites"), 0755) == 0);
+
+    for (i = 0; i < WATCH_MANY; i++) {
+        snprintf(rel, sizeof(rel), i % 2 ? "sites/%d.rb" : "sites/s%d", i);
+        if (i % 2 == 0) {
+            REQUIRE(mkdir(watch_file(rel), 0755) == 0);
+            snprintf(rel, sizeof(rel), "sites/s%d/e.rb", i);
+        }
+        watch_write(rel, "x", "w");
+        path[i] = mrb_file_watch_add(watch_file(rel), watch_why,
+                                     sizeof(watch_why));
+        REQUIRE(path[i] != NULL);
+    }
+
+    for (i = 0; i < WATCH_MANY; i++) {
+        before[i] = watch_epoch_via(&watch_poller, path[i]);
+    }
+
+    watch_write("sites/7.rb", "edited", "w");
+    watch_write("sites/s8/e.rb", "edited", "w");
+    mrb_file_watch_poll(&watch_poller);
+
+    for (i = 0; i < WATCH_MANY; i++) {
+        if (mrb_file_watch_path_epoch(path[i]) != before[i]) {
+            moved++;
+            CHECK(i == 7 || i == 8);
+        }
+    }
+    CHECK_EQ(moved, 2);
+
+    watch_teardown();
+}
+
+
+/* What a loop does when the queue's descriptor is readable: reads until
+ * the queue is empty (other programs' files in /tmp queue events too). */
+static long
+watch_process_all(void)
+{
+    long  rc;
+
+    while ((rc = mrb_file_watch_process()) == MRB_FILE_WATCH_MORE) {
+        /* the next batch */
+    }
+
+    return rc;
+}
+
+
+/*
+ * Driven by an event loop: runs no longer ask the queue; the loop reads
+ * it when its descriptor is readable, and is told when a write left open
+ * will count.
+ */
+TEST(file_watch_driven_by_an_event_loop)
+{
+    struct pollfd  pfd;
+    uint64_t       e;
+    long           next;
+    int            fd;
+
+    REQUIRE(watch_setup() == 0);
+    pfd.fd = mrb_file_watch_start(watch_why, sizeof(watch_why));
+    REQUIRE(pfd.fd >= 0);
+    pfd.events = POLLIN;
+    REQUIRE(watch_add(watch_file("current/e.rb")) == 0);
+    e = watch_epoch();
+    CHECK(e != 0);
+
+    watch_write("current/e.rb", "edited", "w");
+    CHECK_EQ(watch_epoch(), e);              /* nobody read the queue */
+    CHECK_EQ(poll(&pfd, 1, 1000), 1);
+    CHECK_EQ(watch_process_all(), MRB_FILE_WATCH_IDLE);
+    CHECK(watch_epoch() != e);
+    e = watch_epoch();
+
+    fd = open(watch_file("current/e.rb"), O_WRONLY | O_APPEND);
+    REQUIRE(fd >= 0);
+    CHECK_EQ(write(fd, "!", 1), 1);
+    CHECK_EQ(poll(&pfd, 1, 1000), 1);
+    next = watch_process_all();
+    CHECK(next > 0 && next <= MRB_FILE_WATCH_QUIET_MS);
+    CHECK_EQ(watch_epoch(), e);
+    usleep((next + 10) * 1000);
+    CHECK_EQ(watch_process_all(), MRB_FILE_WATCH_IDLE);
+    CHECK(watch_epoch() != e);
+    close(fd);
+
+    watch_teardown();
+}
+
+
+TEST(file_watch_limits_say_what_to_raise)
+{
+    char  msg[512];
+
+    CHECK_EQ(mrb_file_watch_check_limits(10, 14, 2, msg, sizeof(msg)), 0);
+    CHECK(strstr(msg, "10 stat scripts need 14 inotify watches in each of "
+                      "2 processes (28 of fs.inotify.max_user_watches")
+          != NULL);
+    CHECK_EQ(mrb_file_watch_check_limits(1000000, 1000010, 8, msg,
+                                         sizeof(msg)), 1);
+    CHECK(strstr(msg, "sysctl fs.inotify.max_user_watches=16000160") != NULL);
+}
+
+
+/*
+ * What the watch costs at hosting scale: adding N paths (one directory
+ * of scripts, as one location choosing its script by URI), the memory
+ * they take, and the time from one edit to its epoch moving, with
+ * N = 10,000 and 100,000.
+ */
+static void
+watch_bench_scale(int n)
+{
+    mrb_file_watch_path  **path;
+    struct mallinfo2       before, after;
+    char                   rel[64], what[96];
+    uint64_t               t0, e;
+    int                    i;
+
+    path = calloc(n, sizeof(*path));
+    if (path == NULL || watch_setup() != 0 || mkdir(watch_file("s"), 0755)) {
+        unit_fail(__FILE__, __LINE__, "setup");
+        return;
+    }
+    for (i = 0; i < n; i++) {
+        snprintf(rel, sizeof(rel), "s/%d.rb", i);
+        close(open(watch_file(rel), O_WRONLY | O_CREAT, 0644));
+    }
+
+    before = mallinfo2();
+    t0 = unit_now_ns();
+    for (i = 0; i < n; i++) {
+        snprintf(rel, sizeof(rel), "s/%d.rb", i);
+        path[i] = mrb_file_watch_add(watch_file(rel), watch_why,
+                                     sizeof(watch_why));
+        if (path[i] == NULL) {
+            unit_fail(__FILE__, __LINE__, "%d: %s", i, watch_why);
+            return;
+        }
+    }
+    snprintf(what, sizeof(what), "%d paths: add, per path", n);
+    unit_report(what, (unit_now_ns() - t0) / 1e3 / n, "us");
+    after = mallinfo2();
+    snprintf(what, sizeof(what), "%d paths: heap per path", n);
+    unit_report(what, (double) (after.uordblks - before.uordblks) / n,
+                "bytes");
+
+    e = watch_epoch_via(&watch_poller, path[n / 2]);
+    snprintf(rel, sizeof(rel), "s/%d.rb", n / 2);
+    watch_write(rel, "edited", "w");
+    t0 = unit_now_ns();
+    CHECK(watch_epoch_via(&watch_poller, path[n / 2]) != e);
+    snprintf(what, sizeof(what), "%d paths: one edit applied", n);
+    unit_report(what, (unit_now_ns() - t0) / 1e3, "us");
+
+    watch_teardown();
+    free(path);
+}
+
+
+BENCH(file_watch_bench_10000_paths)
+{
+    watch_bench_scale(10000);
+}
+
+
+BENCH(file_watch_bench_100000_paths)
+{
+    watch_bench_scale(100000);
 }

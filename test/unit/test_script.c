@@ -279,19 +279,43 @@ TEST(script_stat_recompiles_on_change_and_recovers_from_errors)
     CHECK_EQ(mrb_script_run(interp, s, &run), 0);
     CHECK_EQ(run.result, 1);
 
+    /* A broken version: the last one that compiled goes on running,
+     * unless the run asks for failures. */
     write_file(path, "Apache.return (((\n");
     mrb_run_init(&run, (void *) 1, 0);
+    CHECK_EQ(mrb_script_run(interp, s, &run), 0);
+    CHECK_EQ(run.result, 1);
+    mrb_run_init(&run, (void *) 1, 0);
+    run.stat_on_error_fail = 1;
     CHECK_EQ(mrb_script_run(interp, s, &run), -1);
     CHECK(strncmp(run.error, path, strlen(path)) == 0);
 
     /* Same broken version: the same error again, not a stale success. */
     mrb_run_init(&run, (void *) 1, 0);
+    run.stat_on_error_fail = 1;
     CHECK_EQ(mrb_script_run(interp, s, &run), -1);
+    mrb_run_init(&run, (void *) 1, 0);
+    CHECK_EQ(mrb_script_run(interp, s, &run), 0);
+    CHECK_EQ(run.result, 1);
 
     write_file(path, "Apache.return 22 # a different size\n");
     mrb_run_init(&run, (void *) 1, 0);
     CHECK_EQ(mrb_script_run(interp, s, &run), 0);
     CHECK_EQ(run.result, 22);
+
+    /* Removed: the last version runs on; put back, the new one. */
+    unlink(path);
+    mrb_run_init(&run, (void *) 1, 0);
+    CHECK_EQ(mrb_script_run(interp, s, &run), 0);
+    CHECK_EQ(run.result, 22);
+    mrb_run_init(&run, (void *) 1, 0);
+    run.stat_on_error_fail = 1;
+    CHECK_EQ(mrb_script_run(interp, s, &run), -1);
+    CHECK(strstr(run.error, "No such file") != NULL);
+    write_file(path, "Apache.return 3\n");
+    mrb_run_init(&run, (void *) 1, 0);
+    CHECK_EQ(mrb_script_run(interp, s, &run), 0);
+    CHECK_EQ(run.result, 3);
 
     mrb_script_free(s);
     mrb_interp_close(interp);
