@@ -107,7 +107,20 @@ mrb_shdict_owner_self(mrb_shdict_owner *o)
     pthread_once(&shd_atfork_once, shd_atfork_register);
 
     o->pid = (uint32_t) getpid();
-    o->start = (shd_proc_stat(o->pid, &state, &start) == 0) ? start : 0;
+
+    if (shd_proc_stat(o->pid, &state, &start) != 0) {
+        /*
+         * /proc could not be read now (no file descriptor left, EMFILE):
+         * the pid alone for this call, and not remembered, so that the
+         * next call reads it again.  Remembered, a start of 0 would make
+         * this owner's holds look alive to the sweep for as long as any
+         * process has its pid.
+         */
+        o->start = 0;
+        return;
+    }
+
+    o->start = start;
 
     /* threads racing here compute the same values */
     shd_self = *o;

@@ -8,6 +8,7 @@
  */
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include "mrb_shdict_layout.h"
@@ -17,8 +18,8 @@
  * few hundred ns, far less than a futex sleep and wake-up cost */
 #define SHD_SPINS        100
 
-/* distinct dead-process candidates looked at per sweep */
-#define SHD_SWEEP_MAX    128
+/* owners a sweep collects on its stack; more take a malloc'd array */
+#define SHD_SWEEP_STACK  128
 
 #define shd_entry_at(z, off)  ((shd_entry *) shd_ptr(z, off))
 #define shd_buckets(z)        ((shd_off *) shd_ptr(z, (z)->buckets))
@@ -597,28 +598,56 @@ shd_sweep_maybe(mrb_shdict_zone *z)
 
 
 static int
-shd_owner_in(const mrb_shdict_owner *set, size_t n, const mrb_shdict_owner *o)
+shd_owner_cmp(const void *a, const void *b)
 {
-    size_t  i;
+    const mrb_shdict_owner  *x = a, *y = b;
 
-    for (i = 0; i < n; i++) {
-        if (set[i].pid == o->pid && set[i].start == o->start) {
-            return 1;
-        }
+    if (x->pid != y->pid) {
+        return (x->pid > y->pid) - (x->pid < y->pid);
     }
 
-    return 0;
+    return (x->start > y->start) - (x->start < y->start);
 }
 
 
+/* Sorts owners and drops duplicates; returns how many are left. */
+static size_t
+shd_owners_unique(mrb_shdict_owner *owners, size_t n)
+{
+    size_t  i, m;
+
+    if (n == 0) {
+        return 0;
+    }
+
+    qsort(owners, n, sizeof(mrb_shdict_owner), shd_owner_cmp);
+
+    for (i = 1, m = 1; i < n; i++) {
+        if (shd_owner_cmp(&owners[i], &owners[m - 1]) != 0) {
+            owners[m++] = owners[i];
+        }
+    }
+
+    return m;
+}
+
+
+/*
+ * Every holder is looked at, however many there are: the owners of all
+ * ledgers are collected under the lock (into a malloc'd array when they
+ * outnumber the stack's), judged alive or dead without it (/proc), and the
+ * ledgers of the dead removed under it again.  Out of memory, a sweep looks
+ * at the first SHD_SWEEP_STACK ledgers' owners only; the next one at the
+ * same again, so that it is no worse than a partial sweep.
+ */
 static size_t
 shd_sweep(mrb_shdict_zone *z, int force)
 {
-    size_t             n, ndead, i, removed;
+    size_t             n, cap, ndead, i, removed;
     shd_off            off, next;
     shd_clock          clk = { 0 };
     shd_entry         *l, *p;
-    mrb_shdict_owner   o, owners[SHD_SWEEP_MAX];
+    mrb_shdict_owner   o, stack[SHD_SWEEP_STACK], *owners;
 
     if (mrb_shdict_zone_lock(z) != 0) {
         return 0;
@@ -632,6 +661,18 @@ shd_sweep(mrb_shdict_zone *z, int force)
 
     z->next_sweep = shd_now(&clk) + MRB_SHDICT_SWEEP_INTERVAL;
 
+    owners = stack;
+    cap = SHD_SWEEP_STACK;
+
+    if (z->nledgers > SHD_SWEEP_STACK) {
+        owners = malloc(z->nledgers * sizeof(mrb_shdict_owner));
+        if (owners != NULL) {
+            cap = z->nledgers;
+        } else {
+            owners = stack;
+        }
+    }
+
     /* the idle ledgers go; the owners of the others are collected */
     n = 0;
 
@@ -644,16 +685,17 @@ shd_sweep(mrb_shdict_zone *z, int force)
             continue;
         }
 
-        shd_owner_unpack(l->data + l->klen - SHD_OWNER_LEN, &o);
-
-        if (n < SHD_SWEEP_MAX && !shd_owner_in(owners, n, &o)) {
-            owners[n++] = o;
+        if (n < cap) {
+            shd_owner_unpack(l->data + l->klen - SHD_OWNER_LEN, &owners[n++]);
         }
     }
 
     mrb_shdict_zone_unlock(z);
 
-    /* /proc is read without the mutex; a dead owner stays dead */
+    n = shd_owners_unique(owners, n);
+
+    /* /proc is read without the mutex; a dead owner stays dead; the dead
+     * stay sorted */
     ndead = 0;
 
     for (i = 0; i < n; i++) {
@@ -662,22 +704,20 @@ shd_sweep(mrb_shdict_zone *z, int force)
         }
     }
 
-    if (ndead == 0) {
-        return 0;
-    }
-
-    if (mrb_shdict_zone_lock(z) != 0) {
-        return 0;
-    }
-
     removed = 0;
+
+    if (ndead == 0 || mrb_shdict_zone_lock(z) != 0) {
+        goto done;
+    }
 
     for (off = z->ledgers; off != 0; off = next) {
         l = shd_entry_at(z, off);
         next = l->next;
         shd_owner_unpack(l->data + l->klen - SHD_OWNER_LEN, &o);
 
-        if (!shd_owner_in(owners, ndead, &o)) {
+        if (bsearch(&o, owners, ndead, sizeof(mrb_shdict_owner),
+                    shd_owner_cmp) == NULL)
+        {
             continue;
         }
 
@@ -692,6 +732,12 @@ shd_sweep(mrb_shdict_zone *z, int force)
     }
 
     mrb_shdict_zone_unlock(z);
+
+done:
+
+    if (owners != stack) {
+        free(owners);
+    }
 
     return removed;
 }

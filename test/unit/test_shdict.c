@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <mruby.h>
 #include <mruby/compile.h>
@@ -885,6 +886,92 @@ TEST(owner_identity)
     o.pid = (uint32_t) pid;
     o.start = 0;
     CHECK(!mrb_shdict_owner_alive(&o));
+}
+
+
+/*
+ * A process that cannot read /proc the first time it asks who it is (no
+ * file descriptor left) gets its start time when it asks again: a start of
+ * 0, remembered, made its holds look alive for as long as any process had
+ * its pid.
+ */
+TEST(owner_start_read_again_after_proc_was_unreadable)
+{
+    pid_t  pid;
+
+    pid = fork();
+    if (pid == 0) {
+        struct rlimit     lim, none;
+        mrb_shdict_owner  first, again;
+
+        if (getrlimit(RLIMIT_NOFILE, &lim) != 0) {
+            _exit(2);
+        }
+
+        /* no descriptor can be opened: fopen("/proc/...") fails */
+        none = lim;
+        none.rlim_cur = 0;
+        if (setrlimit(RLIMIT_NOFILE, &none) != 0) {
+            _exit(3);
+        }
+
+        mrb_shdict_owner_self(&first);
+
+        if (setrlimit(RLIMIT_NOFILE, &lim) != 0) {
+            _exit(4);
+        }
+
+        mrb_shdict_owner_self(&again);
+        _exit(first.start == 0 && again.start != 0 ? 0 : 1);
+    }
+    REQUIRE(pid > 0);
+    CHECK_EQ(child_status(pid), 0);
+}
+
+
+/*
+ * A sweep looks at every holder: one dead among more than 128 live ones
+ * (the old limit of owners looked at) is found.  The dead one holds first,
+ * so that its ledger is the last the sweep walks to.
+ */
+TEST(sweep_finds_the_dead_among_many_holders)
+{
+    enum { NLIVE = 140 };
+    pid_t              dead, live[NLIVE];
+    int                i, started = 0;
+    mrb_shdict_zone   *z;
+
+    z = zone_new(256 * 1024);
+    REQUIRE(z != NULL);
+
+    /* no sweep by itself meanwhile: forking them all takes a while */
+    z->next_sweep = UINT64_MAX;
+
+    dead = child_holding(z, "f", 1, 0);
+    REQUIRE(dead > 0);
+    CHECK_EQ(child_status(dead), 0);
+
+    for (i = 0; i < NLIVE; i++) {
+        live[i] = child_holding(z, "f", 1, 1);
+        if (live[i] <= 0) {
+            break;
+        }
+        started++;
+    }
+
+    CHECK_EQ(started, NLIVE);
+    CHECK_EQ(get_int(z, "f"), started + 1);
+    CHECK_EQ(mrb_shdict_zone_sweep(z), 1);
+    CHECK_EQ(get_int(z, "f"), started);
+
+    for (i = 0; i < started; i++) {
+        kill(live[i], SIGKILL);
+        child_status(live[i]);
+    }
+
+    CHECK_EQ(mrb_shdict_zone_sweep(z), started);
+    CHECK_EQ(get_int(z, "f"), 0);
+    zone_free(z);
 }
 
 
