@@ -71,6 +71,10 @@ ap_mrb_pstr(mrb_state *mrb, apr_pool_t *p, mrb_value str)
 }
 
 
+/* The longest Apache.sleep: a day (what a request may sensibly wait, and
+ * far inside apr_interval_time_t's microseconds). */
+#define AP_MRB_SLEEP_MAX  86400.0
+
 static mrb_value
 ap_mrb_sleep(mrb_state *mrb, mrb_value self)
 {
@@ -78,8 +82,11 @@ ap_mrb_sleep(mrb_state *mrb, mrb_value self)
 
     mrb_get_args(mrb, "f", &sec);
 
-    if (sec < 0) {
-        mrb_raise(mrb, E_ARGUMENT_ERROR, "time interval must not be negative");
+    /* NaN fails both compares: converting it, or a value too large for
+     * the microsecond count, to an integer is undefined behaviour */
+    if (!(sec >= 0 && sec <= AP_MRB_SLEEP_MAX)) {
+        mrb_raisef(mrb, E_ARGUMENT_ERROR, "sleep: %f is not a number of "
+                   "seconds from 0 to %d", sec, (int) AP_MRB_SLEEP_MAX);
     }
 
     apr_sleep((apr_interval_time_t) (sec * APR_USEC_PER_SEC));

@@ -178,11 +178,18 @@ typedef int (*ngx_http_mruby_ssl_file_pt)(ngx_ssl_conn_t *ssl,
 typedef int (*ngx_http_mruby_ssl_data_pt)(ngx_ssl_conn_t *ssl, BIO *bio);
 
 
-/* A file path (relative to nginx's prefix), NUL-terminated in c->pool. */
+/* A file path (relative to nginx's prefix), NUL-terminated in c->pool.
+ * One with a NUL inside is refused: C would read a shorter path. */
 static char *
-ngx_http_mruby_ssl_path(mrb_state *mrb, ngx_connection_t *c, mrb_value v)
+ngx_http_mruby_ssl_path(mrb_state *mrb, ngx_connection_t *c, const char *what,
+    mrb_value v)
 {
     ngx_str_t  name;
+
+    if (memchr(RSTRING_PTR(v), '\0', (size_t) RSTRING_LEN(v)) != NULL) {
+        mrb_raisef(mrb, E_ARGUMENT_ERROR,
+                   "Nginx::SSL#%s: the path contains a NUL byte", what);
+    }
 
     name.len = (size_t) RSTRING_LEN(v);
     name.data = ngx_pnalloc(c->pool, name.len + 1);
@@ -214,7 +221,7 @@ ngx_http_mruby_ssl_set_file(mrb_state *mrb, const char *what,
     mrb_get_args(mrb, "S", &v);
 
     c = ngx_http_mruby_ssl_connection(mrb);
-    path = ngx_http_mruby_ssl_path(mrb, c, v);
+    path = ngx_http_mruby_ssl_path(mrb, c, what, v);
 
     if (use(c->ssl->connection, path) != 1) {
         ngx_http_mruby_ssl_raise(mrb, what, v);
@@ -237,6 +244,10 @@ ngx_http_mruby_ssl_set_data(mrb_state *mrb, const char *what,
     mrb_get_args(mrb, "S", &v);
 
     c = ngx_http_mruby_ssl_connection(mrb);
+
+    if (RSTRING_LEN(v) > INT_MAX) {
+        mrb_raisef(mrb, E_ARGUMENT_ERROR, "Nginx::SSL#%s: too long", what);
+    }
 
     bio = BIO_new_mem_buf(RSTRING_PTR(v), (int) RSTRING_LEN(v));
     if (bio == NULL) {

@@ -437,6 +437,29 @@ def test_scoreboard_total_access_grows(apache):
     assert counts == [counts[0] + i for i in range(4)]
 
 
+def test_sleep_refuses_what_is_not_a_duration(apache):
+    """NaN and values too large for a microsecond count were converted to
+    an integer anyway (undefined behaviour; NaN slept for nothing)."""
+    a = handler(apache, """\
+out = [Float::NAN, -1, 1e300, Float::INFINITY, 86401].map do |v|
+  begin
+    Apache.sleep(v)
+    "slept"
+  rescue ArgumentError => e
+    e.message
+  end
+end
+Apache.rputs out.join("\\n")
+""")
+    r = a.get("/t")
+    assert r.status_code == 200, a.error_log()[-2000:]
+    lines = r.text.split("\n")
+    assert len(lines) == 5
+    for line in lines:
+        assert line.startswith("sleep: ") and line.endswith(
+            " is not a number of seconds from 0 to 86400"), lines
+
+
 def test_apache_class_methods(apache):
     a = handler(apache, """\
 Apache.rputs [Apache.module_name, Apache.module_version, Apache.server_version,

@@ -57,6 +57,10 @@ when "errors.test"
   end
   ssl.certificate = "{dir}/a.test.crt"
   ssl.certificate_key = "{dir}/a.test.key"
+when "nul.test"
+  # an embedded NUL: the path is refused, not cut short at the NUL
+  ssl.certificate = "{dir}/b.test.crt\0.ignored"
+  ssl.certificate_key = "{dir}/b.test.key"
 end
 """
 
@@ -100,6 +104,14 @@ def test_handshake_script_error_fails_the_handshake(tls_nginx):
     # and the next client is served
     der, _ = handshake(n.port, "a.test")
     assert der == n.certs["a.test"]
+
+
+def test_path_with_a_nul_is_refused(tls_nginx):
+    n = tls_nginx
+    with pytest.raises((ssl.SSLError, ConnectionError)):
+        handshake(n.port, "nul.test")
+    n.wait_log("mruby_ssl_handshake_handler: ArgumentError: "
+               "Nginx::SSL#certificate=: the path contains a NUL byte")
 
 
 def test_setter_errors_can_be_rescued(tls_nginx):
