@@ -162,7 +162,7 @@ $(FUZZ_BUILD)/mrblib.o: $(BUILD)/mrblib.c
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
 
-$(FUZZ_BUILD)/fuzz_%: test/fuzz/fuzz_%.c $(FUZZ_OBJ)
+$(FUZZ_BUILD)/fuzz_%: test/fuzz/fuzz_%.c $(wildcard test/fuzz/*.h) $(FUZZ_OBJ)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_OBJ) $(LIBS)
 
 fuzz: $(FUZZ_TARGETS)

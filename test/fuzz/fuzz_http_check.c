@@ -2,9 +2,8 @@
  * libFuzzer target: the wire checks of mrb_http_check.h on arbitrary bytes.
  *
  * The first byte picks a check, the rest is its input.  Each answer is
- * compared with an oracle written from RFC 9110's grammar independently
- * of the tables in mrb_http_check.c; a disagreement aborts, which libFuzzer
- * reports as a crash with the input that caused it.
+ * compared with the oracle of fuzz_http_oracle.h; a disagreement aborts,
+ * which libFuzzer reports as a crash with the input that caused it.
  */
 
 #include <stdint.h>
@@ -12,67 +11,7 @@
 #include <string.h>
 
 #include "mrb_http_check.h"
-
-
-static int
-oracle_tchar(unsigned char c)
-{
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z')
-           || (c >= 'A' && c <= 'Z') || (c != 0 && strchr("!#$%&'*+-.^_`|~", c));
-}
-
-
-static int
-oracle_ctl(unsigned char c)
-{
-    return c <= 0x1f || c == 0x7f;
-}
-
-
-static int
-oracle_name(const unsigned char *p, size_t len)
-{
-    size_t  i;
-
-    for (i = 0; i < len; i++) {
-        if (!oracle_tchar(p[i])) {
-            return 0;
-        }
-    }
-
-    return len > 0;
-}
-
-
-static int
-oracle_value(const unsigned char *p, size_t len)
-{
-    size_t  i;
-
-    for (i = 0; i < len; i++) {
-        if (oracle_ctl(p[i]) && p[i] != '\t') {
-            return 0;
-        }
-    }
-
-    return 1;
-}
-
-
-/* no control character; space too unless space_ok */
-static int
-oracle_uri(const unsigned char *p, size_t len, int space_ok, int empty_ok)
-{
-    size_t  i;
-
-    for (i = 0; i < len; i++) {
-        if (oracle_ctl(p[i]) || (!space_ok && p[i] == ' ')) {
-            return 0;
-        }
-    }
-
-    return len > 0 || empty_ok;
-}
+#include "fuzz_http_oracle.h"
 
 
 static void
