@@ -165,10 +165,11 @@ ap_mrb_output_filter(ap_filter_t *f, apr_bucket_brigade *bb)
         APR_BRIGADE_INSERT_TAIL(ctx->body, e);
 
     } else if (ctx->changed) {
-        /* the length and entity tag were those of the old body */
+        /* the length and validators were those of the old body */
         apr_brigade_length(ctx->body, 1, &len);
         ap_set_content_length(r, len);
         apr_table_unset(r->headers_out, "ETag");
+        apr_table_unset(r->headers_out, "Last-Modified");
     }
 
     e = apr_bucket_eos_create(r->connection->bucket_alloc);
@@ -311,11 +312,24 @@ ap_mrb_input_filter(ap_filter_t *f, apr_bucket_brigade *bb,
 }
 
 
+/*
+ * Called before the handler: the script may make a different body each
+ * time, so the handler must not answer a conditional request with 304 by
+ * the validators of what it serves (mod_include does the same).
+ */
+static int
+ap_mrb_output_filter_init(ap_filter_t *f)
+{
+    f->r->no_local_copy = 1;
+    return OK;
+}
+
+
 void
 ap_mrb_register_filters(void)
 {
-    ap_register_output_filter(AP_MRB_FILTER_NAME, ap_mrb_output_filter, NULL,
-                              AP_FTYPE_RESOURCE);
+    ap_register_output_filter(AP_MRB_FILTER_NAME, ap_mrb_output_filter,
+                              ap_mrb_output_filter_init, AP_FTYPE_RESOURCE);
     ap_register_input_filter(AP_MRB_FILTER_NAME, ap_mrb_input_filter, NULL,
                              AP_FTYPE_RESOURCE);
 }

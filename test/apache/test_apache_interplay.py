@@ -178,3 +178,25 @@ def test_connection_keepalive_and_id(apache):
     a.wait_log("trace ka true")
     one.close()
     two.close()
+
+
+def test_output_filter_drops_validators_of_the_original(apache):
+    """issue 17, 7: a conditional request is not answered with 304 by the
+    validators of the file an output filter rewrites (as mod_include)."""
+    a = apache("""
+Alias /plain/ {docroot}/
+Alias /f/ {docroot}/
+<Location /f/>
+    SetOutputFilter mruby
+    mrubyOutputFilter {dir}/f.rb
+</Location>
+""", files={"f.rb": "f = Apache::Filter.new; "
+                    "f.body = f.body + Apache::Request.new.args.to_s"},
+        docs={"page.html": "page\n"})
+    orig = a.get("/plain/page.html")
+    etag, lm = orig.headers["ETag"], orig.headers["Last-Modified"]
+    r = a.get("/f/page.html?one", headers={"If-None-Match": etag})
+    assert (r.status_code, r.text) == (200, "page\none")
+    assert "ETag" not in r.headers and "Last-Modified" not in r.headers
+    r = a.get("/f/page.html?two", headers={"If-Modified-Since": lm})
+    assert (r.status_code, r.text) == (200, "page\ntwo")
