@@ -18,7 +18,7 @@ NGINX_SRC  := /usr/share/nginx/src
 
 MRUBY_DEFS := -DMRB_USE_RATIONAL -DMRB_USE_COMPLEX
 MRUBY_LIB  := /usr/lib/libmruby.a
-LIBS       := $(MRUBY_LIB) -lhiredis -lonig -ljansson -lcrypto -lm -lpthread
+LIBS       := $(MRUBY_LIB) -lhiredis -lonig -ljansson -lcrypto -lboost_context -lm -lpthread
 
 WARN       := -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
 OPT        ?= -O2 -g

@@ -1,0 +1,83 @@
+/*
+ * Machine-stack coroutines (seed 001): each coroutine runs on a stack of
+ * its own, taken from a pool, and a switch saves and loads a few registers
+ * (boost.context's jump_fcontext, ~5 ns) instead of copying stacks or
+ * calling swapcontext (a sigprocmask syscall per switch).
+ *
+ * A stack is one mmap: the usable stack, and below it one PROT_NONE guard
+ * page.  The pool keeps up to `keep` finished stacks on a free list, so that
+ * starting a coroutine is a list pop and a make_fcontext; pages a coroutine
+ * never touched cost no memory.
+ *
+ * Overflow: code that can recurse (the Ruby VM entered again from C) asks
+ * mrb_coro_stack_left() first and fails cleanly while there is room.  The
+ * guard page is the last line: a fault on it ends the process with one line
+ * on stderr naming the stack size (the server's error log, for Apache and
+ * nginx workers), and the server starts another.
+ *
+ * Server neutral and mruby-free.  Not thread-safe: a pool and its
+ * coroutines belong to one thread at a time.
+ */
+
+#ifndef MRB_CORO_H
+#define MRB_CORO_H
+
+#include <stddef.h>
+
+typedef struct mrb_coro_s       mrb_coro;
+typedef struct mrb_coro_pool_s  mrb_coro_pool;
+
+/* What a coroutine runs; when it returns, the coroutine is finished. */
+typedef void (*mrb_coro_fn)(mrb_coro *coro, void *arg);
+
+#define MRB_CORO_STACK_DEFAULT  (256 * 1024)
+#define MRB_CORO_STACK_MIN      (64 * 1024)
+#define MRB_CORO_KEEP_DEFAULT   64
+
+/*
+ * A pool of stacks of stack_size usable bytes (rounded up to pages; at
+ * least MRB_CORO_STACK_MIN), keeping up to keep finished ones for reuse.
+ * NULL when out of memory.  The caller frees it with mrb_coro_pool_free
+ * once every coroutine taken from it has finished.
+ */
+mrb_coro_pool *mrb_coro_pool_new(size_t stack_size, unsigned keep);
+void mrb_coro_pool_free(mrb_coro_pool *pool);
+
+size_t mrb_coro_pool_stack_size(const mrb_coro_pool *pool);
+
+/* Coroutines started and not finished; finished stacks kept for reuse. */
+unsigned mrb_coro_pool_live(const mrb_coro_pool *pool);
+unsigned mrb_coro_pool_idle(const mrb_coro_pool *pool);
+
+/*
+ * A coroutine that will run fn(coro, arg) on a stack of pool, from its
+ * first mrb_coro_resume.  NULL when no stack can be mapped.
+ */
+mrb_coro *mrb_coro_new(mrb_coro_pool *pool, mrb_coro_fn fn, void *arg);
+
+/*
+ * Runs coro until it suspends (returns 1) or fn returns (returns 0: the
+ * coroutine is finished and its stack is back in the pool; coro is gone).
+ */
+int mrb_coro_resume(mrb_coro *coro);
+
+/* From inside coro: back to whoever resumed it, until the next resume. */
+void mrb_coro_suspend(mrb_coro *coro);
+
+/*
+ * Drops a suspended coroutine without running it further: its stack goes
+ * back to the pool.  Whatever its frames held is not released: the caller
+ * unwinds it first (resume it and let fn return) when that matters.
+ */
+void mrb_coro_drop(mrb_coro *coro);
+
+/* The coroutine running on this thread, or NULL on the thread's stack. */
+mrb_coro *mrb_coro_current(void);
+
+/*
+ * Bytes of stack left above the guard page of the running coroutine, or
+ * (size_t) -1 on the thread's own stack (the system guards that one).
+ */
+size_t mrb_coro_stack_left(void);
+
+#endif /* MRB_CORO_H */
