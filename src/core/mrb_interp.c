@@ -53,6 +53,7 @@ struct mrb_interp_s {
 
     mrb_interp         *next_idle;  /* mrb_interp_take's idle list */
     mrb_file_watch_poller  watch;   /* how its runs ask the file watch */
+    mrb_wait_state     *wait;       /* its runs on coroutines, or NULL */
 
     struct RClass      *server_class;
     mrb_toplevel       *toplevel;   /* what runs leave as they found */
@@ -148,6 +149,7 @@ mrb_interp_close(mrb_interp *interp)
 
     mrb_toplevel_free(interp->head.mrb, interp->toplevel);
     mrb_close(interp->head.mrb);
+    mrb_wait_state_free(interp->wait);
     mrb_file_watch_poller_close(&interp->watch);
     free(interp->loaded);
     free(interp);
@@ -277,6 +279,13 @@ mrb_interp_file_watch(mrb_interp *interp)
 }
 
 
+mrb_wait_state **
+mrb_interp_wait_state(mrb_interp *interp)
+{
+    return &interp->wait;
+}
+
+
 void
 mrb_interp_global_removed(mrb_interp *interp)
 {
@@ -370,6 +379,10 @@ mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run)
     mrb_value            ret;
     int                  ai = mrb_gc_arena_save(mrb);
     int                  rc;
+
+    if (run->may_wait && c == mrb->root_c && c->ci == c->cibase) {
+        return mrb_wait_exec(interp, proc, run);
+    }
 
     run->prev = interp->head.run;
     interp->head.run = run;

@@ -53,6 +53,11 @@ struct mrb_server_s {
     /* Whether log() would write a line at level now (for Server.log_level?,
      * so that a script can skip building a message the level drops). */
     int        (*log_enabled)(void *log_target, mrb_run *run, int level);
+
+    /* Resumes run (mrb_wait_resume) after msec milliseconds, from the
+     * server's event loop; returns 0, or -1 if it cannot.  NULL: the
+     * server cannot suspend a run, and sleeps block (mrb_wait.h). */
+    int        (*wake_after)(mrb_run *run, mrb_int msec);
 };
 
 /*
@@ -70,10 +75,13 @@ struct mrb_run_s {
     unsigned     stat_on_error_fail:1; /* a `stat` file that no longer
                                  compiles fails the run instead of running
                                  its last version (mrubyStatOnError fail) */
+    unsigned     may_wait:1;  /* run on a coroutine: the script may wait
+                                 (mrb_wait.h) */
     mrb_value    value;       /* with want_value, after a run that succeeded:
                                  the last value, protected in the caller's
                                  GC arena (the caller saves and restores it) */
     mrb_run     *prev;        /* the run this one is nested in */
+    mrb_run     *waiting;     /* after MRB_RUN_WAITING: the waiting run */
     char         error[2048]; /* "Class: message (file:line) ..." on failure */
 };
 
@@ -90,6 +98,8 @@ mrb_run_init(mrb_run *run, void *request, mrb_int default_result)
     run->want_value = 0;
     run->wrote = 0;
     run->stat_on_error_fail = 0;
+    run->may_wait = 0;
+    run->waiting = NULL;
     run->value = mrb_nil_value();
     run->prev = NULL;
     run->error[0] = '\0';

@@ -60,4 +60,19 @@ struct RProc *mrb_interp_proc(mrb_interp *interp, unsigned id,
 int mrb_interp_proc_keep(mrb_interp *interp, unsigned id, uint32_t generation,
     struct RProc *proc);
 
+/* mrb_wait.c: runs on coroutines (mrb_wait.h), one state per interpreter */
+typedef struct mrb_wait_state_s  mrb_wait_state;
+
+/* Where interp keeps its mrb_wait_state (NULL until a run may wait). */
+mrb_wait_state **mrb_interp_wait_state(mrb_interp *interp);
+
+/* Runs proc as run (may_wait) on a coroutine: 0, -1 or MRB_RUN_WAITING. */
+int mrb_wait_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run);
+
+/* Frees what the state holds outside mruby, after mrb_close. */
+void mrb_wait_state_free(mrb_wait_state *st);
+
+/* Kernel#sleep, Server.sleep, Server::Async (sleep, Cancelled). */
+void mrb_wait_define(mrb_state *mrb, struct RClass *server_class);
+
 #endif /* MRB_INTERP_CORE_H */

@@ -254,6 +254,7 @@ mrb_server_class_define(mrb_state *mrb, const mrb_server *server)
 
     mrb_http_status_define(mrb, c);
     mrb_shdict_define(mrb, c);
+    mrb_wait_define(mrb, c);
 
     if (server->define != NULL) {
         server->define(mrb, c);

@@ -1,0 +1,660 @@
+/*
+ * Runs that wait: a script run on a coroutine of its own, with the mruby
+ * state it needs switched in and out around it (mruby 3.1.0):
+ *
+ *   - its own mrb_context (VM stack and call frames), held by a Fiber
+ *     object that stays GC-reachable for the run's life, with one base
+ *     frame below the script's so that an exception unwinds to the
+ *     mrb_protect_error at the base of the coroutine (the VM would
+ *     otherwise end the context and raise into its NULL prev);
+ *   - mrb->c and mrb->jmp, saved and restored on every switch;
+ *   - its slice of the GC arena, arena[base..idx): while the run is
+ *     suspended the objects in it stay alive in a GC-reachable array, and
+ *     a resume puts them back at the same base, so that the arena indexes
+ *     saved in the suspended C frames still mean what they meant.
+ *
+ * A run that never waits pays for a pooled coroutine and its context (no
+ * allocation once the pools are warm), two switches and the copy of the
+ * run's header: see docs/architecture.md for the measured cost.
+ */
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <mruby.h>
+#include <mruby/array.h>
+#include <mruby/class.h>
+#include <mruby/object.h>
+#include <mruby/throw.h>
+
+#include "mrb_api.h"
+#include "mrb_coro.h"
+#include "mrb_interp_core.h"
+#include "mrb_wait.h"
+
+/* mruby 3.1.0's initial VM stack and frame array (src/vm.c stack_init) */
+#define WAIT_STACK_INIT  128
+#define WAIT_CI_INIT     32
+
+/* Finished runs' contexts kept for the next runs. */
+#define WAIT_KEEP_IDLE   64
+
+typedef struct mrb_wait_slot_s  mrb_wait_slot;
+
+/*
+ * A run on a coroutine.  keep (GC-reachable through the state's array) is
+ * [fiber, stash, the slot itself, arena values while suspended...].
+ */
+#define WAIT_KEEP_FIBER   0
+#define WAIT_KEEP_STASH   1
+#define WAIT_KEEP_SLOT    2
+#define WAIT_KEEP_ARENA   3
+
+struct mrb_wait_slot_s {
+    mrb_run              run;        /* the run itself, owned here */
+    mrb_interp          *interp;
+    struct RProc        *proc;
+    mrb_coro            *coro;
+    struct RFiber       *fiber;      /* holds ctx for the GC */
+    struct mrb_context  *ctx;
+    mrb_value            keep;
+    mrb_int              keep_index; /* in the state's keeps array */
+    int                  rc;         /* mrb_interp_exec's, when finished */
+
+    /* the run's own state while it is suspended */
+    struct mrb_context  *c;
+    struct mrb_jmpbuf   *jmp;
+    mrb_run             *head_run;
+    int                  arena_base;
+
+    /* its resumer's, while it runs */
+    struct mrb_context  *resumer_c;
+    struct mrb_jmpbuf   *resumer_jmp;
+    mrb_run             *resumer_run;
+    mrb_wait_slot       *resumer_slot;
+    int                  resumer_idx;
+
+    unsigned             cancelled:1;
+    mrb_wait_slot       *next_idle;
+};
+
+struct mrb_wait_state_s {
+    mrb_coro_pool       *pool;
+    mrb_value            keeps;      /* Array of every slot's keep, GC-registered */
+    mrb_wait_slot       *idle;
+    unsigned             nidle;
+    mrb_wait_slot       *current;    /* the slot running now, or NULL */
+};
+
+
+static size_t  wait_stack_size = MRB_CORO_STACK_DEFAULT;
+
+
+void
+mrb_wait_set_stack_size(size_t size)
+{
+    wait_stack_size = size;
+}
+
+
+static mrb_wait_state *
+wait_state(mrb_interp *interp)
+{
+    mrb_wait_state  **sp = mrb_interp_wait_state(interp);
+    mrb_wait_state   *st = *sp;
+    mrb_state        *mrb;
+
+    if (st != NULL) {
+        return st;
+    }
+
+    st = calloc(1, sizeof(mrb_wait_state));
+    if (st == NULL) {
+        return NULL;
+    }
+
+    st->pool = mrb_coro_pool_new(wait_stack_size, MRB_CORO_KEEP_DEFAULT);
+    if (st->pool == NULL) {
+        free(st);
+        return NULL;
+    }
+
+    mrb = mrb_interp_state(interp);
+    st->keeps = mrb_ary_new(mrb);
+    mrb_gc_register(mrb, st->keeps);
+    *sp = st;
+    return st;
+}
+
+
+void
+mrb_wait_state_free(mrb_wait_state *st)
+{
+    mrb_wait_slot  *slot, *next;
+
+    if (st == NULL) {
+        return;
+    }
+
+    /* the interpreter is closed: the GC freed the contexts */
+    for (slot = st->idle; slot != NULL; slot = next) {
+        next = slot->next_idle;
+        free(slot);
+    }
+
+    mrb_coro_pool_free(st->pool);
+    free(st);
+}
+
+
+/* A new context with its base frame, held by a Fiber object. */
+static int
+wait_slot_context(mrb_state *mrb, mrb_wait_slot *slot)
+{
+    struct mrb_context  *c;
+    struct RFiber       *f;
+
+    f = (struct RFiber *) mrb_obj_alloc(mrb, MRB_TT_FIBER,
+                                        mrb_class_get(mrb, "Fiber"));
+    c = mrb_malloc(mrb, sizeof(struct mrb_context));
+    memset(c, 0, sizeof(struct mrb_context));
+    f->cxt = c;
+    c->fib = f;
+
+    /* as stack_init does; the GC frees them with the fiber */
+    c->stbase = mrb_calloc(mrb, WAIT_STACK_INIT, sizeof(mrb_value));
+    c->stend = c->stbase + WAIT_STACK_INIT;
+    c->cibase = mrb_calloc(mrb, WAIT_CI_INIT, sizeof(mrb_callinfo));
+    c->ciend = c->cibase + WAIT_CI_INIT;
+
+    slot->fiber = f;
+    slot->ctx = c;
+    return 0;
+}
+
+
+/* Frames back to the base one: the script's goes above it. */
+static void
+wait_slot_reset(mrb_state *mrb, mrb_wait_slot *slot)
+{
+    struct mrb_context  *c = slot->ctx;
+    int                  i;
+
+    for (i = 0; i < 2; i++) {
+        memset(&c->cibase[i], 0, sizeof(mrb_callinfo));
+        c->cibase[i].stack = c->stbase;
+        c->cibase[i].u.target_class = mrb->object_class;
+    }
+
+    c->ci = c->cibase + 1;
+    c->status = MRB_FIBER_RUNNING;
+    c->prev = NULL;
+    c->stbase[0] = mrb_nil_value();
+    c->stbase[1] = mrb_nil_value();
+}
+
+
+static mrb_wait_slot *
+wait_slot_take(mrb_state *mrb, mrb_wait_state *st)
+{
+    mrb_wait_slot  *slot = st->idle;
+    int             ai;
+
+    if (slot != NULL) {
+        st->idle = slot->next_idle;
+        st->nidle--;
+        return slot;
+    }
+
+    slot = malloc(sizeof(mrb_wait_slot));
+    if (slot == NULL) {
+        return NULL;
+    }
+
+    memset(slot, 0, offsetof(mrb_wait_slot, run.error));
+
+    ai = mrb_gc_arena_save(mrb);
+    wait_slot_context(mrb, slot);
+    slot->keep = mrb_ary_new_capa(mrb, 8);
+    mrb_ary_push(mrb, slot->keep, mrb_obj_value(slot->fiber));
+    mrb_ary_push(mrb, slot->keep, mrb_ary_new(mrb));
+    mrb_ary_push(mrb, slot->keep, mrb_cptr_value(mrb, slot));
+    slot->keep_index = RARRAY_LEN(st->keeps);
+    mrb_ary_push(mrb, st->keeps, slot->keep);
+    mrb_gc_arena_restore(mrb, ai);
+    return slot;
+}
+
+
+static void
+wait_slot_give_back(mrb_state *mrb, mrb_wait_state *st, mrb_wait_slot *slot)
+{
+    mrb_value       last;
+    mrb_int         n;
+    mrb_wait_slot  *moved;
+
+    slot->ctx->stbase[0] = mrb_nil_value();
+    slot->ctx->stbase[1] = mrb_nil_value();
+    slot->proc = NULL;
+
+    if (st->nidle < WAIT_KEEP_IDLE) {
+        slot->next_idle = st->idle;
+        st->idle = slot;
+        st->nidle++;
+        return;
+    }
+
+    /* the last keep takes this one's place in the array */
+    n = RARRAY_LEN(st->keeps);
+    last = mrb_ary_entry(st->keeps, n - 1);
+    if (slot->keep_index != n - 1) {
+        moved = mrb_cptr(RARRAY_PTR(last)[WAIT_KEEP_SLOT]);
+        moved->keep_index = slot->keep_index;
+        mrb_ary_set(mrb, st->keeps, slot->keep_index, last);
+    }
+    mrb_ary_resize(mrb, st->keeps, n - 1);
+    free(slot);
+}
+
+
+/* The arena's objects above slot's base, kept in keep while it waits. */
+static void
+wait_arena_save(mrb_state *mrb, mrb_wait_slot *slot)
+{
+    int  i;
+
+    for (i = slot->arena_base; i < mrb->gc.arena_idx; i++) {
+        mrb_ary_push(mrb, slot->keep, mrb_obj_value(mrb->gc.arena[i]));
+    }
+}
+
+
+/*
+ * Switches into slot's run: its context, jmp, current run and arena slice
+ * (at its base: what the resumer has above that base waits in stash).
+ * Returns mrb_coro_resume's result, with the resumer's state back.
+ */
+static int
+wait_switch_in(mrb_state *mrb, mrb_wait_state *st, mrb_wait_slot *slot)
+{
+    mrb_interp_head  *head = (mrb_interp_head *) slot->interp;
+    mrb_value         stash = RARRAY_PTR(slot->keep)[WAIT_KEEP_STASH];
+    mrb_int           i, n;
+    int               idx = mrb->gc.arena_idx;
+
+    slot->resumer_c = mrb->c;
+    slot->resumer_jmp = mrb->jmp;
+    slot->resumer_run = head->run;
+    slot->resumer_slot = st->current;
+    slot->resumer_idx = idx;
+
+    if (idx > slot->arena_base) {
+        for (i = slot->arena_base; i < idx; i++) {
+            mrb_ary_push(mrb, stash, mrb_obj_value(mrb->gc.arena[i]));
+        }
+        mrb->gc.arena_idx = slot->arena_base;
+
+    } else {
+        /* below the base: fill with what is alive anyway */
+        while (mrb->gc.arena_idx < slot->arena_base) {
+            mrb_gc_protect(mrb, mrb_obj_value(mrb->object_class));
+        }
+    }
+
+    n = RARRAY_LEN(slot->keep);
+    for (i = WAIT_KEEP_ARENA; i < n; i++) {
+        mrb_gc_protect(mrb, RARRAY_PTR(slot->keep)[i]);
+    }
+    mrb_ary_resize(mrb, slot->keep, WAIT_KEEP_ARENA);
+
+    mrb->c = slot->c;
+    mrb->jmp = slot->jmp;
+    head->run = slot->head_run;
+    st->current = slot;
+    slot->ctx->status = MRB_FIBER_RUNNING;
+
+    return mrb_coro_resume(slot->coro);
+}
+
+
+/*
+ * Back to the resumer's state, on the coroutine's side of the switch
+ * (suspending: the run's own state is kept for the next switch in).
+ */
+static void
+wait_switch_out(mrb_state *mrb, mrb_wait_state *st, mrb_wait_slot *slot,
+    int suspending)
+{
+    mrb_interp_head  *head = (mrb_interp_head *) slot->interp;
+    mrb_value         stash = RARRAY_PTR(slot->keep)[WAIT_KEEP_STASH];
+    mrb_int           i, n;
+
+    if (suspending) {
+        slot->c = mrb->c;
+        slot->jmp = mrb->jmp;
+        slot->head_run = head->run;
+        wait_arena_save(mrb, slot);
+        slot->ctx->status = MRB_FIBER_SUSPENDED;
+
+        /* contexts changed since the GC last marked them */
+        if (mrb->c->fib != NULL) {
+            mrb_write_barrier(mrb, (struct RBasic *) mrb->c->fib);
+        }
+        mrb_write_barrier(mrb, (struct RBasic *) slot->fiber);
+    }
+
+    mrb->gc.arena_idx = slot->arena_base;
+
+    n = RARRAY_LEN(stash);
+    if (n > 0) {
+        for (i = 0; i < n; i++) {
+            mrb_gc_protect(mrb, RARRAY_PTR(stash)[i]);
+        }
+        mrb_ary_resize(mrb, stash, 0);
+    }
+
+    mrb->gc.arena_idx = slot->resumer_idx;
+    mrb->c = slot->resumer_c;
+    mrb->jmp = slot->resumer_jmp;
+    head->run = slot->resumer_run;
+    st->current = slot->resumer_slot;
+}
+
+
+/* The coroutine: the run, under the protect frame of mrb_interp_exec. */
+static void
+wait_main(mrb_coro *coro, void *arg)
+{
+    mrb_wait_slot   *slot = arg;
+    mrb_state       *mrb = mrb_interp_state(slot->interp);
+    mrb_wait_state  *st = *mrb_interp_wait_state(slot->interp);
+
+    slot->rc = mrb_interp_exec(slot->interp, slot->proc, &slot->run);
+    wait_switch_out(mrb, st, slot, 0);
+}
+
+
+/* What the caller's run gets from a run that ended. */
+static void
+wait_copy_result(mrb_state *mrb, mrb_wait_slot *slot, mrb_run *out)
+{
+    out->result = slot->run.result;
+    out->returned = slot->run.returned;
+    out->wrote = slot->run.wrote;
+
+    if (slot->rc != 0) {
+        memcpy(out->error, slot->run.error, sizeof(out->error));
+
+    } else if (out->want_value) {
+        out->value = slot->run.value;
+        mrb_gc_protect(mrb, out->value);
+    }
+}
+
+
+int
+mrb_wait_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run)
+{
+    mrb_state       *mrb = mrb_interp_state(interp);
+    mrb_wait_state  *st = wait_state(interp);
+    mrb_wait_slot   *slot;
+
+    if (st == NULL || (slot = wait_slot_take(mrb, st)) == NULL) {
+        snprintf(run->error, sizeof(run->error),
+                 "out of memory for the run's coroutine");
+        return -1;
+    }
+
+    slot->coro = mrb_coro_new(st->pool, wait_main, slot);
+    if (slot->coro == NULL) {
+        wait_slot_give_back(mrb, st, slot);
+        snprintf(run->error, sizeof(run->error),
+                 "cannot map a stack for the run's coroutine: %s",
+                 strerror(errno));
+        return -1;
+    }
+
+    /* the header only: the error buffer is written when the run fails */
+    memcpy(&slot->run, run, offsetof(mrb_run, error));
+    slot->run.error[0] = '\0';
+    slot->run.waiting = NULL;
+    slot->interp = interp;
+    slot->proc = proc;
+    slot->cancelled = 0;
+    wait_slot_reset(mrb, slot);
+    slot->c = slot->ctx;
+    slot->jmp = NULL;
+    slot->head_run = ((mrb_interp_head *) interp)->run;
+    slot->arena_base = mrb->gc.arena_idx;
+
+    if (wait_switch_in(mrb, st, slot) != 0) {
+        run->waiting = &slot->run;
+        return MRB_RUN_WAITING;
+    }
+
+    wait_copy_result(mrb, slot, run);
+    wait_slot_give_back(mrb, st, slot);
+    return slot->rc;
+}
+
+
+static mrb_wait_slot *
+wait_slot_of(mrb_run *waiting)
+{
+    return (mrb_wait_slot *) ((char *) waiting
+                              - offsetof(mrb_wait_slot, run));
+}
+
+
+int
+mrb_wait_resume(mrb_interp *interp, mrb_run *waiting, mrb_run *out)
+{
+    mrb_state       *mrb = mrb_interp_state(interp);
+    mrb_wait_state  *st = *mrb_interp_wait_state(interp);
+    mrb_wait_slot   *slot = wait_slot_of(waiting);
+    int              rc;
+
+    if (wait_switch_in(mrb, st, slot) != 0) {
+        return MRB_RUN_WAITING;
+    }
+
+    rc = slot->rc;
+    if (out != NULL) {
+        wait_copy_result(mrb, slot, out);
+    }
+    wait_slot_give_back(mrb, st, slot);
+    return rc;
+}
+
+
+void
+mrb_wait_cancel(mrb_interp *interp, mrb_run *waiting)
+{
+    mrb_state       *mrb = mrb_interp_state(interp);
+    mrb_wait_state  *st = *mrb_interp_wait_state(interp);
+    mrb_wait_slot   *slot = wait_slot_of(waiting);
+
+    slot->cancelled = 1;
+
+    if (wait_switch_in(mrb, st, slot) != 0) {
+        /* mrb_wait raises at once once cancelled: not reached */
+        mrb_coro_drop(slot->coro);
+    }
+
+    wait_slot_give_back(mrb, st, slot);
+}
+
+
+mrb_run *
+mrb_wait_check(mrb_state *mrb, const char *what)
+{
+    mrb_interp      *interp = mrb_interp_from_state(mrb);
+    mrb_wait_state  *st = *mrb_interp_wait_state(interp);
+    mrb_run         *run = mrb_interp_run(mrb);
+
+    if (st == NULL || st->current == NULL) {
+        mrb_raisef(mrb, E_RUNTIME_ERROR,
+                   "%s: cannot wait here (only request scripts of the "
+                   "rewrite, access and content phases can wait; not the "
+                   "log phase, filters or startup scripts)", what);
+    }
+
+    if (run != &st->current->run) {
+        mrb_raisef(mrb, E_RUNTIME_ERROR,
+                   "%s: cannot wait in a script run inside another one",
+                   what);
+    }
+
+    return run;
+}
+
+
+static struct RClass *
+wait_cancelled_class(mrb_state *mrb)
+{
+    const mrb_server  *server = mrb_interp_server(mrb_interp_from_state(mrb));
+    struct RClass     *async;
+
+    async = mrb_module_get_under(mrb, mrb_class_get(mrb, server->class_name),
+                                 "Async");
+    return mrb_class_get_under(mrb, async, "Cancelled");
+}
+
+
+void
+mrb_wait(mrb_state *mrb)
+{
+    mrb_interp      *interp = mrb_interp_from_state(mrb);
+    mrb_wait_state  *st = *mrb_interp_wait_state(interp);
+    mrb_wait_slot   *slot;
+
+    mrb_wait_check(mrb, "wait");
+    slot = st->current;
+
+    if (!slot->cancelled) {
+        wait_switch_out(mrb, st, slot, 1);
+        mrb_coro_suspend(slot->coro);
+    }
+
+    if (slot->cancelled) {
+        mrb_raise(mrb, wait_cancelled_class(mrb),
+                  "the request was cancelled while it waited "
+                  "(the client went away, or the server is stopping)");
+    }
+}
+
+
+void
+mrb_wait_sleep(mrb_state *mrb, mrb_int msec, const char *what)
+{
+    const mrb_server  *server = mrb_interp_server(mrb_interp_from_state(mrb));
+    mrb_run           *run;
+    struct timespec    ts;
+
+    if (msec < 0) {
+        mrb_raisef(mrb, E_ARGUMENT_ERROR, "%s: negative time", what);
+    }
+
+    if (server->wake_after == NULL) {
+        ts.tv_sec = msec / 1000;
+        ts.tv_nsec = (msec % 1000) * 1000000;
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+            /* the rest of it */
+        }
+        return;
+    }
+
+    run = mrb_wait_check(mrb, what);
+
+    if (server->wake_after(run, msec) != 0) {
+        mrb_raisef(mrb, E_RUNTIME_ERROR, "%s: cannot set a timer", what);
+    }
+
+    mrb_wait(mrb);
+}
+
+
+void
+mrb_wait_counts(mrb_interp *interp, unsigned *live, unsigned *idle)
+{
+    mrb_wait_state  *st = *mrb_interp_wait_state(interp);
+
+    *live = st != NULL ? mrb_coro_pool_live(st->pool) : 0;
+    *idle = st != NULL ? mrb_coro_pool_idle(st->pool) : 0;
+}
+
+
+/* Seconds (Integer or Float) as milliseconds. */
+static mrb_int
+wait_seconds_ms(mrb_state *mrb, mrb_value sec)
+{
+    if (mrb_integer_p(sec)) {
+        return mrb_integer(sec) * 1000;
+    }
+
+    return (mrb_int) (mrb_as_float(mrb, sec) * 1000.0 + 0.5);
+}
+
+
+/* Kernel#sleep(sec) and Server.sleep(sec): returns the seconds slept. */
+static mrb_value
+wait_kernel_sleep(mrb_state *mrb, mrb_value self)
+{
+    mrb_value  sec = mrb_get_arg1(mrb);
+
+    mrb_wait_sleep(mrb, wait_seconds_ms(mrb, sec), "sleep");
+    return mrb_integer_p(sec) ? sec : mrb_fixnum_value(
+        (mrb_int) mrb_as_float(mrb, sec));
+}
+
+
+/* Server::Async.sleep(msec) */
+static mrb_value
+wait_async_sleep(mrb_state *mrb, mrb_value self)
+{
+    mrb_wait_sleep(mrb, mrb_as_int(mrb, mrb_get_arg1(mrb)), "Async.sleep");
+    return mrb_nil_value();
+}
+
+
+/* Server::Async.coroutines: [live, idle] stacks of this interpreter */
+static mrb_value
+wait_async_coroutines(mrb_state *mrb, mrb_value self)
+{
+    unsigned   live, idle;
+    mrb_value  v[2];
+
+    mrb_wait_counts(mrb_interp_from_state(mrb), &live, &idle);
+    v[0] = mrb_fixnum_value(live);
+    v[1] = mrb_fixnum_value(idle);
+    return mrb_ary_new_from_values(mrb, 2, v);
+}
+
+
+static const mrb_api_method  wait_kernel_methods[] = {
+    { "sleep", wait_kernel_sleep, MRB_ARGS_REQ(1) },
+    MRB_API_METHOD_END
+};
+
+static const mrb_api_method  wait_async_methods[] = {
+    { "sleep", wait_async_sleep, MRB_ARGS_REQ(1) },
+    { "coroutines", wait_async_coroutines, MRB_ARGS_NONE() },
+    MRB_API_METHOD_END
+};
+
+
+void
+mrb_wait_define(mrb_state *mrb, struct RClass *server_class)
+{
+    struct RClass  *async;
+
+    mrb_api_define_methods(mrb, mrb->kernel_module, wait_kernel_methods);
+    mrb_api_define_class_methods(mrb, server_class, wait_kernel_methods);
+
+    async = mrb_api_define_module(mrb, server_class, "Async",
+                                  wait_async_methods);
+    mrb_define_class_under(mrb, async, "Cancelled", mrb->eException_class);
+}

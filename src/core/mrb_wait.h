@@ -1,0 +1,72 @@
+/*
+ * Runs that wait: a request's script on a machine-stack coroutine
+ * (mrb_coro.h), so that it can be suspended anywhere, even inside a block
+ * or method that C called (a Hash.new default block, a to_s called by
+ * interpolation, a <=> called by sort), and resumed later by the server's
+ * event loop while other requests run.
+ *
+ * The adapter sets run->may_wait where a script may wait (its server can
+ * wake it: mrb_server.wake_after).  mrb_script_run then returns 0 or -1 as
+ * usual when the script ran to its end, or MRB_RUN_WAITING: the script is
+ * suspended and run->waiting is the waiting run, which the core owns from
+ * then on.  The adapter resumes it with mrb_wait_resume when what it waits
+ * for happened, or cancels it with mrb_wait_cancel (the client left).
+ *
+ * A waiting run's run->data must outlive the adapter's frame: keep it with
+ * the request.
+ */
+
+#ifndef MRB_WAIT_H
+#define MRB_WAIT_H
+
+#include "mrb_interp.h"
+
+#define MRB_RUN_WAITING  1
+
+/*
+ * Resumes a waiting run until it waits again (MRB_RUN_WAITING) or ends
+ * (0, or -1 with the one-line error in out->error).  When it ends, its
+ * result, returned flag and error are copied to out (an mrb_run the caller
+ * owns) and waiting is gone.
+ */
+int mrb_wait_resume(mrb_interp *interp, mrb_run *waiting, mrb_run *out);
+
+/*
+ * Ends a waiting run now: the call it waits in raises
+ * Server::Async::Cancelled (not a StandardError: a plain rescue does not
+ * catch it; ensure clauses run), and its coroutine and stack are freed
+ * before this returns.  waiting is gone.
+ */
+void mrb_wait_cancel(mrb_interp *interp, mrb_run *waiting);
+
+/*
+ * For C called from Ruby: the run that would wait if the script waited
+ * now, or raises RuntimeError "what: cannot wait here (...)" where it
+ * cannot (not on a coroutine: the log phase, filters, startup scripts; or
+ * inside a run nested in it).
+ */
+mrb_run *mrb_wait_check(mrb_state *mrb, const char *what);
+
+/*
+ * Suspends the current run (mrb_wait_check first) until the adapter
+ * resumes it.  Raises Server::Async::Cancelled if it was cancelled.
+ */
+void mrb_wait(mrb_state *mrb);
+
+/*
+ * Waits msec milliseconds: on a server that can wake a run
+ * (mrb_server.wake_after), suspends the run, or raises where it cannot
+ * wait; on the others, blocks the thread.
+ */
+void mrb_wait_sleep(mrb_state *mrb, mrb_int msec, const char *what);
+
+/*
+ * The machine stack of each run that may wait, for interpreters created
+ * from now on (MRB_CORO_STACK_DEFAULT, 256 KB, unless set).
+ */
+void mrb_wait_set_stack_size(size_t size);
+
+/* Coroutines of interp alive now and finished stacks kept for reuse. */
+void mrb_wait_counts(mrb_interp *interp, unsigned *live, unsigned *idle);
+
+#endif /* MRB_WAIT_H */

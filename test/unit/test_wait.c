@@ -1,0 +1,364 @@
+/*
+ * Runs that wait (mrb_wait.c): a script suspended anywhere, also inside
+ * blocks and methods that C called, resumed by its "server" (here: the
+ * test, which plays the event loop), while other runs go on; errors after
+ * a resume, cancellation, and places where a script cannot wait.
+ */
+
+#include <stdio.h>
+#include <string.h>
+#include <mruby.h>
+#include "mrb_interp.h"
+#include "mrb_script.h"
+#include "mrb_wait.h"
+#include "unit.h"
+
+
+static char      wait_out[2048];
+static int       wait_timers;     /* wake_after calls */
+static mrb_int   wait_last_msec;
+
+
+static int
+wait_write(mrb_run *run, const char *data, size_t len)
+{
+    size_t  used = strlen(wait_out);
+
+    if (used + len >= sizeof(wait_out)) {
+        return -1;
+    }
+
+    memcpy(wait_out + used, data, len);
+    wait_out[used + len] = '\0';
+    return 0;
+}
+
+
+static void
+wait_logger(void *target, mrb_run *run, int level, const char *msg,
+    size_t len)
+{
+}
+
+
+static int
+wait_log_enabled(void *target, mrb_run *run, int level)
+{
+    return 0;
+}
+
+
+static int
+wait_wake_after(mrb_run *run, mrb_int msec)
+{
+    wait_timers++;
+    wait_last_msec = msec;
+    return 0;
+}
+
+
+static const mrb_server  wait_server = {
+    "Test", "Nginx", "ngx_mruby", "test", 1, NULL, wait_write, wait_logger,
+    wait_log_enabled, wait_wake_after
+};
+
+
+static mrb_interp *
+wait_interp(void)
+{
+    char         err[256];
+    mrb_interp  *interp = mrb_interp_open(&wait_server, NULL, err,
+                                          sizeof(err));
+
+    if (interp != NULL) {
+        mrb_interp_seal(interp);
+    }
+
+    wait_out[0] = '\0';
+    wait_timers = 0;
+    return interp;
+}
+
+
+static mrb_script *
+wait_script(const char *code)
+{
+    char  err[256];
+
+    return mrb_script_from_code(code, strlen(code), "script.rb", 1, err,
+                                sizeof(err));
+}
+
+
+/* Starts code as a run that may wait. */
+static int
+wait_start(mrb_interp *interp, mrb_script *s, mrb_run *run)
+{
+    mrb_run_init(run, (void *) 1, 0);
+    run->may_wait = 1;
+    return mrb_script_run(interp, s, run);
+}
+
+
+/* Runs code to its end, resuming it each time it waits (with a full GC in
+ * between, so that what a suspended run holds must be reachable). */
+static int
+wait_run_through(mrb_interp *interp, const char *code, mrb_run *run,
+    int *waits)
+{
+    mrb_script  *s = wait_script(code);
+    mrb_run     *waiting;
+    int          rc;
+
+    *waits = 0;
+    if (s == NULL) {
+        return -2;
+    }
+
+    rc = wait_start(interp, s, run);
+    while (rc == MRB_RUN_WAITING) {
+        (*waits)++;
+        waiting = run->waiting;
+        mrb_full_gc(mrb_interp_state(interp));
+        rc = mrb_wait_resume(interp, waiting, run);
+    }
+
+    mrb_script_free(s);
+    return rc;
+}
+
+
+TEST(wait_a_run_that_never_waits_ends_at_once)
+{
+    mrb_interp  *interp = wait_interp();
+    mrb_run      run;
+    unsigned     live, idle;
+    int          waits;
+
+    REQUIRE(interp != NULL);
+    CHECK_EQ(wait_run_through(interp, "Nginx.rputs 'hi'; Nginx.return 7",
+                              &run, &waits), 0);
+    CHECK_EQ(waits, 0);
+    CHECK(strcmp(wait_out, "hi") == 0);
+    CHECK_EQ(run.result, 7);
+    CHECK(run.returned);
+
+    mrb_wait_counts(interp, &live, &idle);
+    CHECK_EQ(live, 0);
+    CHECK_EQ(idle, 1);
+    mrb_interp_close(interp);
+}
+
+
+/* Where mruby's own Fiber says "can't cross C function boundary". */
+TEST(wait_anywhere_even_inside_blocks_and_methods_that_c_called)
+{
+    mrb_interp  *interp = wait_interp();
+    mrb_run      run;
+    int          waits;
+
+    REQUIRE(interp != NULL);
+    CHECK_EQ(wait_run_through(interp,
+        "h = Hash.new { |hash, k| Nginx::Async.sleep(5); hash[k] = k * 2 }\n"
+        "o = Object.new\n"
+        "def o.to_s; Nginx::Async.sleep(1); 'obj'; end\n"
+        "Nginx.rputs \"#{h[21]} #{o} \"\n"
+        "s = [3, 1, 2].sort_by { |x| Nginx::Async.sleep(1); x }\n"
+        "Nginx.rputs s.map { |x| sleep(0.001); x * 10 }.join(',')\n"
+        "[1].each { |x| Nginx.sleep(0) }\n"
+        "def later(x); Nginx::Async.sleep(1); x; end\n"
+        "Nginx.rputs send(:later, ' sent')\n",
+        &run, &waits), 0);
+
+    CHECK(strcmp(wait_out, "42 obj 10,20,30 sent") == 0);
+    CHECK_EQ(waits, 1 + 1 + 3 + 3 + 1 + 1);
+    CHECK_EQ(wait_timers, waits);
+    if (strcmp(wait_out, "42 obj 10,20,30 sent") != 0) {
+        printf("  out: %s\n  error: %s\n", wait_out, run.error);
+    }
+    mrb_interp_close(interp);
+}
+
+
+TEST(wait_sleep_takes_seconds_and_async_sleep_milliseconds)
+{
+    mrb_interp  *interp = wait_interp();
+    mrb_run      run;
+    int          waits;
+
+    REQUIRE(interp != NULL);
+    CHECK_EQ(wait_run_through(interp, "sleep 0.25", &run, &waits), 0);
+    CHECK_EQ(wait_last_msec, 250);
+    CHECK_EQ(wait_run_through(interp, "Nginx::Async.sleep 30", &run,
+                              &waits), 0);
+    CHECK_EQ(wait_last_msec, 30);
+    CHECK_EQ(wait_run_through(interp, "Nginx::Async.sleep(-1)", &run,
+                              &waits), -1);
+    CHECK(strstr(run.error, "ArgumentError") != NULL);
+    mrb_interp_close(interp);
+}
+
+
+/* Two runs interleaved: each keeps its own locals, frames and output. */
+TEST(wait_runs_interleave)
+{
+    mrb_interp  *interp = wait_interp();
+    mrb_script  *a = wait_script(
+        "x = 'a1'; Nginx::Async.sleep(1); Nginx.rputs x\n"
+        "y = [x, 'a2'].map { |v| Nginx::Async.sleep(1); v }\n"
+        "Nginx.rputs y.last");
+    mrb_script  *b = wait_script(
+        "x = 'b1'; Nginx::Async.sleep(1); Nginx.rputs x");
+    mrb_run      ra, rb, *wa, *wb;
+
+    REQUIRE(interp != NULL && a != NULL && b != NULL);
+
+    CHECK_EQ(wait_start(interp, a, &ra), MRB_RUN_WAITING);
+    CHECK_EQ(wait_start(interp, b, &rb), MRB_RUN_WAITING);
+    wa = ra.waiting;
+    wb = rb.waiting;
+
+    CHECK_EQ(mrb_wait_resume(interp, wa, &ra), MRB_RUN_WAITING);
+    mrb_full_gc(mrb_interp_state(interp));
+    CHECK_EQ(mrb_wait_resume(interp, wb, &rb), 0);
+    CHECK_EQ(mrb_wait_resume(interp, wa, &ra), MRB_RUN_WAITING);
+    CHECK_EQ(mrb_wait_resume(interp, wa, &ra), 0);
+
+    CHECK(strcmp(wait_out, "a1b1a2") == 0);
+
+    mrb_script_free(a);
+    mrb_script_free(b);
+    mrb_interp_close(interp);
+}
+
+
+TEST(wait_an_exception_after_a_resume_fails_the_run_with_file_line)
+{
+    mrb_interp  *interp = wait_interp();
+    mrb_run      run;
+    int          waits;
+
+    REQUIRE(interp != NULL);
+    CHECK_EQ(wait_run_through(interp,
+                              "Nginx::Async.sleep(1)\n"
+                              "raise ArgumentError, 'after the nap'\n",
+                              &run, &waits), -1);
+    CHECK_EQ(waits, 1);
+    CHECK(strstr(run.error, "ArgumentError: after the nap") != NULL);
+    CHECK(strstr(run.error, "script.rb:2") != NULL);
+
+    /* the interpreter goes on */
+    CHECK_EQ(wait_run_through(interp, "Nginx.rputs 'ok'", &run, &waits), 0);
+    CHECK(strstr(wait_out, "ok") != NULL);
+    mrb_interp_close(interp);
+}
+
+
+TEST(wait_cancel_unwinds_the_run_and_frees_its_stack)
+{
+    mrb_interp  *interp = wait_interp();
+    mrb_script  *s = wait_script(
+        "begin\n"
+        "  begin\n"
+        "    Nginx::Async.sleep(1000)\n"
+        "  rescue => e\n"
+        "    Nginx.rputs 'rescued'\n"
+        "  end\n"
+        "ensure\n"
+        "  Nginx.rputs 'ensure'\n"
+        "end\n"
+        "Nginx.rputs 'after'\n");
+    mrb_run      run;
+    unsigned     live, idle;
+
+    REQUIRE(interp != NULL && s != NULL);
+    CHECK_EQ(wait_start(interp, s, &run), MRB_RUN_WAITING);
+    mrb_wait_counts(interp, &live, &idle);
+    CHECK_EQ(live, 1);
+
+    mrb_wait_cancel(interp, run.waiting);
+
+    CHECK(strcmp(wait_out, "ensure") == 0);
+    mrb_wait_counts(interp, &live, &idle);
+    CHECK_EQ(live, 0);
+
+    mrb_script_free(s);
+    mrb_interp_close(interp);
+}
+
+
+TEST(wait_where_a_run_cannot_wait_the_script_gets_an_error)
+{
+    mrb_interp  *interp = wait_interp();
+    mrb_script  *s = wait_script("sleep 1");
+    mrb_run      run;
+
+    REQUIRE(interp != NULL && s != NULL);
+    mrb_run_init(&run, (void *) 1, 0);
+    CHECK_EQ(mrb_script_run(interp, s, &run), -1);
+    CHECK(strstr(run.error, "sleep: cannot wait here") != NULL);
+    CHECK_EQ(wait_timers, 0);
+
+    mrb_script_free(s);
+    mrb_interp_close(interp);
+}
+
+
+/* Fibers of the script's own still work inside a run that waits. */
+TEST(wait_inside_a_scripts_own_fiber)
+{
+    mrb_interp  *interp = wait_interp();
+    mrb_run      run;
+    int          waits;
+
+    REQUIRE(interp != NULL);
+    CHECK_EQ(wait_run_through(interp,
+        "f = Fiber.new { Nginx::Async.sleep(1); Fiber.yield 'y'; 'z' }\n"
+        "Nginx.rputs f.resume\n"
+        "Nginx::Async.sleep(1)\n"
+        "Nginx.rputs f.resume\n",
+        &run, &waits), 0);
+    CHECK_EQ(waits, 2);
+    CHECK(strcmp(wait_out, "yz") == 0);
+    mrb_interp_close(interp);
+}
+
+
+BENCH(bench_wait_suspend_resume_from_ruby)
+{
+    mrb_interp  *interp = wait_interp();
+    mrb_script  *s = wait_script("200000.times { Nginx::Async.sleep(0) }");
+    mrb_run      run;
+    uint64_t     t0;
+    int          rc, n = 0;
+
+    t0 = unit_now_ns();
+    rc = wait_start(interp, s, &run);
+    while (rc == MRB_RUN_WAITING) {
+        n++;
+        rc = mrb_wait_resume(interp, run.waiting, &run);
+    }
+
+    unit_report("Async.sleep(0) from Ruby: suspend + resume",
+                (double) (unit_now_ns() - t0) / n, "ns");
+
+    t0 = unit_now_ns();
+    mrb_script_free(s);
+    s = wait_script("Nginx.return 1");
+    for (n = 0; n < 200000; n++) {
+        wait_start(interp, s, &run);
+    }
+    unit_report("a run that never waits, on a coroutine",
+                (double) (unit_now_ns() - t0) / n, "ns");
+
+    t0 = unit_now_ns();
+    for (n = 0; n < 200000; n++) {
+        mrb_run_init(&run, (void *) 1, 0);
+        mrb_script_run(interp, s, &run);
+    }
+    unit_report("the same run on the thread's stack",
+                (double) (unit_now_ns() - t0) / n, "ns");
+
+    mrb_script_free(s);
+    mrb_interp_close(interp);
+}
