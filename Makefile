@@ -18,7 +18,13 @@ NGINX_SRC  := /usr/share/nginx/src
 
 MRUBY_DEFS := -DMRB_USE_RATIONAL -DMRB_USE_COMPLEX
 MRUBY_LIB  := /usr/lib/libmruby.a
-LIBS       := $(MRUBY_LIB) -lhiredis -lonig -ljansson -lcrypto -lboost_context -lm -lpthread
+comma      := ,
+# mruby's entry points back into its VM, wrapped to check the machine stack
+# of a run on a coroutine first (src/core/mrb_stack_check.c)
+MRB_WRAP   := $(addprefix -Wl$(comma)--wrap=,mrb_funcall mrb_funcall_id \
+              mrb_funcall_argv mrb_funcall_with_block mrb_yield mrb_yield_argv \
+              mrb_yield_with_class mrb_yield_cont mrb_top_run mrb_exec_irep)
+LIBS       := $(MRB_WRAP) $(MRUBY_LIB) -lhiredis -lonig -ljansson -lcrypto -lboost_context -lm -lpthread
 
 WARN       := -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
 OPT        ?= -O2 -g

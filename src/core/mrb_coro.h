@@ -34,6 +34,9 @@ typedef void (*mrb_coro_fn)(mrb_coro *coro, void *arg);
 #define MRB_CORO_STACK_MIN      (64 * 1024)
 #define MRB_CORO_KEEP_DEFAULT   64
 
+/* What re-entering Ruby from C must leave free (mrb_stack_check.c). */
+#define MRB_CORO_STACK_RESERVE  (32 * 1024)
+
 /*
  * A pool of stacks of stack_size usable bytes (rounded up to pages; at
  * least MRB_CORO_STACK_MIN), keeping up to keep finished ones for reuse.

@@ -380,8 +380,14 @@ mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run)
     int                  ai = mrb_gc_arena_save(mrb);
     int                  rc;
 
-    if (run->may_wait && c == mrb->root_c && c->ci == c->cibase) {
+    if (run->may_wait && c == mrb->root_c && c->ci == c->cibase
+        && mrb_wait_wanted(interp, proc))
+    {
         return mrb_wait_exec(interp, proc, run);
+    }
+
+    if (run->startup) {
+        mrb_wait_note_startup(interp, proc);
     }
 
     run->prev = interp->head.run;

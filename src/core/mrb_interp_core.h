@@ -66,6 +66,13 @@ typedef struct mrb_wait_state_s  mrb_wait_state;
 /* Where interp keeps its mrb_wait_state (NULL until a run may wait). */
 mrb_wait_state **mrb_interp_wait_state(mrb_interp *interp);
 
+/*
+ * Whether a run of proc should go on a coroutine: its code (or a startup
+ * script's, noted with mrb_wait_note_startup) names something that waits.
+ */
+int mrb_wait_wanted(mrb_interp *interp, struct RProc *proc);
+void mrb_wait_note_startup(mrb_interp *interp, struct RProc *proc);
+
 /* Runs proc as run (may_wait) on a coroutine: 0, -1 or MRB_RUN_WAITING. */
 int mrb_wait_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run);
 

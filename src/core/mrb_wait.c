@@ -13,13 +13,19 @@
  *     a resume puts them back at the same base, so that the arena indexes
  *     saved in the suspended C frames still mean what they meant.
  *
- * A run that never waits pays for a pooled coroutine and its context (no
- * allocation once the pools are warm), two switches and the copy of the
- * run's header: see docs/architecture.md for the measured cost.
+ * A run on a coroutine costs some 600 instructions more than one on the
+ * thread's stack (callgrind, test_wait.c's bench): 7% of nginx's hello
+ * world.  So only a run that may wait gets one: its script names a method
+ * that waits (sleep, Async, sub_request) or calls methods by computed
+ * names (send, eval, ...), or a startup script does (it may define a
+ * method that waits).  The names are found in a scan of the bytecode's
+ * symbols, a bit test each.
  */
 
 #include <errno.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -27,7 +33,9 @@
 #include <mruby.h>
 #include <mruby/array.h>
 #include <mruby/class.h>
+#include <mruby/irep.h>
 #include <mruby/object.h>
+#include <mruby/proc.h>
 #include <mruby/throw.h>
 
 #include "mrb_api.h"
@@ -38,6 +46,9 @@
 /* mruby 3.1.0's initial VM stack and frame array (src/vm.c stack_init) */
 #define WAIT_STACK_INIT  128
 #define WAIT_CI_INIT     32
+
+/* A day: longer waits are mistakes (and would overflow nginx's timer). */
+#define WAIT_SLEEP_MAX_MS  (86400 * 1000)
 
 /* Finished runs' contexts kept for the next runs. */
 #define WAIT_KEEP_IDLE   64
@@ -81,7 +92,27 @@ struct mrb_wait_slot_s {
     mrb_wait_slot       *next_idle;
 };
 
+/*
+ * The names that make a script run on a coroutine (see mrb_wait_wanted):
+ * what waits, and what calls methods by a name the code does not show.
+ */
+static const char *const  wait_names[] = {
+    "sleep", "Async", "sub_request",
+    "send", "__send__", "public_send", "method", "eval", "instance_eval",
+    "instance_exec", "class_eval", "class_exec", "module_eval", "module_exec",
+    NULL
+};
+
+#define WAIT_NAMES_MAX  16
+#define WAIT_SYM_BITS   8192   /* a bit per symbol below it */
+
 struct mrb_wait_state_s {
+    /* the symbols of wait_names, as a bitmap and (for larger ones) a list */
+    uint8_t              name_bits[WAIT_SYM_BITS / 8];
+    mrb_sym              names[WAIT_NAMES_MAX];
+    int                  nnames;
+    unsigned             always:1;   /* a startup script names one */
+
     mrb_coro_pool       *pool;
     mrb_value            keeps;      /* Array of every slot's keep, GC-registered */
     mrb_wait_slot       *idle;
@@ -106,6 +137,7 @@ wait_state(mrb_interp *interp)
     mrb_wait_state  **sp = mrb_interp_wait_state(interp);
     mrb_wait_state   *st = *sp;
     mrb_state        *mrb;
+    mrb_sym           sym;
 
     if (st != NULL) {
         return st;
@@ -125,8 +157,77 @@ wait_state(mrb_interp *interp)
     mrb = mrb_interp_state(interp);
     st->keeps = mrb_ary_new(mrb);
     mrb_gc_register(mrb, st->keeps);
+
+    for (st->nnames = 0; wait_names[st->nnames] != NULL; st->nnames++) {
+        sym = mrb_intern_cstr(mrb, wait_names[st->nnames]);
+        st->names[st->nnames] = sym;
+        if (sym < WAIT_SYM_BITS) {
+            st->name_bits[sym / 8] |= (uint8_t) (1 << (sym % 8));
+        }
+    }
+
     *sp = st;
     return st;
+}
+
+
+/* Whether irep or a block or method in it names one of wait_names. */
+static int
+wait_irep_names(mrb_wait_state *st, const mrb_irep *irep)
+{
+    mrb_sym  sym;
+    int      i, j;
+
+    for (i = 0; i < irep->slen; i++) {
+        sym = irep->syms[i];
+
+        if (sym < WAIT_SYM_BITS) {
+            if (st->name_bits[sym / 8] & (1 << (sym % 8))) {
+                return 1;
+            }
+            continue;
+        }
+
+        for (j = 0; j < st->nnames; j++) {
+            if (sym == st->names[j]) {
+                return 1;
+            }
+        }
+    }
+
+    for (i = 0; i < irep->rlen; i++) {
+        if (wait_irep_names(st, irep->reps[i])) {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+
+int
+mrb_wait_wanted(mrb_interp *interp, struct RProc *proc)
+{
+    mrb_wait_state  *st = wait_state(interp);
+
+    if (st == NULL || MRB_PROC_CFUNC_P(proc)) {
+        return 0;
+    }
+
+    return st->always || wait_irep_names(st, proc->body.irep);
+}
+
+
+void
+mrb_wait_note_startup(mrb_interp *interp, struct RProc *proc)
+{
+    mrb_wait_state  *st = wait_state(interp);
+
+    if (st != NULL && !MRB_PROC_CFUNC_P(proc)
+        && wait_irep_names(st, proc->body.irep))
+    {
+        st->always = 1;
+    }
 }
 
 
@@ -147,6 +248,27 @@ mrb_wait_state_free(mrb_wait_state *st)
 
     mrb_coro_pool_free(st->pool);
     free(st);
+}
+
+
+/* Frames back to the base one: the script's goes above it. */
+static void
+wait_slot_reset(mrb_state *mrb, mrb_wait_slot *slot)
+{
+    struct mrb_context  *c = slot->ctx;
+    int                  i;
+
+    for (i = 0; i < 2; i++) {
+        memset(&c->cibase[i], 0, sizeof(mrb_callinfo));
+        c->cibase[i].stack = c->stbase;
+        c->cibase[i].u.target_class = mrb->object_class;
+    }
+
+    c->ci = c->cibase + 1;
+    c->status = MRB_FIBER_RUNNING;
+    c->prev = NULL;
+    c->stbase[0] = mrb_nil_value();
+    c->stbase[1] = mrb_nil_value();
 }
 
 
@@ -172,28 +294,10 @@ wait_slot_context(mrb_state *mrb, mrb_wait_slot *slot)
 
     slot->fiber = f;
     slot->ctx = c;
+
+    /* the GC reads c->ci->stack of every live fiber: from now on */
+    wait_slot_reset(mrb, slot);
     return 0;
-}
-
-
-/* Frames back to the base one: the script's goes above it. */
-static void
-wait_slot_reset(mrb_state *mrb, mrb_wait_slot *slot)
-{
-    struct mrb_context  *c = slot->ctx;
-    int                  i;
-
-    for (i = 0; i < 2; i++) {
-        memset(&c->cibase[i], 0, sizeof(mrb_callinfo));
-        c->cibase[i].stack = c->stbase;
-        c->cibase[i].u.target_class = mrb->object_class;
-    }
-
-    c->ci = c->cibase + 1;
-    c->status = MRB_FIBER_RUNNING;
-    c->prev = NULL;
-    c->stbase[0] = mrb_nil_value();
-    c->stbase[1] = mrb_nil_value();
 }
 
 
@@ -401,6 +505,7 @@ mrb_wait_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run)
     mrb_state       *mrb = mrb_interp_state(interp);
     mrb_wait_state  *st = wait_state(interp);
     mrb_wait_slot   *slot;
+    int              rc;
 
     if (st == NULL || (slot = wait_slot_take(mrb, st)) == NULL) {
         snprintf(run->error, sizeof(run->error),
@@ -435,9 +540,10 @@ mrb_wait_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run)
         return MRB_RUN_WAITING;
     }
 
+    rc = slot->rc;
     wait_copy_result(mrb, slot, run);
     wait_slot_give_back(mrb, st, slot);
-    return slot->rc;
+    return rc;
 }
 
 
@@ -497,9 +603,11 @@ mrb_wait_check(mrb_state *mrb, const char *what)
 
     if (st == NULL || st->current == NULL) {
         mrb_raisef(mrb, E_RUNTIME_ERROR,
-                   "%s: cannot wait here (only request scripts of the "
-                   "rewrite, access and content phases can wait; not the "
-                   "log phase, filters or startup scripts)", what);
+                   "%s: cannot wait here (request scripts of the phases up "
+                   "to content can wait, when their code names sleep, "
+                   "Async or sub_request, or a startup script does; not "
+                   "the log phase, filters, mruby_set or startup scripts)",
+                   what);
     }
 
     if (run != &st->current->run) {
@@ -554,8 +662,9 @@ mrb_wait_sleep(mrb_state *mrb, mrb_int msec, const char *what)
     mrb_run           *run;
     struct timespec    ts;
 
-    if (msec < 0) {
-        mrb_raisef(mrb, E_ARGUMENT_ERROR, "%s: negative time", what);
+    if (msec < 0 || msec > WAIT_SLEEP_MAX_MS) {
+        mrb_raisef(mrb, E_ARGUMENT_ERROR,
+                   "%s: milliseconds must be 0 to 86400000", what);
     }
 
     if (server->wake_after == NULL) {
@@ -587,15 +696,28 @@ mrb_wait_counts(mrb_interp *interp, unsigned *live, unsigned *idle)
 }
 
 
-/* Seconds (Integer or Float) as milliseconds. */
+/* Seconds (Integer or Float, 0 to a day) as milliseconds. */
 static mrb_int
 wait_seconds_ms(mrb_state *mrb, mrb_value sec)
 {
+    mrb_float  f;
+
     if (mrb_integer_p(sec)) {
+        if (mrb_integer(sec) < 0
+            || mrb_integer(sec) > WAIT_SLEEP_MAX_MS / 1000)
+        {
+            mrb_raise(mrb, E_ARGUMENT_ERROR,
+                      "sleep: seconds must be 0 to 86400");
+        }
         return mrb_integer(sec) * 1000;
     }
 
-    return (mrb_int) (mrb_as_float(mrb, sec) * 1000.0 + 0.5);
+    f = mrb_as_float(mrb, sec);
+    if (!(f >= 0 && f <= WAIT_SLEEP_MAX_MS / 1000)) {   /* NaN too */
+        mrb_raise(mrb, E_ARGUMENT_ERROR, "sleep: seconds must be 0 to 86400");
+    }
+
+    return (mrb_int) (f * 1000.0 + 0.5);
 }
 
 

@@ -169,9 +169,9 @@ ngx_http_mruby_internal_redirect(ngx_http_request_t *r,
  */
 static void
 ngx_http_mruby_check_declined_output(ngx_http_request_t *r,
-    ngx_http_mruby_ctx_t *ctx, mrb_run *run)
+    ngx_http_mruby_ctx_t *ctx, mrb_int result, unsigned returned)
 {
-    if (run->returned && run->result == NGX_DECLINED && ctx->out != NULL) {
+    if (returned && result == NGX_DECLINED && ctx->out != NULL) {
         ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
                       "mruby: the script wrote output and returned "
                       "DECLINED: the output is the response");
@@ -183,11 +183,13 @@ ngx_http_mruby_check_declined_output(ngx_http_request_t *r,
  * What a script in a phase before content leaves to nginx: a response it
  * wrote, a redirect, a status code to answer with, or "go on".
  */
-static ngx_int_t
+ngx_int_t
 ngx_http_mruby_phase_done(ngx_http_request_t *r, ngx_http_mruby_ctx_t *ctx,
-    ngx_http_mruby_phase_e phase, mrb_int result)
+    ngx_http_mruby_phase_e phase, mrb_int result, unsigned returned)
 {
     ngx_int_t  rc;
+
+    ngx_http_mruby_check_declined_output(r, ctx, result, returned);
 
     if (ctx->redirect.len) {
         rc = ngx_http_mruby_internal_redirect(r, ctx);
@@ -328,23 +330,31 @@ ngx_http_mruby_read_body(ngx_http_request_t *r, ngx_http_mruby_ctx_t *ctx)
 
 /*
  * Runs s in phase, with the request's ctx (NULL in the log phase): NGX_OK
- * and run->result, or the status to end the phase with.
+ * and run->result, NGX_AGAIN when the script waits (a phase up to content:
+ * its data lives in ctx, and run->waiting is the waiting run), or the
+ * status to end the phase with.
  */
 static ngx_int_t
 ngx_http_mruby_phase_run(ngx_http_request_t *r, ngx_mruby_script_t *s,
     ngx_http_mruby_phase_e phase, ngx_http_mruby_ctx_t *ctx, mrb_int dflt,
     mrb_run *run)
 {
-    ngx_int_t                  rc;
-    ngx_http_mruby_run_data_t  data;
+    ngx_int_t                   rc;
+    ngx_http_mruby_run_data_t   local, *data;
 
-    ngx_memzero(&data, sizeof(data));
-    data.phase = phase;
-    data.ctx = ctx;
+    data = (ctx != NULL && phase <= NGX_HTTP_MRUBY_CONTENT) ? &ctx->data
+                                                            : &local;
+    ngx_memzero(data, sizeof(ngx_http_mruby_run_data_t));
+    data->phase = phase;
+    data->ctx = ctx;
 
-    rc = ngx_http_mruby_run(r, s, &data, run, dflt);
+    rc = ngx_http_mruby_run(r, s, data, run, dflt);
 
-    run->data = NULL;  /* data is gone with this frame */
+    if (rc == NGX_AGAIN) {
+        return NGX_AGAIN;
+    }
+
+    run->data = NULL;  /* local is gone with this frame */
 
     if (rc != NGX_OK) {
         return r->header_sent ? NGX_ERROR : NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -375,6 +385,16 @@ ngx_http_mruby_phase(ngx_http_request_t *r, ngx_http_mruby_phase_e phase)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
+    if (ctx->resumed && ctx->wait_phase == phase) {
+        /* the script waited and has ended: nginx runs the phase again */
+        ctx->resumed = 0;
+        if (ctx->resumed_status != NGX_OK) {
+            return ctx->resumed_status;
+        }
+        return ngx_http_mruby_phase_done(r, ctx, phase, ctx->resumed_result,
+                                         ctx->resumed_returned);
+    }
+
     if (mlcf->read_body && phase != NGX_HTTP_MRUBY_POST_READ) {
         rc = ngx_http_mruby_read_body(r, ctx);
         if (rc != NGX_OK) {
@@ -383,13 +403,16 @@ ngx_http_mruby_phase(ngx_http_request_t *r, ngx_http_mruby_phase_e phase)
     }
 
     rc = ngx_http_mruby_phase_run(r, s, phase, ctx, NGX_DECLINED, &run);
+
+    if (rc == NGX_AGAIN) {
+        return ngx_http_mruby_wait_begin(r, ctx, phase, &run);
+    }
+
     if (rc != NGX_OK) {
         return rc;
     }
 
-    ngx_http_mruby_check_declined_output(r, ctx, &run);
-
-    return ngx_http_mruby_phase_done(r, ctx, phase, run.result);
+    return ngx_http_mruby_phase_done(r, ctx, phase, run.result, run.returned);
 }
 
 
@@ -499,26 +522,40 @@ ngx_http_mruby_content_run(ngx_http_request_t *r)
 
     status = ngx_http_mruby_phase_run(r, s, NGX_HTTP_MRUBY_CONTENT, ctx,
                                       NGX_OK, &run);
+
+    if (status == NGX_AGAIN) {
+        return ngx_http_mruby_wait_begin(r, ctx, NGX_HTTP_MRUBY_CONTENT, &run);
+    }
+
     if (status != NGX_OK) {
         return status;
     }
 
-    ngx_http_mruby_check_declined_output(r, ctx, &run);
+    return ngx_http_mruby_content_done(r, ctx, run.result, run.returned);
+}
+
+
+/* What a content script that ended with result leaves to nginx. */
+ngx_int_t
+ngx_http_mruby_content_done(ngx_http_request_t *r, ngx_http_mruby_ctx_t *ctx,
+    mrb_int result, unsigned returned)
+{
+    ngx_http_mruby_check_declined_output(r, ctx, result, returned);
 
     if (ctx->redirect.len) {
         return ngx_http_mruby_internal_redirect(r, ctx);
     }
 
     if (ctx->out != NULL || r->header_sent) {
-        return ngx_http_mruby_send(r, ctx, run.result);
+        return ngx_http_mruby_send(r, ctx, result);
     }
 
-    switch (run.result) {
+    switch (result) {
 
     case NGX_OK:
     case NGX_DONE:
         /* a script that wrote nothing: an empty response */
-        return ngx_http_mruby_send(r, ctx, run.result);
+        return ngx_http_mruby_send(r, ctx, result);
 
     case NGX_DECLINED:
         /* the next content handler (static files, index, ...) */
@@ -528,21 +565,21 @@ ngx_http_mruby_content_run(ngx_http_request_t *r)
         return NGX_ERROR;
 
     default:
-        if (run.result >= 200 && run.result < 300
-            && run.result != NGX_HTTP_CREATED
-            && run.result != NGX_HTTP_NO_CONTENT)
+        if (result >= 200 && result < 300
+            && result != NGX_HTTP_CREATED
+            && result != NGX_HTTP_NO_CONTENT)
         {
-            return ngx_http_mruby_send(r, ctx, run.result);
+            return ngx_http_mruby_send(r, ctx, result);
         }
 
-        if (mrb_http_valid_final_status(run.result)) {
+        if (mrb_http_valid_final_status(result)) {
             /* nginx answers: its error page, a redirect with Location */
-            return (ngx_int_t) run.result;
+            return (ngx_int_t) result;
         }
 
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                       "mruby: invalid return code %i",
-                      (ngx_int_t) run.result);
+                      (ngx_int_t) result);
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 }

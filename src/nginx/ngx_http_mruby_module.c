@@ -253,5 +253,8 @@ ngx_http_mruby_run(ngx_http_request_t *r, ngx_mruby_script_t *s,
     run->stat_on_error_fail = mlcf->stat_on_error
                               == NGX_MRUBY_STAT_ON_ERROR_FAIL;
 
+    /* a phase up to content keeps its data in ctx: its script may wait */
+    run->may_wait = data->ctx != NULL && data == &data->ctx->data;
+
     return ngx_mruby_run(&ngx_http_mruby_process, s, run, r->connection->log);
 }

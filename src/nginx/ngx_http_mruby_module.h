@@ -77,18 +77,7 @@ typedef struct {
 } ngx_http_mruby_loc_conf_t;
 
 
-/* A request's state across phases (cleared by an internal redirect). */
-typedef struct {
-    ngx_chain_t          *out;            /* rputs / echo */
-    ngx_chain_t         **last_out;
-    off_t                 out_len;
-
-    ngx_str_t             redirect;       /* Nginx.redirect "/path" */
-
-    unsigned              body_read:1;
-    unsigned              body_waiting:1;
-} ngx_http_mruby_ctx_t;
-
+typedef struct ngx_http_mruby_ctx_s  ngx_http_mruby_ctx_t;
 
 /*
  * What a run of the http module carries in mrb_run.data: the phase tells
@@ -100,6 +89,30 @@ typedef struct {
     void                    *filter;      /* body filter: the body */
     ngx_connection_t        *connection;  /* TLS handshake */
 } ngx_http_mruby_run_data_t;
+
+
+/* A request's state across phases (cleared by an internal redirect). */
+struct ngx_http_mruby_ctx_s {
+    ngx_chain_t          *out;            /* rputs / echo */
+    ngx_chain_t         **last_out;
+    off_t                 out_len;
+
+    ngx_str_t             redirect;       /* Nginx.redirect "/path" */
+
+    /* a run of a phase up to content, which may wait (mrb_wait.h) */
+    ngx_http_mruby_run_data_t  data;
+    mrb_run              *waiting;        /* while its script waits */
+    ngx_event_t           wake;           /* Async.sleep's timer */
+    mrb_int               resumed_result; /* a run that ended on a resume */
+    ngx_int_t             resumed_status; /* NGX_OK, or the error status */
+
+    unsigned              body_read:1;
+    unsigned              body_waiting:1;
+    unsigned              wait_phase:4;   /* where the script waits */
+    unsigned              resumed:1;      /* wait_phase's run has ended */
+    unsigned              resumed_returned:1;
+    unsigned              wait_cleanup:1; /* the cleanup is registered */
+};
 
 
 extern ngx_module_t  ngx_http_mruby_module;
@@ -120,6 +133,24 @@ char *ngx_http_mruby_merge_handlers(ngx_conf_t *cf,
 /* ngx_http_mruby_handler.c */
 ngx_int_t ngx_http_mruby_handler_init(ngx_conf_t *cf,
     ngx_http_mruby_main_conf_t *mmcf);
+
+/* What a script of a phase before content (after it ended) or of the
+ * content phase leaves to nginx; see the handlers. */
+ngx_int_t ngx_http_mruby_phase_done(ngx_http_request_t *r,
+    ngx_http_mruby_ctx_t *ctx, ngx_http_mruby_phase_e phase, mrb_int result,
+    unsigned returned);
+ngx_int_t ngx_http_mruby_content_done(ngx_http_request_t *r,
+    ngx_http_mruby_ctx_t *ctx, mrb_int result, unsigned returned);
+
+/* ngx_http_mruby_wait.c */
+int ngx_http_mruby_wake_after(mrb_run *run, mrb_int msec);
+
+/*
+ * A phase handler whose run returned NGX_AGAIN: the request waits for its
+ * script (NGX_DONE to return), or an error status.
+ */
+ngx_int_t ngx_http_mruby_wait_begin(ngx_http_request_t *r,
+    ngx_http_mruby_ctx_t *ctx, ngx_http_mruby_phase_e phase, mrb_run *run);
 
 /* ngx_http_mruby_filter_module.c */
 void ngx_http_mruby_filter_define(mrb_state *mrb, struct RClass *nginx);

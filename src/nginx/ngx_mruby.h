@@ -66,7 +66,7 @@ typedef struct {
  * The mrb_server of a module: to scripts, both modules are the one Nginx
  * class of ngx_mruby.
  */
-#define ngx_mruby_server(define, write, log, log_enabled)                     \
+#define ngx_mruby_server(define, write, log, log_enabled, wake_after)         \
     {                                                                         \
         "NGINX",                           /* Kernel#server_name */           \
         "Nginx",                           /* the server class */             \
@@ -76,7 +76,8 @@ typedef struct {
         define,                                                               \
         write,                                                                \
         log,                                                                  \
-        log_enabled                                                           \
+        log_enabled,                                                          \
+        wake_after                                                            \
     }
 
 
@@ -160,9 +161,10 @@ void ngx_mruby_exit_worker(ngx_mruby_process_t *p,
 mrb_interp *ngx_mruby_interp(ngx_mruby_process_t *p, ngx_log_t *log);
 
 /*
- * Runs s in the worker's interpreter with run (initialized): NGX_OK, or
- * NGX_ERROR after one error-log line with the exception's class, message
- * and backtrace.
+ * Runs s in the worker's interpreter with run (initialized): NGX_OK,
+ * NGX_AGAIN when the script waits (run->may_wait; run->waiting is the
+ * waiting run, see mrb_wait.h), or NGX_ERROR after one error-log line with
+ * the exception's class, message and backtrace.
  */
 ngx_int_t ngx_mruby_run(ngx_mruby_process_t *p, ngx_mruby_script_t *s,
     mrb_run *run, ngx_log_t *log);

@@ -6,6 +6,7 @@
  */
 
 #include "ngx_mruby.h"
+#include "mrb_wait.h"
 
 
 typedef struct {
@@ -158,10 +159,16 @@ ngx_mruby_run(ngx_mruby_process_t *p, ngx_mruby_script_t *s, mrb_run *run,
         return NGX_ERROR;
     }
 
-    if (mrb_script_run(interp, s->script, run) != 0) {
+    switch (mrb_script_run(interp, s->script, run)) {
+
+    case 0:
+        return NGX_OK;
+
+    case MRB_RUN_WAITING:
+        return NGX_AGAIN;
+
+    default:
         ngx_log_error(NGX_LOG_ERR, log, 0, "%s: %s", p->name, run->error);
         return NGX_ERROR;
     }
-
-    return NGX_OK;
 }

@@ -16,11 +16,25 @@ static void ngx_stream_mruby_log(void *log_target, mrb_run *run, int level,
 static int ngx_stream_mruby_log_enabled(void *log_target, mrb_run *run,
     int level);
 static void ngx_stream_mruby_define(mrb_state *mrb, struct RClass *nginx);
+static int ngx_stream_mruby_wake_after(mrb_run *run, mrb_int msec);
 
 
 const mrb_server  ngx_stream_mruby_server =
     ngx_mruby_server(ngx_stream_mruby_define, ngx_stream_mruby_write,
-                     ngx_stream_mruby_log, ngx_stream_mruby_log_enabled);
+                     ngx_stream_mruby_log, ngx_stream_mruby_log_enabled,
+                     ngx_stream_mruby_wake_after);
+
+
+/*
+ * Stream scripts do not run on coroutines yet, so a sleep there raises
+ * "cannot wait here" (mrb_wait_check) rather than block the worker: this
+ * is never reached.
+ */
+static int
+ngx_stream_mruby_wake_after(mrb_run *run, mrb_int msec)
+{
+    return -1;
+}
 
 
 static int

@@ -136,16 +136,52 @@ TEST(wait_a_run_that_never_waits_ends_at_once)
     int          waits;
 
     REQUIRE(interp != NULL);
+
+    /* names no waiting method: on the thread's stack */
     CHECK_EQ(wait_run_through(interp, "Nginx.rputs 'hi'; Nginx.return 7",
                               &run, &waits), 0);
     CHECK_EQ(waits, 0);
     CHECK(strcmp(wait_out, "hi") == 0);
     CHECK_EQ(run.result, 7);
     CHECK(run.returned);
+    mrb_wait_counts(interp, &live, &idle);
+    CHECK_EQ(live + idle, 0);
 
+    /* names one, does not call it: on a coroutine, done at once */
+    CHECK_EQ(wait_run_through(interp, "sleep 1 if $never; Nginx.rputs '!'",
+                              &run, &waits), 0);
+    CHECK_EQ(waits, 0);
+    CHECK(strcmp(wait_out, "hi!") == 0);
     mrb_wait_counts(interp, &live, &idle);
     CHECK_EQ(live, 0);
     CHECK_EQ(idle, 1);
+    mrb_interp_close(interp);
+}
+
+
+/* A method defined by a startup script may wait: every run may then. */
+TEST(wait_a_startup_script_that_names_sleep_puts_every_run_on_a_coroutine)
+{
+    char         err[256];
+    mrb_interp  *interp = mrb_interp_open(&wait_server, NULL, err,
+                                          sizeof(err));
+    mrb_script  *init = wait_script("def nap; Nginx::Async.sleep(1); end");
+    mrb_run      run;
+    int          waits;
+
+    REQUIRE(interp != NULL && init != NULL);
+    mrb_run_init(&run, NULL, 0);
+    run.startup = 1;
+    CHECK_EQ(mrb_script_run(interp, init, &run), 0);
+    mrb_interp_seal(interp);
+    wait_out[0] = '\0';
+
+    CHECK_EQ(wait_run_through(interp, "nap; Nginx.rputs 'woke'", &run,
+                              &waits), 0);
+    CHECK_EQ(waits, 1);
+    CHECK(strcmp(wait_out, "woke") == 0);
+
+    mrb_script_free(init);
     mrb_interp_close(interp);
 }
 
@@ -195,6 +231,12 @@ TEST(wait_sleep_takes_seconds_and_async_sleep_milliseconds)
     CHECK_EQ(wait_run_through(interp, "Nginx::Async.sleep(-1)", &run,
                               &waits), -1);
     CHECK(strstr(run.error, "ArgumentError") != NULL);
+    CHECK_EQ(wait_run_through(interp, "sleep(0.0 / 0.0)", &run, &waits), -1);
+    CHECK(strstr(run.error, "ArgumentError") != NULL);
+    CHECK_EQ(wait_run_through(interp, "sleep 1e300", &run, &waits), -1);
+    CHECK(strstr(run.error, "ArgumentError") != NULL);
+    CHECK_EQ(wait_run_through(interp, "sleep(-1)", &run, &waits), -1);
+    CHECK(strstr(run.error, "0 to 86400") != NULL);
     mrb_interp_close(interp);
 }
 
@@ -344,11 +386,11 @@ BENCH(bench_wait_suspend_resume_from_ruby)
 
     t0 = unit_now_ns();
     mrb_script_free(s);
-    s = wait_script("Nginx.return 1");
+    s = wait_script("Nginx.return 1; sleep 1 if $never");
     for (n = 0; n < 200000; n++) {
         wait_start(interp, s, &run);
     }
-    unit_report("a run that never waits, on a coroutine",
+    unit_report("a run that could wait and does not, on a coroutine",
                 (double) (unit_now_ns() - t0) / n, "ns");
 
     t0 = unit_now_ns();
@@ -356,9 +398,85 @@ BENCH(bench_wait_suspend_resume_from_ruby)
         mrb_run_init(&run, (void *) 1, 0);
         mrb_script_run(interp, s, &run);
     }
-    unit_report("the same run on the thread's stack",
+    unit_report("the same run, not asked to wait: on the thread's stack",
                 (double) (unit_now_ns() - t0) / n, "ns");
 
     mrb_script_free(s);
+    mrb_interp_close(interp);
+}
+
+
+/* Many runs waiting at once, garbage made in between: what each holds
+ * stays alive, and the contexts of finished runs are reused. */
+TEST(wait_many_runs_wait_at_once)
+{
+    mrb_interp  *interp = wait_interp();
+    mrb_script  *s = wait_script(
+        "a = 'x' * 100\n"
+        "begin\n"
+        "  Nginx::Async.sleep(1)\n"
+        "  b = [a] * 3\n"
+        "  Nginx::Async.sleep(1)\n"
+        "ensure\n"
+        "  Nginx.rputs b.join.size == 300 ? '' : 'bad'\n"
+        "end\n");
+    mrb_script  *g = wait_script("200.times { [1, 2, 3].map { |x| x.to_s * 20 } }");
+    static mrb_run  runs[150];
+    mrb_run     gr;
+    unsigned     live, idle;
+    int          i, round;
+
+    REQUIRE(interp != NULL && s != NULL && g != NULL);
+
+    for (round = 0; round < 3; round++) {
+        for (i = 0; i < 150; i++) {
+            CHECK_EQ(wait_start(interp, s, &runs[i]), MRB_RUN_WAITING);
+            mrb_run_init(&gr, (void *) 1, 0);
+            mrb_script_run(interp, g, &gr);
+        }
+        for (i = 0; i < 150; i++) {
+            CHECK_EQ(mrb_wait_resume(interp, runs[i].waiting, &runs[i]),
+                     MRB_RUN_WAITING);
+            mrb_run_init(&gr, (void *) 1, 0);
+            mrb_script_run(interp, g, &gr);
+        }
+        for (i = 0; i < 150; i++) {
+            CHECK_EQ(mrb_wait_resume(interp, runs[i].waiting, &runs[i]), 0);
+        }
+    }
+
+    CHECK(strcmp(wait_out, "") == 0);
+    mrb_wait_counts(interp, &live, &idle);
+    CHECK_EQ(live, 0);
+
+    mrb_script_free(s);
+    mrb_script_free(g);
+    mrb_interp_close(interp);
+}
+
+
+/* Recursion through to_s called by interpolation: on a coroutine's fixed
+ * stack it ends in SystemStackError, not in the guard page. */
+TEST(wait_deep_recursion_on_a_coroutine_is_a_system_stack_error)
+{
+    mrb_interp  *interp = wait_interp();
+    mrb_run      run;
+    int          waits;
+
+    REQUIRE(interp != NULL);
+    CHECK_EQ(wait_run_through(interp,
+        "class Deep\n"
+        "  def initialize(n); @n = n; end\n"
+        "  def to_s; @n == 0 ? 'bottom' : \"#{Deep.new(@n - 1)}\"; end\n"
+        "end\n"
+        "sleep 0.001\n"
+        "Nginx.rputs Deep.new(100_000).to_s\n",
+        &run, &waits), -1);
+    CHECK(strstr(run.error, "SystemStackError") != NULL);
+
+    /* and the interpreter runs the next script */
+    CHECK_EQ(wait_run_through(interp, "sleep 0; Nginx.rputs 'next'", &run,
+                              &waits), 0);
+    CHECK(strcmp(wait_out, "next") == 0);
     mrb_interp_close(interp);
 }

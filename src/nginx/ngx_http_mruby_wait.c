@@ -1,0 +1,185 @@
+/*
+ * A request whose script waits (mrb_wait.h): the phase handler returns
+ * NGX_DONE and holds a reference on the request; nginx's event loop wakes
+ * the script (Async.sleep's timer), and when the script has ended its
+ * phase ends as it would have: the content phase finalizes the request,
+ * an earlier phase runs the phases again and its handler returns what the
+ * script left.
+ *
+ * A client that goes away while the script waits terminates the request
+ * (ngx_http_test_reading); its cleanup cancels the script (ensure clauses
+ * run, the coroutine and its stack are freed) and removes the timer.  On
+ * `nginx -s quit` or a reload the old worker waits for its sleeping
+ * requests: their timers are not cancelable.
+ */
+
+#include "ngx_http_mruby_module.h"
+#include "mrb_wait.h"
+
+
+static void ngx_http_mruby_wake_handler(ngx_event_t *ev);
+static void ngx_http_mruby_wait_cleanup(void *data);
+
+
+int
+ngx_http_mruby_wake_after(mrb_run *run, mrb_int msec)
+{
+    ngx_http_request_t         *r = run->request;
+    ngx_http_mruby_run_data_t  *data = run->data;
+    ngx_event_t                *ev = &data->ctx->wake;
+
+    ev->handler = ngx_http_mruby_wake_handler;
+    ev->data = r;
+    ev->log = r->connection->log;
+
+    ngx_add_timer(ev, (ngx_msec_t) msec);
+    return 0;
+}
+
+
+ngx_int_t
+ngx_http_mruby_wait_begin(ngx_http_request_t *r, ngx_http_mruby_ctx_t *ctx,
+    ngx_http_mruby_phase_e phase, mrb_run *run)
+{
+    mrb_interp          *interp;
+    ngx_http_cleanup_t  *cln;
+
+    ctx->waiting = run->waiting;
+    ctx->wait_phase = phase;
+    ctx->resumed = 0;
+
+    if (!ctx->wait_cleanup) {
+        cln = ngx_http_cleanup_add(r, 0);
+        if (cln == NULL) {
+            interp = ngx_mruby_interp(&ngx_http_mruby_process,
+                                      r->connection->log);
+            if (ctx->wake.timer_set) {
+                ngx_del_timer(&ctx->wake);
+            }
+            mrb_wait_cancel(interp, ctx->waiting);
+            ctx->waiting = NULL;
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        cln->handler = ngx_http_mruby_wait_cleanup;
+        cln->data = ctx;
+        ctx->wait_cleanup = 1;
+    }
+
+    /* the reference the phase hands back when the script has ended */
+    r->main->count++;
+
+    if (r == r->main) {
+        r->read_event_handler = ngx_http_test_reading;
+    }
+
+    return NGX_DONE;
+}
+
+
+/* The script has ended: its phase ends as it would have without a wait. */
+static void
+ngx_http_mruby_wait_end(ngx_http_request_t *r, ngx_http_mruby_ctx_t *ctx,
+    int rc, mrb_run *out)
+{
+    ngx_int_t  status;
+
+    if (r == r->main) {
+        r->read_event_handler = ngx_http_block_reading;
+    }
+
+    status = NGX_OK;
+
+    if (rc != 0) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0, "%s: %s",
+                      ngx_http_mruby_process.name, out->error);
+        status = r->header_sent ? NGX_ERROR : NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (ctx->wait_phase == NGX_HTTP_MRUBY_CONTENT) {
+        if (status == NGX_OK) {
+            status = ngx_http_mruby_content_done(r, ctx, out->result,
+                                                 out->returned);
+        }
+
+        if (status != NGX_DECLINED) {
+            ngx_http_finalize_request(r, status);
+            return;
+        }
+
+        /* the next content handler, as after reading the body */
+        r->phase_handler++;
+        r->write_event_handler = ngx_http_core_run_phases;
+        ngx_http_core_run_phases(r);
+        return;
+    }
+
+    ctx->resumed = 1;
+    ctx->resumed_status = status;
+    ctx->resumed_result = out->result;
+    ctx->resumed_returned = out->returned;
+
+    r->main->count--;
+    r->write_event_handler = ngx_http_core_run_phases;
+    ngx_http_core_run_phases(r);
+}
+
+
+static void
+ngx_http_mruby_wake_handler(ngx_event_t *ev)
+{
+    int                    rc;
+    mrb_run                out;
+    mrb_interp            *interp;
+    ngx_connection_t      *c;
+    ngx_http_request_t    *r;
+    ngx_http_mruby_ctx_t  *ctx;
+
+    r = ev->data;
+    c = r->connection;
+    ctx = ngx_http_get_module_ctx(r, ngx_http_mruby_module);
+
+    interp = ngx_mruby_interp(&ngx_http_mruby_process, c->log);
+    if (interp == NULL || ctx == NULL || ctx->waiting == NULL) {
+        return;
+    }
+
+    mrb_run_init(&out, r, 0);
+    rc = mrb_wait_resume(interp, ctx->waiting, &out);
+
+    if (rc != MRB_RUN_WAITING) {
+        ctx->waiting = NULL;
+        ngx_http_mruby_wait_end(r, ctx, rc, &out);
+    }
+
+    ngx_http_run_posted_requests(c);
+}
+
+
+/*
+ * The request goes (a client that left, a timeout, the worker's end)
+ * while its script waits: end the script now.
+ */
+static void
+ngx_http_mruby_wait_cleanup(void *data)
+{
+    mrb_run               *waiting;
+    mrb_interp            *interp;
+    ngx_http_mruby_ctx_t  *ctx = data;
+
+    if (ctx->wake.timer_set) {
+        ngx_del_timer(&ctx->wake);
+    }
+
+    if (ctx->waiting == NULL) {
+        return;
+    }
+
+    waiting = ctx->waiting;
+    ctx->waiting = NULL;
+
+    interp = ngx_mruby_interp(&ngx_http_mruby_process, ngx_cycle->log);
+    if (interp != NULL) {
+        mrb_wait_cancel(interp, waiting);
+    }
+}

@@ -1,0 +1,215 @@
+"""ngx_mruby: scripts that wait (Nginx::Async.sleep, sleep, Nginx.sleep) on
+one worker without blocking it: in each phase, inside blocks and methods
+that C called, many at once; errors after a wait, a client that leaves,
+reload and quit, and the places that refuse to wait."""
+
+import concurrent.futures
+import os
+import signal
+import socket
+import time
+
+import pytest
+
+import harness
+
+
+def code(ruby):
+    """An inline script as an nginx string argument."""
+    return "'" + ruby.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def loc(path, directive, ruby, extra=""):
+    return (f"location {path} {{ {extra} {directive} {code(ruby)}; }}\n")
+
+
+def test_sleep_in_each_phase_waits_and_answers(nginx):
+    n = nginx(
+        loc("/rewrite", "mruby_rewrite_handler_code",
+            'Nginx::Async.sleep 50; Nginx::Request.new.headers_in["X-P"] = "r"',
+            extra="mruby_content_handler_code 'Nginx.rputs Nginx::Request."
+                  "new.headers_in[\"X-P\"].to_s';")
+        + loc("/access", "mruby_access_handler_code",
+              "sleep 0.05; Nginx.return Nginx::HTTP_FORBIDDEN")
+        + loc("/access_ok", "mruby_access_handler_code",
+              "Nginx.sleep 0.05",
+              extra="mruby_content_handler_code 'Nginx.rputs \"granted\"';")
+        + loc("/content", "mruby_content_handler_code",
+              'Nginx.rputs "a"; Nginx::Async.sleep 50; Nginx.rputs "b"'))
+
+    t0 = time.monotonic()
+    r = n.get("/rewrite")
+    assert (r.status_code, r.text) == (200, "r")
+    assert time.monotonic() - t0 >= 0.05
+    assert n.get("/access").status_code == 403
+    assert n.get("/access_ok").text == "granted"
+    r = n.get("/content")
+    assert (r.status_code, r.text) == (200, "ab")
+
+
+def test_sleep_inside_blocks_and_methods_that_c_called(nginx):
+    n = nginx(loc("/", "mruby_content_handler_code", """
+h = Hash.new { |hash, k| Nginx::Async.sleep(10); hash[k] = k * 2 }
+o = Object.new
+def o.to_s; Nginx::Async.sleep(10); "obj"; end
+Nginx.rputs "#{h[21]} #{o} "
+s = [3, 1, 2].sort_by { |x| Nginx::Async.sleep(5); x }
+Nginx.rputs s.map { |x| sleep(0.005); x * 10 }.join(",")
+[1].each { Nginx.sleep(0.001) }
+def later(x); Nginx::Async.sleep(5); x; end
+Nginx.rputs send(:later, " sent")
+"""))
+    r = n.get("/")
+    assert (r.status_code, r.text) == (200, "42 obj 10,20,30 sent")
+
+
+def test_a_sleeping_request_does_not_block_the_worker(nginx):
+    n = nginx(loc("/slow", "mruby_content_handler_code",
+                  'Nginx::Async.sleep 1500; Nginx.rputs "slow"')
+              + loc("/fast", "mruby_content_handler_code",
+                    'Nginx.rputs "fast"'))
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        slow = pool.submit(n.get, "/slow")
+        time.sleep(0.2)
+        t0 = time.monotonic()
+        assert n.get("/fast").text == "fast"
+        assert time.monotonic() - t0 < 1.0
+        assert slow.result().text == "slow"
+
+
+def test_1000_concurrent_sleeping_requests_on_one_worker(nginx):
+    n = nginx(loc("/", "mruby_content_handler_code",
+                  'Nginx::Async.sleep 300; Nginx.rputs "z"'),
+              main_conf="worker_rlimit_nofile 4096;")
+    n.generate()
+    port = n.port
+
+    def one(_):
+        s = socket.create_connection(("127.0.0.1", port), timeout=20)
+        s.sendall(b"GET / HTTP/1.0\r\nHost: x\r\n\r\n")
+        data = b""
+        while True:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+        s.close()
+        return data
+
+    t0 = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(200) as pool:
+        out = list(pool.map(one, range(1000)))
+    elapsed = time.monotonic() - t0
+    assert all(d.startswith(b"HTTP/1.1 200") and d.endswith(b"z")
+               for d in out)
+    # 1,000 x 300 ms one after another would be 300 s
+    assert elapsed < 30
+    assert len(n.worker_pids()) == 1
+
+
+def test_an_exception_after_a_wait_is_a_500_with_file_line(nginx):
+    n = nginx(loc("/", "mruby_content_handler", "{dir}/late.rb"),
+              files={"late.rb": "Nginx::Async.sleep 10\n"
+                                "raise ArgumentError, 'woke up wrong'\n"})
+    r = n.get("/")
+    assert r.status_code == 500
+    assert "woke up wrong" not in r.text
+    line = n.wait_log("woke up wrong")
+    assert "ArgumentError" in line and "late.rb:2" in line
+
+
+def test_where_a_script_cannot_wait_it_gets_a_clear_error(nginx):
+    n = nginx(
+        loc("/log", "mruby_log_handler_code", "sleep 0.01",
+            extra="mruby_content_handler_code 'Nginx.rputs \"ok\"';")
+        + "location /set { mruby_set $v {dir}/set.rb; return 200 $v; }\n",
+        files={"set.rb": "Nginx::Async.sleep 1; 'x'"})
+    assert n.get("/log").text == "ok"
+    line = n.wait_log("cannot wait here")
+    assert "sleep: cannot wait here" in line
+    n.get("/set")
+    assert "Async.sleep: cannot wait here" in n.wait_log(
+        "Async.sleep: cannot wait here")
+
+
+def pool_counts(n):
+    """Coroutines alive (less /count's own) and finished stacks kept."""
+    r = n.get("/count")
+    live, idle = r.text.split()
+    return int(live) - 1, int(idle)
+
+
+def test_a_client_that_leaves_mid_sleep_frees_its_coroutine(nginx):
+    n = nginx(
+        loc("/nap", "mruby_content_handler_code", """
+begin
+  Nginx::Async.sleep 30_000
+ensure
+  Nginx.errlogger Nginx::LOG_NOTICE, "nap: ensure ran"
+end""")
+        + loc("/count", "mruby_content_handler_code",
+              'Nginx.rputs Nginx::Async.coroutines.join(" ")'))
+    rss0 = harness.rss_kb(n.worker_pids()[0])
+
+    for _ in range(3):
+        socks = []
+        for _ in range(50):
+            s = socket.create_connection(("127.0.0.1", n.port), timeout=5)
+            s.sendall(b"GET /nap HTTP/1.1\r\nHost: x\r\n\r\n")
+            socks.append(s)
+        deadline = time.monotonic() + 5
+        while pool_counts(n)[0] < 50 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pool_counts(n)[0] == 50
+        for s in socks:
+            s.close()
+        deadline = time.monotonic() + 5
+        while pool_counts(n)[0] > 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pool_counts(n)[0] == 0
+
+    n.wait_log("nap: ensure ran")
+    assert n.error_log().count("nap: ensure ran") == 150
+    # the pool keeps at most 64 finished stacks; memory does not grow
+    assert pool_counts(n)[1] <= 64
+    assert harness.rss_kb(n.worker_pids()[0]) - rss0 < 8 * 1024
+
+
+def test_quit_waits_for_sleeping_requests(nginx):
+    n = nginx(loc("/", "mruby_content_handler_code",
+                  'Nginx::Async.sleep 700; Nginx.rputs "finished"'))
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        f = pool.submit(n.get, "/")
+        time.sleep(0.3)
+        os.kill(n.proc.pid, signal.SIGQUIT)
+        r = f.result()
+    assert (r.status_code, r.text) == (200, "finished")
+
+
+def test_reload_lets_sleeping_requests_finish(nginx):
+    n = nginx(loc("/", "mruby_content_handler_code",
+                  'Nginx::Async.sleep 700; Nginx.rputs "finished"'))
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        f = pool.submit(n.get, "/")
+        time.sleep(0.3)
+        n.reload()
+        r = f.result()
+    assert (r.status_code, r.text) == (200, "finished")
+    assert n.get("/").text == "finished"
+
+
+def test_deep_recursion_on_a_coroutine_is_a_system_stack_error(nginx):
+    n = nginx(loc("/", "mruby_content_handler_code", """
+class Deep
+  def initialize(n); @n = n; end
+  def to_s; @n == 0 ? "bottom" : "#{Deep.new(@n - 1)}"; end
+end
+sleep 0.001
+Nginx.rputs Deep.new(100_000).to_s
+""") + loc("/ok", "mruby_content_handler_code", 'Nginx.rputs "alive"'))
+    pid = n.worker_pids()
+    r = n.get("/")
+    assert r.status_code == 500
+    assert "SystemStackError" in n.wait_log("SystemStackError")
+    assert n.get("/ok").text == "alive"
+    assert n.worker_pids() == pid
