@@ -151,7 +151,19 @@ ngx_http_mruby_header_filter(ngx_http_request_t *r)
         return ngx_http_mruby_filter_fail(r, ctx);
     }
 
-    if (bs == NULL || r->header_only) {
+    if (bs == NULL) {
+        return ngx_http_next_header_filter(r);
+    }
+
+    /*
+     * The script may make a different body each time: the original's
+     * validators would let a client or cache keep content it has never
+     * seen (sub_filter drops them too), on a HEAD as on a GET.
+     */
+    ngx_http_clear_last_modified(r);
+    ngx_http_clear_etag(r);
+
+    if (r->header_only) {
         return ngx_http_next_header_filter(r);
     }
 
@@ -160,15 +172,8 @@ ngx_http_mruby_header_filter(ngx_http_request_t *r)
     r->filter_need_in_memory = 1;
     r->allow_ranges = 0;
 
-    /*
-     * The script may make a different body each time: the original's
-     * validators would let a client or cache keep content it has never
-     * seen (sub_filter drops them too).
-     */
     ngx_http_clear_content_length(r);
     ngx_http_clear_accept_ranges(r);
-    ngx_http_clear_last_modified(r);
-    ngx_http_clear_etag(r);
 
     return NGX_OK;
 }

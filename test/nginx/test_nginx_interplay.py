@@ -145,6 +145,8 @@ def test_body_filter_drops_validators_of_the_original(nginx):
     assert "ETag" not in r.headers and "Last-Modified" not in r.headers
     r = n.get("/page.html?two", headers={"If-Modified-Since": lm})
     assert (r.status_code, r.text) == (200, "page\ntwo")
+    r = n.head("/page.html")
+    assert "ETag" not in r.headers and "Last-Modified" not in r.headers
 
 
 # --- defect 8: Nginx.redirect to a named location ---
