@@ -188,9 +188,10 @@ test-asan: deps
 	  SANITIZE="-fsanitize=address" all test-unit
 	MRUBY_BUILD=build/asan MRUBY_ASAN=1 $(PYTHON) -m pytest -q -p no:cacheprovider --ignore=test/selftest test
 
+# RUN_ARGS: options of examples/run.py (ports, --only name,name).
 run: deps
 	$(MAKE) all venv
-	$(PYTHON) examples/run.py
+	$(PYTHON) examples/run.py $(RUN_ARGS)
 
 bench: deps
 	$(MAKE) all venv

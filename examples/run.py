@@ -215,13 +215,13 @@ def usable(kind, make, examples, which):
     return ok
 
 
-def start(kind, make, examples, which, port):
+def prepare(kind, make, examples, which, port):
+    """The server for the examples that pass its config test, not started."""
     exs = usable(kind, make, examples, which)
     if not exs:
         print(f"  [{kind}] no example to serve", flush=True)
     server = make(exs, port)
     copy_htdocs(exs, server.docroot)
-    server.start()
     return server, exs
 
 
@@ -252,14 +252,18 @@ def main():
     if not args.no_nginx:
         plan.append(("nginx", make_nginx, "nginx.conf", args.nginx_port))
 
+    # Every server is in `servers` before it starts, so that a signal while
+    # it starts stops it too.  Stopping happens in one place (the finally
+    # below); a signal raises SystemExit to get there, and once stopping
+    # has begun, further signals (a second Ctrl-C, a SIGTERM after it) are
+    # ignored instead of cutting the stop short and leaving a server up.
     stopping = False
 
-    def stop_all(*_):
+    def stop_all():
         nonlocal stopping
-        if stopping:
-            return
         stopping = True
-        for s, _ in servers:
+        while servers:
+            s, _ = servers.pop()
             try:
                 s.stop()
             except harness.HarnessError as e:
@@ -268,9 +272,12 @@ def main():
         shutil.rmtree(workdir, ignore_errors=True)
 
     def on_signal(signum, frame):
+        nonlocal stopping
+        if stopping:
+            return
+        stopping = True
         print("\nstopping...", flush=True)
-        stop_all()
-        sys.exit(0)
+        raise SystemExit(0)
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
@@ -282,13 +289,16 @@ def main():
                 print(f"[{kind}] port {port} is in use: not started")
                 failed += 1
                 continue
+            server, exs = prepare(kind, make, examples, which, port)
+            servers.append((server, exs))
             try:
-                server, exs = start(kind, make, examples, which, port)
+                server.start()
             except harness.HarnessError as e:
+                servers.remove((server, exs))
+                server.remove()
                 print(f"[{kind}] did not start:\n{e}")
                 failed += 1
                 continue
-            servers.append((server, exs))
             print(f"\n{kind} on http://127.0.0.1:{port}/  (config "
                   f"{server.conf_path}, logs {server.logs})")
             for ex in exs:
