@@ -9,6 +9,8 @@ SHELL := /bin/bash
 #   make run        install, build, start Apache (:8080) and nginx (:8081)
 #   make bench      install, build, benchmark; results in docs/benchmarks.md
 #   make install    install the Apache module for a2enmod and the nginx one
+#   make deb        Debian packages of both (dpkg-buildpackage) in build/deb/
+#   make test-deb   build, lintian, install, serve, upgrade, purge them (root)
 
 BUILD      := build
 CC         := gcc
@@ -29,6 +31,7 @@ LIBS       := $(MRB_WRAP) $(MRUBY_LIB) -lhiredis -lonig -ljansson -lcrypto -lboo
 WARN       := -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
 OPT        ?= -O2 -g
 SANITIZE   ?=
+LDFLAGS    ?=
 CFLAGS_ALL  = $(OPT) $(SANITIZE) -fPIC -std=gnu11 $(WARN) $(MRUBY_DEFS) \
               -Isrc/core -Isrc/lib -I$(BUILD)
 
@@ -55,7 +58,7 @@ NGINX_STREAM_ENABLED := 60-mod-stream-mruby.conf
 VENV       := build/venv
 PYTHON     := $(VENV)/bin/python
 
-.PHONY: all deps apache nginx test test-unit test-asan fuzz run bench install clean venv
+.PHONY: all deps apache nginx test test-unit test-asan test-deb fuzz run bench install deb clean venv
 
 all: apache nginx
 
@@ -90,7 +93,7 @@ $(BUILD)/apache/mrblib.o: $(BUILD)/mrblib.c
 APACHE_MAP := src/apache/mod_mruby.map
 
 $(BUILD)/mod_mruby.so: $(APACHE_OBJ) $(APACHE_MAP)
-	$(CC) -shared $(SANITIZE) -Wl,--exclude-libs,ALL \
+	$(CC) -shared $(SANITIZE) $(LDFLAGS) -Wl,--exclude-libs,ALL \
 	  -Wl,--version-script=$(APACHE_MAP) -o $@ $(APACHE_OBJ) $(LIBS)
 
 # nginx: its own build system, from Debian's nginx-dev sources, with the
@@ -107,7 +110,7 @@ $(NGINX_BUILD)/Makefile: src/nginx/config src/core src/lib $(NGINX_SRC)/conf_fla
 	  NGX_MRUBY_BUILD=$(CURDIR)/$(BUILD) \
 	  ./configure "$${NGX_CONF_FLAGS[@]}" --with-stream=dynamic \
 	    --with-cc-opt="$(OPT) $(SANITIZE) -fPIC $(MRUBY_DEFS) -I$(CURDIR)/src/core -I$(CURDIR)/src/lib -I$(CURDIR)/$(BUILD)" \
-	    --with-ld-opt="$(SANITIZE)" \
+	    --with-ld-opt="$(SANITIZE) $(LDFLAGS)" \
 	    --add-dynamic-module=$(CURDIR)/src/nginx >configure.log 2>&1 \
 	  || { tail -30 configure.log; exit 1; }
 
@@ -131,6 +134,7 @@ test: deps
 	$(MAKE) fuzz FUZZ_TIME=3
 	$(PYTHON) -m pytest -q -p no:cacheprovider test/selftest
 	$(PYTHON) -m pytest -q -p no:cacheprovider --ignore=test/selftest test
+	$(MAKE) test-deb
 
 test-unit: $(BUILD)/test_core
 	$(BUILD)/test_core
@@ -208,6 +212,15 @@ install: all
 	@echo "Apache: a2enmod mruby."
 	@echo "nginx: ln -s /usr/share/nginx/modules-available/mod-http-mruby.conf /etc/nginx/modules-enabled/$(NGINX_HTTP_ENABLED)"
 	@echo "nginx stream (after Debian's 50-mod-stream.conf): ln -s /usr/share/nginx/modules-available/mod-stream-mruby.conf /etc/nginx/modules-enabled/$(NGINX_STREAM_ENABLED)"
+
+# The packages build from a copy of this tree (dpkg-buildpackage puts them
+# next to the tree it builds), through `make all` with Debian's flags.
+deb:
+	sh scripts/build-deb.sh $(BUILD)/deb
+
+# As root: on this machine's Apache and nginx, restored afterwards.
+test-deb:
+	bash scripts/test-deb.sh
 
 clean:
 	rm -rf $(BUILD)
