@@ -39,7 +39,7 @@ ngx_http_mruby_server_realpath_root(mrb_state *mrb, mrb_value self)
 
 /* nginx's prefix path (-p), where relative paths of the configuration go */
 static mrb_value
-ngx_http_mruby_server_path(mrb_state *mrb, mrb_value self)
+ngx_http_mruby_server_prefix(mrb_state *mrb, mrb_value self)
 {
     return ngx_http_mruby_str(mrb, (ngx_str_t *) &ngx_cycle->prefix);
 }
@@ -48,7 +48,9 @@ ngx_http_mruby_server_path(mrb_state *mrb, mrb_value self)
 static const mrb_api_method  ngx_http_mruby_server_methods[] = {
     { "document_root", ngx_http_mruby_document_root, MRB_ARGS_NONE() },
     { "realpath_root", ngx_http_mruby_server_realpath_root, MRB_ARGS_NONE() },
-    { "path", ngx_http_mruby_server_path, MRB_ARGS_NONE() },
+    /* the original's path: $realpath_root */
+    { "path", ngx_http_mruby_server_realpath_root, MRB_ARGS_NONE() },
+    { "prefix", ngx_http_mruby_server_prefix, MRB_ARGS_NONE() },
     MRB_API_METHOD_END
 };
 

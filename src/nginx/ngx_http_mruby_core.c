@@ -339,10 +339,21 @@ ngx_http_mruby_nginx_version(mrb_state *mrb, mrb_value self)
 }
 
 
+/* The version number alone, as the original gave it (the same as
+ * nginx_version). */
 static mrb_value
 ngx_http_mruby_server_version(mrb_state *mrb, mrb_value self)
 {
-    return mrb_str_new_lit(mrb, NGINX_VER);
+    return mrb_str_new_lit(mrb, NGINX_VERSION);
+}
+
+
+/* Nginx.var: a new Nginx::Var (the original's shortcut). */
+static mrb_value
+ngx_http_mruby_var(mrb_state *mrb, mrb_value self)
+{
+    return mrb_obj_new(mrb, mrb_class_get_under(mrb, mrb_class_ptr(self),
+                                                "Var"), 0, NULL);
 }
 
 
@@ -361,6 +372,7 @@ static const mrb_api_method  ngx_http_mruby_class_methods[] = {
     { "nginx_version", ngx_http_mruby_nginx_version, MRB_ARGS_NONE() },
     { "server_version", ngx_http_mruby_server_version, MRB_ARGS_NONE() },
     { "configure", ngx_http_mruby_configure, MRB_ARGS_NONE() },
+    { "var", ngx_http_mruby_var, MRB_ARGS_NONE() },
     MRB_API_METHOD_END
 };
 
@@ -369,6 +381,7 @@ static const mrb_api_method  ngx_http_mruby_class_methods[] = {
 static const mrb_api_const  ngx_http_mruby_consts[] = {
     { "HTTPS_CERT_ERROR", NGX_HTTPS_CERT_ERROR },
     { "HTTPS_NO_CERT", NGX_HTTPS_NO_CERT },
+    { "HTTP_NGINX_CODES", NGX_HTTP_NGINX_CODES },
     MRB_API_CONST_END
 };
 
@@ -378,6 +391,10 @@ ngx_http_mruby_define(mrb_state *mrb, struct RClass *nginx)
 {
     ngx_mruby_define_codes(mrb, nginx);
     mrb_api_define_consts(mrb, nginx, ngx_http_mruby_consts);
+
+    /* the original's truth values for nginx variables ($var = "1") */
+    mrb_define_const(mrb, nginx, "TRUE", mrb_str_new_lit(mrb, "1"));
+    mrb_define_const(mrb, nginx, "FALSE", mrb_str_new_lit(mrb, "0"));
 
     mrb_api_define_class_methods(mrb, nginx, ngx_http_mruby_class_methods);
 

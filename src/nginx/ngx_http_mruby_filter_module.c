@@ -426,7 +426,7 @@ ngx_http_mruby_filter_set_body(mrb_state *mrb, mrb_value self)
     ngx_http_request_t           *r;
     ngx_http_mruby_filter_ctx_t  *ctx;
 
-    mrb_get_args(mrb, "S", &body);
+    body = mrb_obj_as_string(mrb, mrb_get_arg1(mrb));
 
     ctx = ngx_http_mruby_filter_ctx(mrb);
     r = ngx_http_mruby_request(mrb);
@@ -441,10 +441,19 @@ ngx_http_mruby_filter_set_body(mrb_state *mrb, mrb_value self)
 }
 
 
+/* output reads the body, and output(str), as in the original, sets it. */
+static mrb_value
+ngx_http_mruby_filter_output(mrb_state *mrb, mrb_value self)
+{
+    return mrb_get_argc(mrb) == 0 ? ngx_http_mruby_filter_body(mrb, self)
+                                  : ngx_http_mruby_filter_set_body(mrb, self);
+}
+
+
 static const mrb_api_method  ngx_http_mruby_filter_methods[] = {
     { "body", ngx_http_mruby_filter_body, MRB_ARGS_NONE() },
     { "body=", ngx_http_mruby_filter_set_body, MRB_ARGS_REQ(1) },
-    { "output", ngx_http_mruby_filter_body, MRB_ARGS_NONE() },
+    { "output", ngx_http_mruby_filter_output, MRB_ARGS_OPT(1) },
     { "output=", ngx_http_mruby_filter_set_body, MRB_ARGS_REQ(1) },
     MRB_API_METHOD_END
 };

@@ -9,6 +9,7 @@
 
 #include "ngx_http_mruby_module.h"
 
+#include <mruby/array.h>
 #include <mruby/class.h>
 #include <mruby/hash.h>
 #include <mruby/string.h>
@@ -221,69 +222,85 @@ ngx_http_mruby_header_copy(mrb_state *mrb, ngx_http_request_t *r,
 }
 
 
+/* The name argument of [] and delete, as it is, in the pool. */
+static void
+ngx_http_mruby_header_name_arg(mrb_state *mrb, ngx_http_request_t *r,
+    ngx_str_t *key)
+{
+    mrb_value  k;
+
+    mrb_get_args(mrb, "S", &k);
+
+    if (RSTRING_LEN(k) == 0) {
+        mrb_raise(mrb, E_ARGUMENT_ERROR, "empty header name");
+    }
+
+    if (ngx_http_mruby_pstr(r->pool, k, key) != NGX_OK) {
+        mrb_raise(mrb, E_RUNTIME_ERROR, "out of memory");
+    }
+}
+
+
 /*
- * Reads the arguments into pool copies: the name of [] and delete as it
- * is, the name and value of []= through the wire check (a value of nil
- * leaves *has_value 0).
+ * The value of [] for the live headers named key in list: nil, a String,
+ * or, when the header is repeated, an Array of its values in order (as
+ * the original gave them).
+ */
+static mrb_value
+ngx_http_mruby_header_values(mrb_state *mrb, ngx_list_t *list,
+    ngx_str_t *key)
+{
+    mrb_value         first, all;
+    ngx_uint_t        i;
+    ngx_list_part_t  *part;
+    ngx_table_elt_t  *h;
+
+    first = mrb_nil_value();
+    all = mrb_nil_value();
+    part = &list->part;
+
+    for (i = 0; (h = ngx_http_mruby_header_at(&part, &i)) != NULL; i++) {
+        if (h->hash == 0 || !ngx_http_mruby_header_is(&h->key, key)) {
+            continue;
+        }
+
+        if (mrb_nil_p(first)) {
+            first = ngx_http_mruby_str(mrb, &h->value);
+            continue;
+        }
+
+        if (mrb_nil_p(all)) {
+            all = mrb_ary_new_from_values(mrb, 1, &first);
+        }
+
+        mrb_ary_push(mrb, all, ngx_http_mruby_str(mrb, &h->value));
+    }
+
+    return mrb_nil_p(all) ? first : all;
+}
+
+
+/*
+ * Stores one header value through set (a NULL value, from nil, deletes);
+ * set answers NGX_DECLINED to an invalid Content-Length.  Name and value
+ * go through the wire check and into the pool before anything else runs.
  */
 static void
-ngx_http_mruby_header_args(mrb_state *mrb, ngx_http_request_t *r,
-    ngx_str_t *key, ngx_str_t *value, mrb_bool *has_value)
+ngx_http_mruby_header_store(mrb_state *mrb, ngx_http_request_t *r,
+    mrb_value k, mrb_value v, ngx_http_mruby_header_set_pt set)
 {
-    mrb_value     k, v;
+    ngx_int_t     rc;
+    ngx_str_t     key, value;
     mrb_http_str  name, val;
 
-    if (value == NULL) {
-        mrb_get_args(mrb, "S", &k);
-
-        if (RSTRING_LEN(k) == 0) {
-            mrb_raise(mrb, E_ARGUMENT_ERROR, "empty header name");
-        }
-
-        if (ngx_http_mruby_pstr(r->pool, k, key) != NGX_OK) {
-            mrb_raise(mrb, E_RUNTIME_ERROR, "out of memory");
-        }
-
-        return;
-    }
-
-    mrb_get_args(mrb, "oo", &k, &v);
     mrb_http_check_header(mrb, k, v, &name, &val);
+    ngx_http_mruby_header_copy(mrb, r, &name, &key);
 
-    ngx_http_mruby_header_copy(mrb, r, &name, key);
-
-    *has_value = (val.data != NULL);
-
-    if (*has_value) {
-        ngx_http_mruby_header_copy(mrb, r, &val, value);
+    if (val.data != NULL) {
+        ngx_http_mruby_header_copy(mrb, r, &val, &value);
     }
-}
 
-
-/* The value of []: a String, or nil. */
-static mrb_value
-ngx_http_mruby_header_value(mrb_state *mrb, ngx_table_elt_t *h)
-{
-    return h ? ngx_http_mruby_str(mrb, &h->value) : mrb_nil_value();
-}
-
-
-/*
- * headers[key] = value with set, which takes a NULL value (nil) to delete
- * the header and answers NGX_DECLINED to an invalid Content-Length.
- */
-static mrb_value
-ngx_http_mruby_headers_assign(mrb_state *mrb,
-    ngx_http_mruby_header_set_pt set)
-{
-    mrb_bool             has_value;
-    ngx_int_t            rc;
-    ngx_str_t            key, value;
-    ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
-
-    ngx_http_mruby_header_args(mrb, r, &key, &value, &has_value);
-
-    rc = set(r, &key, has_value ? &value : NULL);
+    rc = set(r, &key, val.data != NULL ? &value : NULL);
 
     if (rc == NGX_DECLINED) {
         mrb_raisef(mrb, E_ARGUMENT_ERROR, "invalid Content-Length: %v",
@@ -293,8 +310,39 @@ ngx_http_mruby_headers_assign(mrb_state *mrb,
     if (rc != NGX_OK) {
         mrb_raise(mrb, E_RUNTIME_ERROR, "out of memory");
     }
+}
 
-    return has_value ? ngx_http_mruby_str(mrb, &value) : mrb_nil_value();
+
+/*
+ * headers[key] = value with set; an Array value replaces every header of
+ * that name with one per element (nil elements skipped), through add.
+ */
+static mrb_value
+ngx_http_mruby_headers_assign(mrb_state *mrb,
+    ngx_http_mruby_header_set_pt set, ngx_http_mruby_header_set_pt add)
+{
+    mrb_int              i;
+    mrb_value            k, v, e;
+    ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
+
+    mrb_get_args(mrb, "oo", &k, &v);
+
+    if (!mrb_array_p(v)) {
+        ngx_http_mruby_header_store(mrb, r, k, v, set);
+        return v;
+    }
+
+    ngx_http_mruby_header_store(mrb, r, k, mrb_nil_value(), set);
+
+    for (i = 0; i < RARRAY_LEN(v); i++) {
+        e = mrb_ary_ref(mrb, v, i);
+
+        if (!mrb_nil_p(e)) {
+            ngx_http_mruby_header_store(mrb, r, k, e, add);
+        }
+    }
+
+    return v;
 }
 
 
@@ -469,23 +517,51 @@ ngx_http_mruby_header_in_set(ngx_http_request_t *r, ngx_str_t *key,
 }
 
 
+/* One more request header of that name, beside those there are. */
+static ngx_int_t
+ngx_http_mruby_header_in_add(ngx_http_request_t *r, ngx_str_t *key,
+    ngx_str_t *value)
+{
+    if (value == NULL
+        || ngx_http_mruby_header_find(&r->headers_in.headers, key) == NULL)
+    {
+        return ngx_http_mruby_header_in_set(r, key, value);
+    }
+
+    return ngx_http_mruby_header_push(r, &r->headers_in.headers, key, value)
+           != NULL ? NGX_OK : NGX_ERROR;
+}
+
+
 static mrb_value
 ngx_http_mruby_headers_in_get(mrb_state *mrb, mrb_value self)
 {
     ngx_str_t            key;
     ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
 
-    ngx_http_mruby_header_args(mrb, r, &key, NULL, NULL);
+    ngx_http_mruby_header_name_arg(mrb, r, &key);
 
-    return ngx_http_mruby_header_value(mrb,
-               ngx_http_mruby_header_find(&r->headers_in.headers, &key));
+    return ngx_http_mruby_header_values(mrb, &r->headers_in.headers, &key);
 }
 
 
 static mrb_value
 ngx_http_mruby_headers_in_set(mrb_state *mrb, mrb_value self)
 {
-    return ngx_http_mruby_headers_assign(mrb, ngx_http_mruby_header_in_set);
+    return ngx_http_mruby_headers_assign(mrb, ngx_http_mruby_header_in_set,
+                                         ngx_http_mruby_header_in_add);
+}
+
+
+/* The original's shortcut for the User-Agent header. */
+static mrb_value
+ngx_http_mruby_headers_in_user_agent(mrb_state *mrb, mrb_value self)
+{
+    ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
+
+    return r->headers_in.user_agent
+           ? ngx_http_mruby_str(mrb, &r->headers_in.user_agent->value)
+           : mrb_nil_value();
 }
 
 
@@ -495,7 +571,7 @@ ngx_http_mruby_headers_in_delete(mrb_state *mrb, mrb_value self)
     ngx_str_t            key;
     ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
 
-    ngx_http_mruby_header_args(mrb, r, &key, NULL, NULL);
+    ngx_http_mruby_header_name_arg(mrb, r, &key);
 
     return mrb_bool_value(ngx_http_mruby_header_in_delete(r, &key) > 0);
 }
@@ -667,7 +743,7 @@ ngx_http_mruby_headers_out_get(mrb_state *mrb, mrb_value self)
     ngx_str_t            key;
     ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
 
-    ngx_http_mruby_header_args(mrb, r, &key, NULL, NULL);
+    ngx_http_mruby_header_name_arg(mrb, r, &key);
 
     if (ngx_http_mruby_key_is(&key, "content-type")) {
         if (r->headers_out.content_type.len == 0) {
@@ -683,23 +759,22 @@ ngx_http_mruby_headers_out_get(mrb_state *mrb, mrb_value self)
         return ngx_http_mruby_content_length(mrb, r);
     }
 
-    return ngx_http_mruby_header_value(mrb,
-               ngx_http_mruby_header_find(&r->headers_out.headers, &key));
+    return ngx_http_mruby_header_values(mrb, &r->headers_out.headers, &key);
 }
 
 
 static mrb_value
 ngx_http_mruby_headers_out_set_m(mrb_state *mrb, mrb_value self)
 {
-    return ngx_http_mruby_headers_assign(mrb,
-                                         ngx_http_mruby_headers_out_set);
+    return ngx_http_mruby_headers_assign(mrb, ngx_http_mruby_headers_out_set,
+                                         ngx_http_mruby_headers_out_add);
 }
 
 
 static mrb_value
 ngx_http_mruby_headers_out_add_m(mrb_state *mrb, mrb_value self)
 {
-    return ngx_http_mruby_headers_assign(mrb,
+    return ngx_http_mruby_headers_assign(mrb, ngx_http_mruby_headers_out_add,
                                          ngx_http_mruby_headers_out_add);
 }
 
@@ -710,7 +785,7 @@ ngx_http_mruby_headers_out_delete(mrb_state *mrb, mrb_value self)
     ngx_str_t            key;
     ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
 
-    ngx_http_mruby_header_args(mrb, r, &key, NULL, NULL);
+    ngx_http_mruby_header_name_arg(mrb, r, &key);
     ngx_http_mruby_header_out_delete(r, &key);
 
     return mrb_nil_value();
@@ -746,6 +821,7 @@ static const mrb_api_method  ngx_http_mruby_headers_in_methods[] = {
     { "[]=", ngx_http_mruby_headers_in_set, MRB_ARGS_REQ(2) },
     { "delete", ngx_http_mruby_headers_in_delete, MRB_ARGS_REQ(1) },
     { "all", ngx_http_mruby_headers_in_all, MRB_ARGS_NONE() },
+    { "user_agent", ngx_http_mruby_headers_in_user_agent, MRB_ARGS_NONE() },
     MRB_API_METHOD_END
 };
 

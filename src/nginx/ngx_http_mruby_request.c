@@ -32,11 +32,8 @@ ngx_http_mruby_request_args(mrb_state *mrb, mrb_value self)
 {
     ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
 
-    if (r->args.len == 0) {
-        return mrb_nil_value();
-    }
-
-    return ngx_http_mruby_str(mrb, &r->args);
+    /* "" without a query string, as the original answered */
+    return mrb_str_new(mrb, (const char *) r->args.data, r->args.len);
 }
 
 
@@ -106,6 +103,83 @@ ngx_http_mruby_request_set_args(mrb_state *mrb, mrb_value self)
     r->valid_unparsed_uri = 0;
 
     return self;
+}
+
+
+/*
+ * request_line=, unparsed_uri=, method= and protocol= overwrite what nginx
+ * keeps of the request line (what logs and $request show); the request is
+ * not parsed again.  The values are checked as the wire check knows them:
+ * a request line and a URI have no control characters, a method is a
+ * token, a protocol a header value.
+ */
+static mrb_value
+ngx_http_mruby_request_set_request_line(mrb_state *mrb, mrb_value self)
+{
+    mrb_http_str         line;
+    ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
+
+    mrb_http_check_uri(mrb, "request_line=", mrb_get_arg1(mrb), &line);
+    ngx_http_mruby_request_copy(mrb, r, &line, &r->request_line,
+                                "request_line=");
+    return self;
+}
+
+
+static mrb_value
+ngx_http_mruby_request_set_unparsed_uri(mrb_state *mrb, mrb_value self)
+{
+    mrb_http_str         uri;
+    ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
+
+    mrb_http_check_target(mrb, "unparsed_uri=", mrb_get_arg1(mrb), &uri);
+    ngx_http_mruby_request_copy(mrb, r, &uri, &r->unparsed_uri,
+                                "unparsed_uri=");
+    return self;
+}
+
+
+static mrb_value
+ngx_http_mruby_request_set_method(mrb_state *mrb, mrb_value self)
+{
+    mrb_value            v = mrb_obj_as_string(mrb, mrb_get_arg1(mrb));
+    mrb_http_str         method;
+    ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
+
+    if (!mrb_http_valid_header_name(RSTRING_PTR(v), RSTRING_LEN(v))) {
+        mrb_raise(mrb, E_ARGUMENT_ERROR, "invalid method= (want an RFC 9110 "
+                  "token)");
+    }
+
+    method.data = RSTRING_PTR(v);
+    method.len = RSTRING_LEN(v);
+    ngx_http_mruby_request_copy(mrb, r, &method, &r->method_name,
+                                "method=");
+    return self;
+}
+
+
+static mrb_value
+ngx_http_mruby_request_set_protocol(mrb_state *mrb, mrb_value self)
+{
+    mrb_http_str         protocol;
+    ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
+
+    mrb_http_check_header_value(mrb, "protocol=", mrb_get_arg1(mrb),
+                                &protocol);
+    ngx_http_mruby_request_copy(mrb, r, &protocol, &r->http_protocol,
+                                "protocol=");
+    return self;
+}
+
+
+/* The original's read_body: kept for its scripts, as the body is read by
+ * mruby_enable_read_request_body here. */
+static mrb_value
+ngx_http_mruby_request_read_body(mrb_state *mrb, mrb_value self)
+{
+    (void) ngx_http_mruby_request(mrb);
+    return mrb_fixnum_value(NGX_OK);
 }
 
 
@@ -480,7 +554,14 @@ static const mrb_api_method  ngx_http_mruby_request_methods[] = {
     { "content_type=", ngx_http_mruby_request_set_content_type,
       MRB_ARGS_REQ(1) },
     { "request_line", ngx_http_mruby_request_request_line, MRB_ARGS_NONE() },
+    { "request_line=", ngx_http_mruby_request_set_request_line,
+      MRB_ARGS_REQ(1) },
     { "unparsed_uri", ngx_http_mruby_request_unparsed_uri, MRB_ARGS_NONE() },
+    { "unparsed_uri=", ngx_http_mruby_request_set_unparsed_uri,
+      MRB_ARGS_REQ(1) },
+    { "method=", ngx_http_mruby_request_set_method, MRB_ARGS_REQ(1) },
+    { "protocol=", ngx_http_mruby_request_set_protocol, MRB_ARGS_REQ(1) },
+    { "read_body", ngx_http_mruby_request_read_body, MRB_ARGS_NONE() },
     { "hostname", ngx_http_mruby_request_hostname, MRB_ARGS_NONE() },
     { "authority", ngx_http_mruby_request_authority, MRB_ARGS_NONE() },
     { "filename", ngx_http_mruby_request_filename, MRB_ARGS_NONE() },

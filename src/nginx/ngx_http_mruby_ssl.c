@@ -163,12 +163,48 @@ ngx_http_mruby_ssl_servername(mrb_state *mrb, mrb_value self)
 
     c = ngx_http_mruby_ssl_connection(mrb);
 
+    /* "" when the client sent no name, as the original answered */
     name = SSL_get_servername(c->ssl->connection, TLSEXT_NAMETYPE_host_name);
-    if (name == NULL) {
-        return mrb_nil_value();
+
+    return mrb_str_new_cstr(mrb, name != NULL ? name : "");
+}
+
+
+/* The protocol the handshake negotiates: "TLSv1.2", "TLSv1.3". */
+static mrb_value
+ngx_http_mruby_ssl_tls_version(mrb_state *mrb, mrb_value self)
+{
+    ngx_connection_t  *c = ngx_http_mruby_ssl_connection(mrb);
+
+    return mrb_str_new_cstr(mrb, SSL_get_version(c->ssl->connection));
+}
+
+
+/* The local port the client connected to. */
+static mrb_value
+ngx_http_mruby_ssl_local_port(mrb_state *mrb, mrb_value self)
+{
+    ngx_connection_t  *c = ngx_http_mruby_ssl_connection(mrb);
+
+    if (ngx_connection_local_sockaddr(c, NULL, 0) != NGX_OK) {
+        mrb_raise(mrb, E_RUNTIME_ERROR, "Nginx::SSL#local_port: cannot read "
+                  "the connection's address");
     }
 
-    return mrb_str_new_cstr(mrb, name);
+    return mrb_int_value(mrb, ngx_inet_get_port(c->local_sockaddr));
+}
+
+
+/* Nginx::SSL.errlogger / log: the original's names for Nginx.errlogger in
+ * a handshake script. */
+static mrb_value
+ngx_http_mruby_ssl_errlogger(mrb_state *mrb, mrb_value self)
+{
+    mrb_value  level, msg;
+
+    mrb_get_args(mrb, "oo", &level, &msg);
+    return mrb_funcall(mrb, mrb_obj_value(mrb_class_get(mrb, "Nginx")),
+                       "errlogger", 2, level, msg);
 }
 
 
@@ -352,6 +388,8 @@ ngx_http_mruby_ssl_set_certificate_key_data(mrb_state *mrb, mrb_value self)
 
 static const mrb_api_method  ngx_http_mruby_ssl_methods[] = {
     { "servername", ngx_http_mruby_ssl_servername, MRB_ARGS_NONE() },
+    { "tls_version", ngx_http_mruby_ssl_tls_version, MRB_ARGS_NONE() },
+    { "local_port", ngx_http_mruby_ssl_local_port, MRB_ARGS_NONE() },
     { "certificate=", ngx_http_mruby_ssl_set_certificate, MRB_ARGS_REQ(1) },
     { "certificate_key=", ngx_http_mruby_ssl_set_certificate_key,
       MRB_ARGS_REQ(1) },
@@ -363,10 +401,21 @@ static const mrb_api_method  ngx_http_mruby_ssl_methods[] = {
 };
 
 
+static const mrb_api_method  ngx_http_mruby_ssl_class_methods[] = {
+    { "errlogger", ngx_http_mruby_ssl_errlogger, MRB_ARGS_REQ(2) },
+    { "log", ngx_http_mruby_ssl_errlogger, MRB_ARGS_REQ(2) },
+    MRB_API_METHOD_END
+};
+
+
 void
 ngx_http_mruby_ssl_define(mrb_state *mrb, struct RClass *nginx)
 {
-    mrb_api_define_class(mrb, nginx, "SSL", NULL, ngx_http_mruby_ssl_methods);
+    struct RClass  *ssl;
+
+    ssl = mrb_api_define_class(mrb, nginx, "SSL", NULL,
+                               ngx_http_mruby_ssl_methods);
+    mrb_api_define_class_methods(mrb, ssl, ngx_http_mruby_ssl_class_methods);
 }
 
 

@@ -45,7 +45,7 @@ h = {
     assert h["module_name"] == "ngx_mruby"
     assert h["module_version"] == "1.0.0"
     assert h["nginx_version"] == "1.22.1"
-    assert h["server_version"] == "nginx/1.22.1"
+    assert h["server_version"] == "1.22.1"
     assert h["configure_has_compat"] == 1
     assert (h["OK"], h["DECLINED"], h["ERROR"], h["DONE"], h["AGAIN"]) == \
         (0, -5, -1, -4, -2)
@@ -290,7 +290,7 @@ h = {
     assert h["local_ip"] == "127.0.0.1"
     assert h["local_port"] == n.port
     assert h["document_root"] == n.docroot
-    assert h["path"] == n.dir + "/"
+    assert h["path"] == h["realpath_root"]
     assert h["realpath_root"] == n.docroot
 
 

@@ -37,6 +37,10 @@ def handshake(port, name, path="/"):
 
 HANDSHAKE = r"""
 ssl = Nginx::SSL.new
+if ssl.servername == "info.test" || ssl.servername.empty?
+  Nginx::SSL.log Nginx::LOG_NOTICE,
+                 "ssl-info [#{ssl.servername}] #{ssl.tls_version} #{ssl.local_port}"
+end
 case ssl.servername
 when "a.test"
   ssl.certificate = "{dir}/a.test.crt"
@@ -136,3 +140,20 @@ server {
 }""", start=False)
     rc, out = n.configtest()
     assert rc != 0 and "needs TLS" in out
+
+
+def test_handshake_info_as_the_original_gives_it(tls_nginx):
+    """tls_version, local_port, servername ("" without SNI) and
+    Nginx::SSL.log, the original's names."""
+    n = tls_nginx
+    # nginx 1.22's default ssl_protocols stop at TLSv1.2
+    handshake(n.port, "info.test")
+    n.wait_log(f"ssl-info [info.test] TLSv1.2 {n.port}")
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    with socket.create_connection(("127.0.0.1", n.port), timeout=10) as raw:
+        with ctx.wrap_socket(raw) as s:     # no server_hostname: no SNI
+            s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+            read_until_closed(s)
+    n.wait_log(f"ssl-info [] TLSv1.2 {n.port}")

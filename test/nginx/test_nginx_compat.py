@@ -1,0 +1,108 @@
+"""The original ngx_mruby's API rows that were missing or different here
+(../shared/spec/compat/ngx_mruby.md), each as a script written for the
+original would use it."""
+
+import os
+
+
+def code(ruby):
+    """An inline script as an nginx string argument."""
+    return "'" + ruby.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+CONSTANTS = r'''
+Nginx.rputs [Nginx::TRUE, Nginx::FALSE, Nginx::HTTP_NGINX_CODES,
+              Nginx.server_version == Nginx.nginx_version,
+              Nginx.var.class, Nginx::Request.new.args,
+              Nginx::Request.new.read_body == Nginx::OK].inspect
+'''
+
+
+def test_constants_version_var_and_empty_args(nginx):
+    n = nginx("location / { mruby_content_handler {dir}/c.rb; }",
+              files={"c.rb": CONSTANTS})
+    assert n.get("/").text == '["1", "0", 494, true, Nginx::Var, "", true]'
+    assert n.get("/?a=1").text.endswith(', "a=1", true]')
+
+
+SETTERS = r'''
+r = Nginx::Request.new
+r.method = "PURGE"
+r.protocol = "HTTP/1.0"
+r.unparsed_uri = "/rewritten?x=1"
+r.request_line = "PURGE /rewritten?x=1 HTTP/1.0"
+v = Nginx::Var.new
+Nginx.rputs [r.method, v.request_method, r.protocol, r.unparsed_uri,
+             v.request_uri, r.request_line, v.request].join("|")
+begin
+  r.method = "BAD METHOD"
+rescue ArgumentError => e
+  Nginx.rputs "|#{e.message}"
+end
+'''
+
+
+def test_request_line_setters(nginx):
+    n = nginx("location / { mruby_content_handler {dir}/s.rb; }",
+              files={"s.rb": SETTERS})
+    assert n.get("/orig").text == (
+        "PURGE|PURGE|HTTP/1.0|/rewritten?x=1|/rewritten?x=1|"
+        "PURGE /rewritten?x=1 HTTP/1.0|PURGE /rewritten?x=1 HTTP/1.0|"
+        "invalid method= (want an RFC 9110 token)")
+
+
+HEADERS = r'''
+r = Nginx::Request.new
+r.headers_out["X-Multi"] = ["a", "b", nil, 3]
+Nginx.rputs [r.headers_in["X-Rep"], r.headers_in["X-One"],
+             r.headers_in["X-None"], r.headers_in.user_agent,
+             r.headers_out["X-Multi"]].inspect
+'''
+
+
+def test_repeated_headers_as_arrays(nginx):
+    n = nginx("location / { mruby_content_handler {dir}/h.rb; }",
+              files={"h.rb": HEADERS})
+    import socket
+    from nginx_client import read_until_closed
+    with socket.create_connection(("127.0.0.1", n.port), timeout=10) as s:
+        s.sendall(b"GET / HTTP/1.0\r\nX-Rep: 1\r\nX-Rep: 2\r\nX-One: o\r\n"
+                  b"User-Agent: ua/1\r\n\r\n")
+        data = read_until_closed(s).decode()
+    head, _, body = data.partition("\r\n\r\n")
+    assert body == '[["1", "2"], "o", nil, "ua/1", ["a", "b", "3"]]'
+    assert [l for l in head.split("\r\n") if l.startswith("X-Multi")] == [
+        "X-Multi: a", "X-Multi: b", "X-Multi: 3"]
+
+
+def test_server_path_is_realpath_root(nginx):
+    n = nginx("location / { mruby_content_handler_code "
+              + code('s = Nginx::Server.new; Nginx.rputs "#{s.path}|#{s.prefix}"')
+              + "; }")
+    assert n.get("/").text == (f"{os.path.realpath(n.docroot)}|"
+                               f"{n.dir}/")
+
+
+def test_filter_output_with_an_argument_sets_the_body(nginx):
+    n = nginx("location / { mruby_content_handler_code "
+              + code('Nginx.rputs "orig"')
+              + "; mruby_output_body_filter_code "
+              + code('f = Nginx::Filter.new; f.output(f.output.upcase + "!")')
+              + "; }\nlocation /n { mruby_content_handler_code "
+              + code('Nginx.rputs "x"') + "; mruby_output_body_filter_code "
+              + code('Nginx::Filter.new.body = 42') + "; }")
+    assert n.get("/").text == "ORIG!"
+    assert n.get("/n").text == "42"
+
+
+UTILS = r'''
+u = Nginx::Utils
+Nginx.rputs [u.escape("a b/é~"), u.encode_parameters({"k" => "v w", :n => 1}),
+             u.encode_parameters([["x", "y"]], ";", "'")].join("|")
+'''
+
+
+def test_utils(nginx):
+    n = nginx("location / { mruby_content_handler {dir}/u.rb; }",
+              files={"u.rb": UTILS})
+    assert n.get("/").text == "a%20b%2F%C3%A9~|k=v%20w&n=1|x='y'"
