@@ -14,6 +14,22 @@
 #include "mrb_coro.h"
 
 /*
+ * AddressSanitizer must be told of each switch, or it takes the other
+ * stack for an overflow of this one (a longjmp on a coroutine, the
+ * exceptions of mruby, is where it looks).
+ */
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#define coro_asan_start(save, bottom, size)                                   \
+    __sanitizer_start_switch_fiber(save, bottom, size)
+#define coro_asan_finish(save, bottom, size)                                  \
+    __sanitizer_finish_switch_fiber(save, bottom, size)
+#else
+#define coro_asan_start(save, bottom, size)
+#define coro_asan_finish(save, bottom, size)
+#endif
+
+/*
  * boost.context's switch (Debian libboost-context-dev, linked with
  * -lboost_context), declared here with its fcontext ABI (boost 1.74
  * <boost/context/detail/fcontext.hpp>, whose header is C++ only):
@@ -44,6 +60,10 @@ struct mrb_coro_s {
     mrb_coro        *outer;      /* the coroutine that resumed this one */
     mrb_coro        *next_idle;
     unsigned         finished:1;
+#if defined(__SANITIZE_ADDRESS__)
+    const void      *caller_bottom;  /* the resumer's stack, for ASan */
+    size_t           caller_size;
+#endif
 };
 
 struct mrb_coro_pool_s {
@@ -263,10 +283,13 @@ coro_main(coro_transfer t)
 {
     mrb_coro  *coro = t.data;
 
+    coro_asan_finish(NULL, &coro->caller_bottom, &coro->caller_size);
+
     coro->caller = t.fctx;
     coro->fn(coro, coro->arg);
     coro->finished = 1;
 
+    coro_asan_start(NULL, coro->caller_bottom, coro->caller_size);
     jump_fcontext(coro->caller, NULL);
     abort();  /* a finished coroutine is never resumed */
 }
@@ -334,6 +357,9 @@ int
 mrb_coro_resume(mrb_coro *coro)
 {
     coro_transfer  t;
+#if defined(__SANITIZE_ADDRESS__)
+    void          *fake;
+#endif
 
     if (!coro_altstack_ready) {
         coro_altstack_setup();
@@ -342,7 +368,10 @@ mrb_coro_resume(mrb_coro *coro)
     coro->outer = coro_running;
     coro_running = coro;
 
+    coro_asan_start(&fake, coro->limit,
+                    (size_t) ((char *) coro - coro->limit));
     t = jump_fcontext(coro->ctx, coro);
+    coro_asan_finish(fake, NULL, NULL);
 
     coro_running = coro->outer;
 
@@ -360,8 +389,13 @@ void
 mrb_coro_suspend(mrb_coro *coro)
 {
     coro_transfer  t;
+#if defined(__SANITIZE_ADDRESS__)
+    void          *fake;
+#endif
 
+    coro_asan_start(&fake, coro->caller_bottom, coro->caller_size);
     t = jump_fcontext(coro->caller, coro);
+    coro_asan_finish(fake, &coro->caller_bottom, &coro->caller_size);
     coro->caller = t.fctx;
 }
 

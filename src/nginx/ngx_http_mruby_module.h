@@ -103,6 +103,8 @@ struct ngx_http_mruby_ctx_s {
     ngx_http_mruby_run_data_t  data;
     mrb_run              *waiting;        /* while its script waits */
     ngx_event_t           wake;           /* Async.sleep's timer */
+    ngx_http_request_t   *sr_last;        /* Async::HTTP.last_response */
+    ngx_int_t             sr_rc;          /* its error status, or 0 */
     mrb_int               resumed_result; /* a run that ended on a resume */
     ngx_int_t             resumed_status; /* NGX_OK, or the error status */
 
@@ -112,6 +114,8 @@ struct ngx_http_mruby_ctx_s {
     unsigned              resumed:1;      /* wait_phase's run has ended */
     unsigned              resumed_returned:1;
     unsigned              wait_cleanup:1; /* the cleanup is registered */
+    unsigned              sr_waiting:1;   /* the script waits for sr_last */
+    unsigned              sr_done:1;      /* which has ended */
 };
 
 
@@ -141,6 +145,9 @@ ngx_int_t ngx_http_mruby_phase_done(ngx_http_request_t *r,
     unsigned returned);
 ngx_int_t ngx_http_mruby_content_done(ngx_http_request_t *r,
     ngx_http_mruby_ctx_t *ctx, mrb_int result, unsigned returned);
+
+/* ngx_http_mruby_subrequest.c: Nginx::Async::HTTP */
+void ngx_http_mruby_subrequest_define(mrb_state *mrb, struct RClass *nginx);
 
 /* ngx_http_mruby_wait.c */
 int ngx_http_mruby_wake_after(mrb_run *run, mrb_int msec);

@@ -18,6 +18,7 @@
 
 
 static void ngx_http_mruby_wake_handler(ngx_event_t *ev);
+static void ngx_http_mruby_wait_wev(ngx_http_request_t *r);
 static void ngx_http_mruby_wait_cleanup(void *data);
 
 
@@ -68,6 +69,10 @@ ngx_http_mruby_wait_begin(ngx_http_request_t *r, ngx_http_mruby_ctx_t *ctx,
 
     /* the reference the phase hands back when the script has ended */
     r->main->count++;
+
+    /* nginx wakes the request when a subrequest ends; nothing else may
+     * run its phases while the script waits */
+    r->write_event_handler = ngx_http_mruby_wait_wev;
 
     if (r == r->main) {
         r->read_event_handler = ngx_http_test_reading;
@@ -125,22 +130,16 @@ ngx_http_mruby_wait_end(ngx_http_request_t *r, ngx_http_mruby_ctx_t *ctx,
 }
 
 
+/* Resumes the script of r; when it has ended, its phase ends. */
 static void
-ngx_http_mruby_wake_handler(ngx_event_t *ev)
+ngx_http_mruby_wait_resume(ngx_http_request_t *r, ngx_http_mruby_ctx_t *ctx)
 {
-    int                    rc;
-    mrb_run                out;
-    mrb_interp            *interp;
-    ngx_connection_t      *c;
-    ngx_http_request_t    *r;
-    ngx_http_mruby_ctx_t  *ctx;
+    int          rc;
+    mrb_run      out;
+    mrb_interp  *interp;
 
-    r = ev->data;
-    c = r->connection;
-    ctx = ngx_http_get_module_ctx(r, ngx_http_mruby_module);
-
-    interp = ngx_mruby_interp(&ngx_http_mruby_process, c->log);
-    if (interp == NULL || ctx == NULL || ctx->waiting == NULL) {
+    interp = ngx_mruby_interp(&ngx_http_mruby_process, r->connection->log);
+    if (interp == NULL || ctx->waiting == NULL) {
         return;
     }
 
@@ -149,10 +148,44 @@ ngx_http_mruby_wake_handler(ngx_event_t *ev)
 
     if (rc != MRB_RUN_WAITING) {
         ctx->waiting = NULL;
+        r->write_event_handler = ngx_http_core_run_phases;
         ngx_http_mruby_wait_end(r, ctx, rc, &out);
+    }
+}
+
+
+static void
+ngx_http_mruby_wake_handler(ngx_event_t *ev)
+{
+    ngx_connection_t      *c;
+    ngx_http_request_t    *r;
+    ngx_http_mruby_ctx_t  *ctx;
+
+    r = ev->data;
+    c = r->connection;
+    ctx = ngx_http_get_module_ctx(r, ngx_http_mruby_module);
+
+    if (ctx != NULL) {
+        ngx_http_mruby_wait_resume(r, ctx);
     }
 
     ngx_http_run_posted_requests(c);
+}
+
+
+/* The request's write handler while its script waits: resumes it when
+ * the subrequest it waits for has ended, and does nothing otherwise. */
+static void
+ngx_http_mruby_wait_wev(ngx_http_request_t *r)
+{
+    ngx_http_mruby_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_mruby_module);
+
+    if (ctx != NULL && ctx->sr_waiting && ctx->sr_done) {
+        ctx->sr_done = 0;
+        ngx_http_mruby_wait_resume(r, ctx);
+    }
 }
 
 

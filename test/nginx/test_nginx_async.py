@@ -213,3 +213,45 @@ Nginx.rputs Deep.new(100_000).to_s
     assert "SystemStackError" in n.wait_log("SystemStackError")
     assert n.get("/ok").text == "alive"
     assert n.worker_pids() == pid
+
+
+def test_sub_request_to_proxy_pass_404_503_and_a_script(nginx):
+    backend = nginx(loc("/", "mruby_content_handler_code",
+                        'r = Nginx::Request.new\n'
+                        'Nginx::Headers_out.new["X-Backend"] = "yes"\n'
+                        'Nginx.rputs "backend #{r.uri} #{r.args}"'),
+                    name="backend")
+    n = nginx(
+        f"location /up/ {{ proxy_pass http://127.0.0.1:{backend.port}/; }}\n"
+        "location /missing { return 404; }\n"
+        "location /busy { return 503; }\n"
+        + loc("/script", "mruby_content_handler_code",
+              'Nginx::Async.sleep 5; Nginx.rputs "from a script"')
+        + loc("/", "mruby_content_handler_code", """
+http = Nginx::Async::HTTP
+a = http.sub_request("/up/one", "x=1")
+Nginx.rputs "#{a.status} #{a.body} #{a.headers['X-Backend']}\\n"
+b = http.sub_request("/up/two", {"q" => "a b&c"})
+Nginx.rputs "#{b.status} #{b.body}\\n"
+c = http.sub_request("/missing")
+Nginx.rputs "#{c.status} #{c.body.include?('404 Not Found')}\\n"
+d = http.sub_request("/busy")
+Nginx.rputs "#{d.status} #{http.last_response.status}\\n"
+e = http.sub_request("/script")
+Nginx.rputs "#{e.status} #{e.body}\\n"
+Nginx.return(d.status == 503 ? 200 : 500)
+"""))
+    r = n.get("/")
+    assert r.status_code == 200, n.error_log()[-2000:]
+    assert r.text == ("200 backend /one x=1 yes\n"
+                      "200 backend /two q=a%20b%26c\n"
+                      "404 true\n"
+                      "503 503\n"
+                      "200 from a script\n")
+
+
+def test_sub_request_checks_its_arguments(nginx):
+    n = nginx(loc("/", "mruby_content_handler_code",
+                  'Nginx::Async::HTTP.sub_request("/x\\r\\nEvil: 1")'))
+    assert n.get("/").status_code == 500
+    assert "ArgumentError" in n.wait_log("sub_request")
