@@ -41,6 +41,12 @@ typedef struct {
     ngx_array_t   init_worker;
     ngx_array_t   exit_worker;
     ngx_flag_t    enabled;        /* workers need an interpreter */
+
+    /* The interpreter init ran in, in the master: each worker this
+     * configuration starts takes it over (a copy, by fork), so what init
+     * defined is there in every worker, as in the original.  The cycle's
+     * pool closes it in the master when the configuration goes. */
+    mrb_interp   *init_interp;
 } ngx_mruby_main_conf_t;
 
 

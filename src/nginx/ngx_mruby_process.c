@@ -1,7 +1,8 @@
 /*
  * The startup scripts and the interpreter of each worker process, for the
- * http and the stream module alike: init in the master, in an interpreter
- * of its own; init_worker when the worker's interpreter is made;
+ * http and the stream module alike: init in the master, in the interpreter
+ * each worker then takes over (as the original's workers inherited its
+ * state); init_worker in the worker's interpreter before it serves;
  * exit_worker before it is closed.  And one script run in that interpreter.
  */
 
@@ -38,12 +39,25 @@ ngx_mruby_run_startup(mrb_interp *interp, ngx_array_t *scripts,
 }
 
 
+/* The master drops the init interpreter of a configuration it no longer
+ * runs; a worker took its copy over before (and set the pointer NULL). */
+static void
+ngx_mruby_init_interp_cleanup(void *data)
+{
+    ngx_mruby_main_conf_t  *mcf = data;
+
+    mrb_interp_close(mcf->init_interp);
+    mcf->init_interp = NULL;
+}
+
+
 ngx_int_t
 ngx_mruby_init_master(ngx_mruby_process_t *p, ngx_mruby_main_conf_t *mcf,
     ngx_cycle_t *cycle)
 {
-    char         err[MRB_ERR_MSG_LEN];
-    mrb_interp  *interp;
+    char                 err[MRB_ERR_MSG_LEN];
+    mrb_interp          *interp;
+    ngx_pool_cleanup_t  *cln;
 
     if (mcf == NULL || ngx_test_config) {
         return NGX_OK;
@@ -63,7 +77,15 @@ ngx_mruby_init_master(ngx_mruby_process_t *p, ngx_mruby_main_conf_t *mcf,
 
     ngx_mruby_run_startup(interp, &mcf->init, p->init, cycle->log);
 
-    mrb_interp_close(interp);
+    cln = ngx_pool_cleanup_add(cycle->pool, 0);
+    if (cln == NULL) {
+        mrb_interp_close(interp);
+        return NGX_ERROR;
+    }
+
+    cln->handler = ngx_mruby_init_interp_cleanup;
+    cln->data = mcf;
+    mcf->init_interp = interp;
 
     return NGX_OK;
 }
@@ -99,9 +121,19 @@ ngx_mruby_init_worker(ngx_mruby_process_t *p, ngx_mruby_main_conf_t *mcf,
     ctx.process = p;
     ctx.conf = mcf;
 
-    p->interp = mrb_interp_new(p->server, cycle->log,
-                               ngx_mruby_init_worker_scripts, &ctx,
-                               err, sizeof(err));
+    if (mcf->init_interp != NULL) {
+        /* this process's copy now: the cycle's cleanup must not close it */
+        p->interp = mcf->init_interp;
+        mcf->init_interp = NULL;
+
+        ngx_mruby_init_worker_scripts(p->interp, &ctx);
+        mrb_interp_seal(p->interp);
+
+    } else {
+        p->interp = mrb_interp_new(p->server, cycle->log,
+                                   ngx_mruby_init_worker_scripts, &ctx,
+                                   err, sizeof(err));
+    }
 
     if (p->interp == NULL) {
         /* the worker serves on: each script run fails and says why */

@@ -311,6 +311,27 @@ server {
     assert "worker exits" in n.error_log()
 
 
+def test_init_state_is_inherited_by_every_worker(nginx):
+    """What mruby_init defines in the master (a global, a constant, a
+    class) is there in each worker, as in the original; after a reload,
+    the new workers have the new configuration's."""
+    conf = """
+mruby_init_code '$from_init = "GEN"; INIT_CONST = 1; class FromInit; def self.hi; "hi GEN"; end; end';
+server {
+    listen 127.0.0.1:{port};
+    location / { mruby_content_handler {dir}/show.rb; }
+}"""
+    n = nginx(conf.replace("GEN", "one"), workers=2, files={"show.rb": (
+        'Nginx.rputs "#{$from_init} #{INIT_CONST} #{FromInit.hi} #{'
+        + harness.PID_RB + '}"')})
+    answers = [r.text.rsplit(" ", 1) for r in n.get_spread("/", count=24)]
+    assert {a for a, _ in answers} == {"one 1 hi one"}
+    n.conf = conf.replace("GEN", "two")
+    n.reload()
+    assert {r.text.rsplit(" ", 1)[0] for r in n.get_spread("/")} == {
+        "two 1 hi two"}
+
+
 def test_mruby_cache_on_compiles_at_config(nginx):
     n = nginx("mruby_cache on;\nlocation / { mruby_content_handler {dir}/broken.rb; }",
               files={"broken.rb": "def oops(\n"}, start=False)
