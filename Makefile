@@ -6,6 +6,8 @@ SHELL := /bin/bash
 #   make test       install what is needed, build, run every test
 #   make test-asan  the tests again with both modules under AddressSanitizer
 #   make fuzz       the libFuzzer targets of test/fuzz, FUZZ_TIME s each
+#   make test-faults  the faults-under-load tests at full length (30 s of
+#                   load each, 10^6 requests to a raising script): ~30 min
 #   make run        install, build, start Apache (:8080) and nginx (:8081)
 #   make bench      install, build, benchmark; results in docs/benchmarks.md
 #   make install    install the Apache module for a2enmod and the nginx one
@@ -58,7 +60,7 @@ NGINX_STREAM_ENABLED := 60-mod-stream-mruby.conf
 VENV       := build/venv
 PYTHON     := $(VENV)/bin/python
 
-.PHONY: all deps apache nginx test test-unit test-asan test-deb fuzz run bench install deb clean venv
+.PHONY: all deps apache nginx test test-unit test-asan test-faults test-deb fuzz run bench install deb clean venv
 
 all: apache nginx
 
@@ -138,6 +140,12 @@ test: deps
 
 test-unit: $(BUILD)/test_core
 	$(BUILD)/test_core
+
+# make test runs them too, with 5 s of load and 20,000 requests each
+test-faults: deps
+	$(MAKE) all venv
+	MRUBY_FAULT_SECONDS=30 MRUBY_FAULT_REQUESTS=1000000 \
+	  $(PYTHON) -m pytest -q -s -p no:cacheprovider test/shared/test_faults.py
 
 $(BUILD)/test_core: $(wildcard test/unit/*.c) $(CORE_SRC) $(LIB_SRC) $(BUILD)/mrblib.c $(CORE_H)
 	$(CC) $(CFLAGS_ALL) -o $@ $(wildcard test/unit/*.c) $(CORE_SRC) $(LIB_SRC) $(BUILD)/mrblib.c $(LIBS)

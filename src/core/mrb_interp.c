@@ -4,6 +4,8 @@
  * behind.
  */
 
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -11,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <mruby.h>
 #include <mruby/array.h>
@@ -361,6 +364,44 @@ interp_close_toplevel_env(mrb_state *mrb)
 
 
 /*
+ * After a failed run: if the process is out of file descriptors, a full GC.
+ * A script may have left them in File objects nothing reaches (opening
+ * files until it failed); only a GC closes those, and none would come
+ * while every later request fails before it allocates (a `stat` script
+ * cannot be opened, nginx cannot accept the next connection).  Whether
+ * any descriptor is left costs a dup() of stderr; errno after the run
+ * cannot tell, mruby's raise has moved it on.
+ */
+static MRB_NOINLINE void
+interp_collect_descriptors(mrb_state *mrb)
+{
+    struct mrb_context  *c = mrb->c;
+    mrb_value           *reg, *end;
+    int                  fd = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 0);
+
+    if (fd >= 0) {
+        close(fd);
+        return;
+    }
+
+    if (errno != EMFILE && errno != ENFILE) {
+        return;
+    }
+
+    /* the GC marks the registers of the base frame's proc, the script
+     * that just ran: its locals would keep their objects alive */
+    if (c == mrb->root_c && c->ci == c->cibase && c->stbase != NULL) {
+        end = c->stend;
+        for (reg = c->stbase + 1; reg < end; reg++) {
+            *reg = mrb_nil_value();
+        }
+    }
+
+    mrb_full_gc(mrb);
+}
+
+
+/*
  * At the top level, mruby's VM returns an exception raised in the script
  * with mrb->exc set.  What reaches this frame by longjmp is what mruby
  * raises before its VM catches anything (the VM stack cannot grow); it is
@@ -444,6 +485,10 @@ mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run)
     }
 
     mrb_gc_arena_restore(mrb, ai);
+
+    if (rc != 0 && run->prev == NULL) {
+        interp_collect_descriptors(mrb);
+    }
 
     if (rc == 0 && run->want_value) {
         run->value = ret;

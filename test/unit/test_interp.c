@@ -5,8 +5,12 @@
  * is removed once, when the outermost run ends.
  */
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <mruby.h>
 #include <mruby/string.h>
 #include "mrb_interp.h"
@@ -306,4 +310,59 @@ TEST(interp_plain_runs_restore_nothing)
     CHECK_EQ(interp_run_code(interp, "Apache.rputs 'a'", &run), 0);
     CHECK_EQ(mrb_interp_toplevel_restores(interp), 1);
     mrb_interp_close(interp);
+}
+
+
+/* Descriptors open in this process. */
+static int
+interp_open_fds(void)
+{
+    int  fd, n = 0;
+
+    for (fd = 0; fd < 1024; fd++) {
+        if (fcntl(fd, F_GETFD) != -1) {
+            n++;
+        }
+    }
+
+    return n;
+}
+
+
+/*
+ * A run that runs out of descriptors (File objects it cannot reach any
+ * more hold them) gives them back when it ends: nothing else would collect
+ * them while every later request fails before it allocates.
+ */
+TEST(interp_descriptors_of_a_failed_run_are_given_back)
+{
+    pid_t  pid;
+    int    status;
+
+    pid = fork();
+    if (pid == 0) {
+        struct rlimit  lim;
+        mrb_interp    *interp = interp_sealed();
+        mrb_run        run;
+        int            before, rc;
+
+        getrlimit(RLIMIT_NOFILE, &lim);
+        before = interp_open_fds();
+        lim.rlim_cur = (rlim_t) before + 40;
+        setrlimit(RLIMIT_NOFILE, &lim);
+
+        rc = interp_run_code(interp,
+                             "files = []\n"
+                             "100.times { files << File.open('/dev/null') }",
+                             &run);
+        if (rc != -1 || interp_open_fds() > before + 1) {
+            fprintf(stderr, "  rc %d, %d descriptors before, %d after\n",
+                    rc, before, interp_open_fds());
+            _exit(1);
+        }
+        _exit(0);
+    }
+    REQUIRE(pid > 0);
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
