@@ -326,7 +326,7 @@ build() {
     cp "$OUT"/*.deb "$OUT.first/"
     cp "$OUT"/dbgsym/*.deb "$OUT.first/dbgsym/"
     say "building them again from scratch: reproducible?"
-    sh "$REPO/scripts/build-deb.sh" "$OUT" >/dev/null
+    sh "$REPO/scripts/build-deb.sh" --again "$OUT" >/dev/null
     local f rel n=0
     for f in "$OUT.first"/*.deb "$OUT.first"/dbgsym/*.deb; do
         rel=${f#"$OUT.first/"}
