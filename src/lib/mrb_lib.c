@@ -13,6 +13,7 @@
 #include "mrb_lib.h"
 #include "mrb_regexp.h"
 #include "mrb_securerandom.h"
+#include "mrb_sys.h"
 
 
 static void
@@ -48,6 +49,11 @@ mrb_lib_define(mrb_state *mrb)
     mrb_json_define(mrb);
     mrb_digest_define(mrb);
     mrb_securerandom_define(mrb);
+    mrb_env_define(mrb);
+    mrb_process_define(mrb);
+    mrb_dir_define(mrb);
+    mrb_uname_define(mrb);
+    mrb_kernel_ext_define(mrb);
 }
 
 

@@ -151,3 +151,66 @@ def test_digest_script(kind, apache, nginx):
     r = s.get("/sign")
     assert r.status_code == 200, s.error_log()[-2000:]
     assert r.text == DIGEST_EXPECTED
+
+
+# Userdata carries a value from the access phase to the handler and across
+# requests; a global set next to it is gone at the next request.
+USERDATA_ACCESS = r'''
+u = Userdata.new
+u.hits = (u.hits || 0) + 1
+u.seen_in_access = "yes"
+$leak = "global"
+'''
+
+USERDATA_HANDLER = r'''
+u = Userdata.new
+get_server_class.rputs "#{u.hits} #{u.seen_in_access} #{$leak.inspect}"
+'''
+
+EXIT_SCRIPT = r'''
+get_server_class.rputs "partial"
+exit 1
+'''
+
+
+def test_userdata_across_phases_apache(apache):
+    a = apache("""
+<Location /u>
+    mrubyAccessCheckerMiddle {dir}/access.rb
+    mrubyHandlerMiddle {dir}/handler.rb
+</Location>
+<Location /exit>
+    mrubyHandlerMiddle {dir}/exit.rb
+</Location>
+""", files={"access.rb": USERDATA_ACCESS, "handler.rb": USERDATA_HANDLER,
+             "exit.rb": EXIT_SCRIPT})
+    # Apache's children each keep their interpreters: the count is per
+    # interpreter, what the access phase set is seen by the handler
+    hits = []
+    for _ in range(4):
+        r = a.get("/u")
+        assert r.status_code == 200, a.error_log()[-2000:]
+        count, seen, leak = r.text.split(" ")
+        assert (seen, leak) == ("yes", "nil")
+        hits.append(int(count))
+    assert max(hits) >= 2
+    assert a.get("/exit").status_code == 500
+    assert "SystemExit: exit(1) called in a script" in a.wait_log("SystemExit")
+    assert a.get("/u").status_code == 200
+
+
+def test_userdata_across_phases_nginx(nginx):
+    n = nginx("""server {
+    listen 127.0.0.1:{port};
+    location /u {
+        mruby_access_handler {dir}/access.rb;
+        mruby_content_handler {dir}/handler.rb;
+    }
+    location /exit { mruby_content_handler {dir}/exit.rb; }
+}""", files={"access.rb": USERDATA_ACCESS, "handler.rb": USERDATA_HANDLER,
+             "exit.rb": EXIT_SCRIPT})
+    assert n.get("/u").text == "1 yes nil"
+    assert n.get("/u").text == "2 yes nil"
+    assert n.get("/exit").status_code == 500
+    assert "SystemExit: exit(1) called in a script" in n.wait_log("SystemExit")
+    assert n.get("/u").text == "3 yes nil"
