@@ -97,7 +97,7 @@ struct mrb_wait_slot_s {
  * what waits, and what calls methods by a name the code does not show.
  */
 static const char *const  wait_names[] = {
-    "sleep", "Async", "sub_request",
+    "sleep", "usleep", "Async", "sub_request",
     "send", "__send__", "public_send", "method", "eval", "instance_eval",
     "instance_exec", "class_eval", "class_exec", "module_eval", "module_exec",
     NULL
@@ -605,7 +605,8 @@ mrb_wait_check(mrb_state *mrb, const char *what)
         mrb_raisef(mrb, E_RUNTIME_ERROR,
                    "%s: cannot wait here (request scripts of the phases up "
                    "to content can wait, when their code names sleep, "
-                   "Async or sub_request, or a startup script does; not "
+                   "usleep, Async or sub_request, or a startup script "
+                   "does; not "
                    "the log phase, filters, mruby_set or startup scripts)",
                    what);
     }

@@ -1,18 +1,16 @@
 /*
- * Kernel#sleep and #usleep (mruby-sleep) and Kernel#exit, #exit!, #abort
- * (mruby-exit), for scripts that run inside a server's worker.
+ * Kernel#usleep (mruby-sleep; Kernel#sleep is the core's, mrb_wait.c) and
+ * Kernel#exit, #exit!, #abort (mruby-exit), for scripts that run inside a
+ * server's worker.
  *
- * Sleeping blocks the worker for now, in mrb_lib_sleep only: the one place
- * a coroutine-aware server hooks to suspend the request instead.  exit
- * raises SystemExit (an Exception, not a StandardError, so that a bare
- * rescue does not swallow it): the run fails with one log line and a 500
- * if nothing was sent, and the worker lives on.  (The originals' exit
- * ended the whole worker process.)
+ * usleep waits as sleep does (mrb_wait_sleep: it suspends the request on
+ * nginx, blocks the thread on Apache), to the millisecond.  exit raises
+ * SystemExit (an Exception, not a StandardError, so that a bare rescue
+ * does not swallow it): the run fails with one log line and a 500 if
+ * nothing was sent, and the worker lives on.  (The originals' exit ended
+ * the whole worker process.)
  */
 
-#include <errno.h>
-#include <math.h>
-#include <time.h>
 
 #include <mruby.h>
 #include <mruby/error.h>
@@ -21,46 +19,7 @@
 
 #include "mrb_api.h"
 #include "mrb_sys.h"
-
-
-void
-mrb_lib_sleep(mrb_state *mrb, double seconds)
-{
-    struct timespec  ts;
-
-    ts.tv_sec = (time_t) seconds;
-    ts.tv_nsec = (long) ((seconds - (double) ts.tv_sec) * 1e9);
-
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-        /* the rest of it */
-    }
-}
-
-
-static double
-kernel_seconds(mrb_state *mrb, mrb_value v)
-{
-    double  s = mrb_float_p(v) ? mrb_float(v) : (double) mrb_as_int(mrb, v);
-
-    if (!(s >= 0) || isinf(s)) {
-        mrb_raise(mrb, E_ARGUMENT_ERROR, "time interval must not be negative");
-    }
-    return s;
-}
-
-
-/* sleep(seconds): the whole seconds slept, as CRuby returns them. */
-static mrb_value
-kernel_sleep(mrb_state *mrb, mrb_value self)
-{
-    mrb_value  v;
-    double     s;
-
-    mrb_get_args(mrb, "o", &v);
-    s = kernel_seconds(mrb, v);
-    mrb_lib_sleep(mrb, s);
-    return mrb_fixnum_value((mrb_int) llround(s));
-}
+#include "mrb_wait.h"
 
 
 /* usleep(microseconds) */
@@ -71,8 +30,12 @@ kernel_usleep(mrb_state *mrb, mrb_value self)
     double     us;
 
     mrb_get_args(mrb, "o", &v);
-    us = kernel_seconds(mrb, v);
-    mrb_lib_sleep(mrb, us / 1e6);
+    us = mrb_float_p(v) ? mrb_float(v) : (double) mrb_as_int(mrb, v);
+    if (!(us >= 0 && us <= 86400e6)) {
+        mrb_raise(mrb, E_ARGUMENT_ERROR,
+                  "usleep: microseconds must be 0 to 86400000000");
+    }
+    mrb_wait_sleep(mrb, (mrb_int) ((us + 999) / 1000), "usleep");
     return mrb_fixnum_value((mrb_int) us);
 }
 
@@ -124,7 +87,6 @@ kernel_abort(mrb_state *mrb, mrb_value self)
 
 
 static const mrb_api_method  kernel_functions[] = {
-    { "sleep",   kernel_sleep,   MRB_ARGS_REQ(1) },
     { "usleep",  kernel_usleep,  MRB_ARGS_REQ(1) },
     { "exit",    kernel_exit,    MRB_ARGS_OPT(1) },
     { "exit!",   kernel_exit,    MRB_ARGS_OPT(1) },

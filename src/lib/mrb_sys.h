@@ -1,6 +1,6 @@
 /*
  * The library's classes over the operating system: ENV, Process, Dir,
- * Uname, and Kernel's sleep and exit.
+ * Uname, and Kernel's usleep and exit.
  */
 
 #ifndef MRB_SYS_H
@@ -10,13 +10,6 @@
 
 /* Raises SystemCallError "what: strerror(errno)". */
 void mrb_lib_sys_fail(mrb_state *mrb, const char *what);
-
-/*
- * Kernel#sleep and #usleep end here: blocks the calling thread for now.
- * The one function a coroutine-aware server replaces to suspend the
- * request instead.
- */
-void mrb_lib_sleep(mrb_state *mrb, double seconds);
 
 void mrb_env_define(mrb_state *mrb);
 void mrb_process_define(mrb_state *mrb);

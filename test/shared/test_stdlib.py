@@ -214,3 +214,20 @@ def test_userdata_across_phases_nginx(nginx):
     assert n.get("/exit").status_code == 500
     assert "SystemExit: exit(1) called in a script" in n.wait_log("SystemExit")
     assert n.get("/u").text == "3 yes nil"
+
+
+USLEEP_SCRIPT = r'''
+t = Time.now
+usleep 20_000
+get_server_class.rputs((Time.now - t >= 0.02).to_s)
+'''
+
+
+@pytest.mark.parametrize("kind", ["apache", "nginx"])
+def test_usleep_waits(kind, apache, nginx):
+    """On nginx usleep suspends the request as sleep does (a script naming
+    only usleep runs on a coroutine too)."""
+    s = server_with(kind, apache, nginx, {"nap": USLEEP_SCRIPT})
+    r = s.get("/nap")
+    assert r.status_code == 200, s.error_log()[-2000:]
+    assert r.text == "true"
