@@ -270,6 +270,20 @@ def run_nginx_body_filter(apache, nginx, redis_server):
     assert n.get("/").text == "see https://example.com/"
 
 
+@runs("nginx-async")
+def run_nginx_async(apache, nginx, redis_server):
+    n = nginx("upstream backend { server 127.0.0.1:{port2}; }\n"
+              "server { listen 127.0.0.1:{port2};\n"
+              "  location /users { return 200 'user $arg_id;'; }\n"
+              "  location /orders { return 200 'orders of $arg_user'; } }\n"
+              "server { listen 127.0.0.1:{port}; root {docroot};\n"
+              "  location /api/ { proxy_pass http://backend/; }\n"
+              "  location /doc { mruby_content_handler {dir}/doc.rb; } }\n",
+              files={"doc.rb": example("nginx-async")})
+    r = n.get("/doc")
+    assert (r.status_code, r.text) == (200, "user 7;orders of 7" + "42\n")
+
+
 @runs("nginx-auth-request")
 def run_nginx_auth_request(apache, nginx, redis_server):
     n = nginx(example("nginx-auth-request"),
