@@ -258,6 +258,37 @@ def run_nginx_load_and_stream(apache, nginx, redis_server):
         backend.close()
 
 
+@runs("nginx-enable-links")
+def run_nginx_enable_links(apache, nginx, redis_server):
+    """The ln commands, into a modules-enabled directory of the test's own
+    next to Debian's 50-mod-stream.conf, then nginx -t and a request."""
+    n = nginx("location /hello/ { mruby_content_handler_code "
+              "'Nginx.rputs \"hi\"'; }", mruby=False, start=False)
+    available = os.path.join(n.dir, "modules-available")
+    enabled = os.path.join(n.dir, "modules-enabled")
+    os.makedirs(available)
+    os.makedirs(enabled)
+    for conf in ("mod-http-mruby.conf", "mod-stream-mruby.conf"):
+        with open(os.path.join(REPO, "src", "nginx", conf)) as f:
+            text = f.read().replace("modules/", harness.BUILD + "/")
+        with open(os.path.join(available, conf), "w") as f:
+            f.write(text)
+    with open(os.path.join(enabled, "50-mod-stream.conf"), "w") as f:
+        f.write(f"load_module {n.stream_module()};\n")
+    for line in example("nginx-enable-links").splitlines():
+        cmd = (line.replace("/usr/share/nginx/modules-available", available)
+               .replace("/etc/nginx/modules-enabled", enabled))
+        subprocess.run(cmd.split(), check=True)
+    n.main_conf = ("include {dir}/modules-enabled/*.conf;\n"
+                   "stream { server { listen 127.0.0.1:{port2};\n"
+                   "  mruby_stream_code 'Nginx.return Nginx::Stream::OK';\n"
+                   "  proxy_pass 127.0.0.1:{port3}; } }\n")
+    rc, out = n.configtest()
+    assert rc == 0, out
+    n.start()
+    assert n.get("/hello/").text == "hi"
+
+
 @runs("nginx-body-filter")
 def run_nginx_body_filter(apache, nginx, redis_server):
     n = nginx(start=False)
