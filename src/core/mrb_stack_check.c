@@ -21,6 +21,7 @@
 
 #include "mrb_coro.h"
 #include "mrb_interp_core.h"
+#include "mrb_mruby_version.h"
 
 /* vm.c's MRB_FUNCALL_ARGC_MAX (mruby 3.1.0), not in its headers */
 #define STACK_CHECK_ARGC_MAX  16
