@@ -255,3 +255,19 @@ def test_sub_request_checks_its_arguments(nginx):
                   'Nginx::Async::HTTP.sub_request("/x\\r\\nEvil: 1")'))
     assert n.get("/").status_code == 500
     assert "ArgumentError" in n.wait_log("sub_request")
+
+
+def test_example_async_backends_serves_many_at_once(nginx):
+    from test_shared_examples import setup_example
+    n = nginx(start=False)
+    n.conf = setup_example(n, "async_backends")
+    n.start()
+    r = n.get("/async_backends/")
+    assert (r.status_code, r.text) == (200, "users: id=7\norders: user=7\n")
+
+    t0 = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(50) as pool:
+        out = list(pool.map(lambda _: n.get("/async_backends/"), range(100)))
+    # one after another: 100 x 250 ms = 25 s
+    assert all(o.status_code == 200 for o in out)
+    assert time.monotonic() - t0 < 8
