@@ -51,6 +51,7 @@ static const mrb_api_method  ngx_http_mruby_server_methods[] = {
     /* the original's path: $realpath_root */
     { "path", ngx_http_mruby_server_realpath_root, MRB_ARGS_NONE() },
     { "prefix", ngx_http_mruby_server_prefix, MRB_ARGS_NONE() },
+    { "add_listener", ngx_http_mruby_server_add_listener, MRB_ARGS_REQ(1) },
     MRB_API_METHOD_END
 };
 

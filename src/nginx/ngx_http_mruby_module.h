@@ -194,6 +194,16 @@ ngx_int_t ngx_http_mruby_headers_out_set(ngx_http_request_t *r,
 
 /* ngx_http_mruby_connection.c */
 void ngx_http_mruby_connection_define(mrb_state *mrb, struct RClass *nginx);
+
+/* ngx_http_mruby_server_context.c */
+
+/* mruby_server_context_handler_code: runs the code while the server block
+ * is read. */
+char *ngx_http_mruby_server_context(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+
+/* Nginx::Server#add_listener, which raises outside that code. */
+mrb_value ngx_http_mruby_server_add_listener(mrb_state *mrb, mrb_value self);
 mrb_value ngx_http_mruby_document_root(mrb_state *mrb, mrb_value self);
 
 

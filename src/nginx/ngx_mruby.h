@@ -138,6 +138,25 @@ char *ngx_mruby_conf_script(ngx_conf_t *cf, ngx_str_t *args, ngx_uint_t nargs,
 char *ngx_mruby_conf_set_script(ngx_conf_t *cf, ngx_uint_t code,
     ngx_mruby_script_t **sp, ngx_mruby_main_conf_t *mcf);
 
+/*
+ * The directive's inline code (args[1]) run now, while nginx reads the
+ * configuration, in an interpreter of server's opened for it and closed
+ * after: the server context directives.  NGX_CONF_OK, or NGX_CONF_ERROR
+ * after an error line naming the directive's place.
+ */
+char *ngx_mruby_conf_run_code(ngx_conf_t *cf, const mrb_server *server);
+
+/* The configuration such code is run for, or NULL outside it. */
+ngx_conf_t *ngx_mruby_conf_running(void);
+
+/*
+ * For a script's add_listener(address: ...) (what names it in errors):
+ * the address as a listen URL parsed into u (address: its String);
+ * raises outside ngx_mruby_conf_run_code or for a bad address.
+ */
+void ngx_mruby_conf_listen_url(mrb_state *mrb, const char *what,
+    mrb_value opts, ngx_url_t *u, mrb_value *address);
+
 /* Creates a waiting file script with policy; NGX_OK or NGX_ERROR (logged). */
 ngx_int_t ngx_mruby_script_resolve(ngx_conf_t *cf, ngx_mruby_script_t *s,
     ngx_uint_t policy);

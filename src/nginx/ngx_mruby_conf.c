@@ -5,6 +5,9 @@
 
 #include "ngx_mruby.h"
 
+#include <mruby/hash.h>
+#include <mruby/string.h>
+
 
 ngx_conf_enum_t  ngx_mruby_stat_on_error_values[] = {
     { ngx_string("keep"), NGX_MRUBY_STAT_ON_ERROR_KEEP },
@@ -314,4 +317,94 @@ ngx_mruby_conf_set_startup(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     return NGX_CONF_OK;
+}
+
+
+/*
+ * Code a directive runs while nginx reads the configuration (the server
+ * context directives), in an interpreter of its own closed right after;
+ * ngx_mruby_conf_running() is cf meanwhile.  nginx reads its
+ * configuration in one thread.
+ */
+static ngx_conf_t  *ngx_mruby_conf_cf;
+
+
+ngx_conf_t *
+ngx_mruby_conf_running(void)
+{
+    return ngx_mruby_conf_cf;
+}
+
+
+char *
+ngx_mruby_conf_run_code(ngx_conf_t *cf, const mrb_server *server)
+{
+    char                 err[MRB_ERR_MSG_LEN], *rv;
+    mrb_run              run;
+    ngx_str_t           *value;
+    mrb_interp          *interp;
+    ngx_mruby_script_t  *s;
+
+    value = cf->args->elts;
+
+    rv = ngx_mruby_conf_script(cf, &value[1], 1, 1, &s);
+    if (rv != NGX_CONF_OK) {
+        return rv;
+    }
+
+    interp = mrb_interp_open(server, cf->log, err, sizeof(err));
+    if (interp == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "%s", err);
+        return NGX_CONF_ERROR;
+    }
+
+    mrb_run_init(&run, NULL, 0);
+    run.startup = 1;
+
+    ngx_mruby_conf_cf = cf;
+    rv = mrb_script_run(interp, s->script, &run) == 0 ? NGX_CONF_OK
+                                                      : NGX_CONF_ERROR;
+    ngx_mruby_conf_cf = NULL;
+
+    if (rv != NGX_CONF_OK) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "%s", run.error);
+    }
+
+    mrb_interp_close(interp);
+    return rv;
+}
+
+
+void
+ngx_mruby_conf_listen_url(mrb_state *mrb, const char *what, mrb_value opts,
+    ngx_url_t *u, mrb_value *address)
+{
+    ngx_conf_t  *cf = ngx_mruby_conf_cf;
+
+    if (cf == NULL) {
+        mrb_raisef(mrb, E_RUNTIME_ERROR, "%s: only while the configuration "
+                   "is read (in a server context directive)", what);
+    }
+
+    *address = mrb_obj_as_string(mrb, mrb_hash_get(mrb, opts,
+                   mrb_symbol_value(mrb_intern_lit(mrb, "address"))));
+
+    ngx_memzero(u, sizeof(ngx_url_t));
+
+    u->url.len = RSTRING_LEN(*address);
+    u->url.data = ngx_pnalloc(cf->pool, u->url.len + 1);
+    if (u->url.data == NULL) {
+        mrb_raisef(mrb, E_RUNTIME_ERROR, "%s: out of memory", what);
+    }
+
+    ngx_memcpy(u->url.data, RSTRING_PTR(*address), u->url.len);
+    u->url.data[u->url.len] = '\0';
+
+    u->listen = 1;
+    u->default_port = 80;
+
+    if (ngx_parse_url(cf->pool, u) != NGX_OK) {
+        mrb_raisef(mrb, E_ARGUMENT_ERROR, "%s: %s in \"%v\"", what,
+                   u->err ? u->err : "invalid address", *address);
+    }
 }

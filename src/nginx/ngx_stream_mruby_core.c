@@ -116,6 +116,7 @@ ngx_mruby_connection(mrb_state *mrb)
 static const mrb_api_method  ngx_stream_mruby_class_methods[] = {
     { "log", ngx_stream_mruby_log_m, MRB_ARGS_REQ(2) },
     { "errlogger", ngx_stream_mruby_log_m, MRB_ARGS_REQ(2) },
+    { "add_listener", ngx_stream_mruby_add_listener, MRB_ARGS_REQ(1) },
     MRB_API_METHOD_END
 };
 

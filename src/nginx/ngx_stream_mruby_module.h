@@ -27,4 +27,15 @@ extern ngx_module_t       ngx_stream_mruby_module;
 extern const mrb_server   ngx_stream_mruby_server;
 
 
+/* ngx_stream_mruby_server_context.c */
+
+/* mruby_stream_server_context_code: runs the code while the stream server
+ * block is read. */
+char *ngx_stream_mruby_server_context(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+
+/* Nginx::Stream.add_listener, which raises outside that code. */
+mrb_value ngx_stream_mruby_add_listener(mrb_state *mrb, mrb_value self);
+
+
 #endif /* _NGX_STREAM_MRUBY_MODULE_H_INCLUDED_ */

@@ -106,3 +106,33 @@ def test_utils(nginx):
     n = nginx("location / { mruby_content_handler {dir}/u.rb; }",
               files={"u.rb": UTILS})
     assert n.get("/").text == "a%20b%2F%C3%A9~|k=v%20w&n=1|x='y'"
+
+
+def test_server_context_adds_listeners(nginx):
+    """mruby_server_context_handler_code runs while the server block is
+    read; Nginx::Server#add_listener adds its listen sockets there, and
+    raises anywhere else."""
+    n = nginx("""
+server {
+    listen 127.0.0.1:{port};
+    mruby_server_context_handler_code 's = Nginx::Server.new; s.add_listener(address: "127.0.0.1:{port2}"); s.add_listener({address: "127.0.0.1:{port3}"})';
+    location / { mruby_content_handler_code 'Nginx.rputs "served"'; }
+    location /late { mruby_content_handler_code 'Nginx::Server.new.add_listener(address: "127.0.0.1:1")'; }
+}""")
+    for port in (n.port, n.port2, n.port3):
+        assert n.get("/", port=port).text == "served"
+    assert n.get("/late").status_code == 500
+    n.wait_log("Nginx::Server#add_listener: only while the configuration "
+               "is read")
+
+
+def test_server_context_bad_address_fails_configtest(nginx):
+    n = nginx("""
+server {
+    listen 127.0.0.1:{port};
+    mruby_server_context_handler_code 'Nginx::Server.new.add_listener(address: "127.0.0.1:notaport")';
+}""", start=False)
+    rc, out = n.configtest()
+    assert rc != 0
+    assert ("Nginx::Server#add_listener: invalid port in "
+            "\"127.0.0.1:notaport\"") in out, out

@@ -95,3 +95,28 @@ def test_stream_failing_init_worker_is_logged_and_worker_serves(nginx):
     log = n.wait_log("stream init_worker broke")
     assert re.search(r"\[error\].* mruby: mruby_stream_init_worker: "
                      r"RuntimeError: stream init_worker broke", log), log
+
+
+def test_stream_server_context_adds_listeners(nginx):
+    """mruby_stream_server_context_code runs while the stream server block
+    is read; Nginx::Stream.add_listener adds its listen sockets; a port
+    the configuration listens on already is refused at config time."""
+    n = nginx(stream_conf="""
+server {
+    mruby_stream_server_context_code 'Nginx::Stream.add_listener(address: "127.0.0.1:{port2}"); Nginx::Stream.add_listener({address: "127.0.0.1:{port3}"})';
+    return "served $server_port\\n";
+}""")
+    assert talk(n.port2)[0] == b"served %d\n" % n.port2
+    assert talk(n.port3)[0] == b"served %d\n" % n.port3
+
+    n.stop()
+    n.stream_conf = """
+server {
+    listen 127.0.0.1:{port2};
+    mruby_stream_server_context_code 'Nginx::Stream.add_listener(address: "127.0.0.1:{port2}")';
+    return "x";
+}"""
+    rc, out = n.configtest()
+    assert rc != 0
+    assert ('Nginx::Stream.add_listener: "127.0.0.1:%d" is listened on '
+            'already' % n.port2) in out, out
