@@ -54,6 +54,28 @@ ngx_http_mruby_pstr(ngx_pool_t *pool, mrb_value v, ngx_str_t *s)
 }
 
 
+/* Copies bytes a wire check accepted into r's pool, or raises naming
+ * what (the setter). */
+void
+ngx_http_mruby_copy_checked(mrb_state *mrb, ngx_http_request_t *r,
+    const mrb_http_str *from, ngx_str_t *to, const char *what)
+{
+    to->len = from->len;
+    to->data = (u_char *) "";
+
+    if (from->len == 0) {
+        return;
+    }
+
+    to->data = ngx_pnalloc(r->pool, from->len);
+    if (to->data == NULL) {
+        mrb_raisef(mrb, E_RUNTIME_ERROR, "%s: out of memory", what);
+    }
+
+    ngx_memcpy(to->data, from->data, from->len);
+}
+
+
 ngx_http_request_t *
 ngx_http_mruby_request(mrb_state *mrb)
 {
@@ -301,13 +323,7 @@ ngx_http_mruby_redirect(mrb_state *mrb, mrb_value self)
         mrb_http_check_target(mrb, "Nginx.redirect target", uri, &target);
     }
 
-    value.len = target.len;
-    value.data = ngx_pnalloc(r->pool, target.len);
-    if (value.data == NULL) {
-        mrb_raise(mrb, E_RUNTIME_ERROR, "Nginx.redirect: out of memory");
-    }
-
-    ngx_memcpy(value.data, target.data, target.len);
+    ngx_http_mruby_copy_checked(mrb, r, &target, &value, "Nginx.redirect");
 
     if (value.data[0] == '/' || value.data[0] == '@') {
         data->ctx->redirect = value;

@@ -201,27 +201,6 @@ ngx_http_mruby_header_push(ngx_http_request_t *r, ngx_list_t *list,
 }
 
 
-/* Copies checked bytes into the pool. */
-static void
-ngx_http_mruby_header_copy(mrb_state *mrb, ngx_http_request_t *r,
-    mrb_http_str *from, ngx_str_t *to)
-{
-    to->len = from->len;
-    to->data = (u_char *) "";
-
-    if (from->len == 0) {
-        return;
-    }
-
-    to->data = ngx_pnalloc(r->pool, from->len);
-    if (to->data == NULL) {
-        mrb_raise(mrb, E_RUNTIME_ERROR, "out of memory");
-    }
-
-    ngx_memcpy(to->data, from->data, from->len);
-}
-
-
 /* The name argument of [] and delete, as it is, in the pool. */
 static void
 ngx_http_mruby_header_name_arg(mrb_state *mrb, ngx_http_request_t *r,
@@ -294,10 +273,10 @@ ngx_http_mruby_header_store(mrb_state *mrb, ngx_http_request_t *r,
     mrb_http_str  name, val;
 
     mrb_http_check_header(mrb, k, v, &name, &val);
-    ngx_http_mruby_header_copy(mrb, r, &name, &key);
+    ngx_http_mruby_copy_checked(mrb, r, &name, &key, "[]=");
 
     if (val.data != NULL) {
-        ngx_http_mruby_header_copy(mrb, r, &val, &value);
+        ngx_http_mruby_copy_checked(mrb, r, &val, &value, "[]=");
     }
 
     rc = set(r, &key, val.data != NULL ? &value : NULL);

@@ -183,6 +183,8 @@ mrb_value ngx_http_mruby_get_status(mrb_state *mrb, mrb_value self);
 mrb_value ngx_http_mruby_set_status(mrb_state *mrb, mrb_value self);
 mrb_value ngx_http_mruby_str(mrb_state *mrb, ngx_str_t *s);
 ngx_int_t ngx_http_mruby_pstr(ngx_pool_t *pool, mrb_value v, ngx_str_t *s);
+void ngx_http_mruby_copy_checked(mrb_state *mrb, ngx_http_request_t *r,
+    const mrb_http_str *from, ngx_str_t *to, const char *what);
 
 /* ngx_http_mruby_request.c */
 void ngx_http_mruby_request_define(mrb_state *mrb, struct RClass *nginx);

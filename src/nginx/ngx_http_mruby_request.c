@@ -37,29 +37,6 @@ ngx_http_mruby_request_args(mrb_state *mrb, mrb_value self)
 }
 
 
-/* Copies bytes a wire check accepted into the pool as field. */
-static void
-ngx_http_mruby_request_copy(mrb_state *mrb, ngx_http_request_t *r,
-    mrb_http_str *from, ngx_str_t *field, const char *what)
-{
-    u_char  *p;
-
-    p = (u_char *) "";
-
-    if (from->len > 0) {
-        p = ngx_pnalloc(r->pool, from->len);
-        if (p == NULL) {
-            mrb_raisef(mrb, E_RUNTIME_ERROR, "%s: out of memory", what);
-        }
-
-        ngx_memcpy(p, from->data, from->len);
-    }
-
-    field->data = p;
-    field->len = from->len;
-}
-
-
 /*
  * r.uri = "/new": in a rewrite phase the location is looked up again for
  * the new URI, as after nginx's "rewrite ... last".
@@ -73,7 +50,7 @@ ngx_http_mruby_request_set_uri(mrb_state *mrb, mrb_value self)
     ngx_http_mruby_run_data_t  *data;
 
     mrb_http_check_uri(mrb, "uri=", mrb_get_arg1(mrb), &uri);
-    ngx_http_mruby_request_copy(mrb, r, &uri, &r->uri, "uri=");
+    ngx_http_mruby_copy_checked(mrb, r, &uri, &r->uri, "uri=");
 
     run = mrb_interp_run(mrb);
     data = run->data;
@@ -99,7 +76,7 @@ ngx_http_mruby_request_set_args(mrb_state *mrb, mrb_value self)
     ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
 
     mrb_http_check_args(mrb, "args=", mrb_get_arg1(mrb), &args);
-    ngx_http_mruby_request_copy(mrb, r, &args, &r->args, "args=");
+    ngx_http_mruby_copy_checked(mrb, r, &args, &r->args, "args=");
     r->valid_unparsed_uri = 0;
 
     return self;
@@ -201,7 +178,7 @@ ngx_http_mruby_request_set_content_type(mrb_state *mrb, mrb_value self)
 
     mrb_http_check_header_value(mrb, "Content-Type", mrb_get_arg1(mrb),
                                 &type);
-    ngx_http_mruby_request_copy(mrb, r, &type, &value, "content_type=");
+    ngx_http_mruby_copy_checked(mrb, r, &type, &value, "content_type=");
 
     ngx_str_set(&key, "Content-Type");
 
