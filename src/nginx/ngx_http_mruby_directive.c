@@ -4,6 +4,7 @@
 
 #include "ngx_http_mruby_module.h"
 #include "mrb_shdict.h"
+#include "mrb_coro.h"
 
 
 #define NGX_HTTP_MRUBY_ANY_CONF                                               \
@@ -16,6 +17,8 @@ static char *ngx_http_mruby_ssl_handshake(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_mruby_add_handler(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+static char *ngx_http_mruby_set_stack_size(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
 static char *ngx_http_mruby_shared_dict(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 
@@ -112,6 +115,13 @@ ngx_command_t  ngx_http_mruby_commands[] = {
       ngx_conf_set_off_slot,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_mruby_loc_conf_t, body_limit),
+      NULL },
+
+    { ngx_string("mruby_stack_size"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_mruby_set_stack_size,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_mruby_main_conf_t, stack_size),
       NULL },
 
     { ngx_string("mruby_cache"),
@@ -273,6 +283,31 @@ ngx_http_mruby_merge_handlers(ngx_conf_t *cf, ngx_http_mruby_loc_conf_t *prev,
         {
             return NGX_CONF_ERROR;
         }
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * mruby_stack_size 256k: the machine stack each script that may wait runs
+ * on (reserved address space; only what a script touches costs memory).
+ */
+static char *
+ngx_http_mruby_set_stack_size(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    char                        *rv;
+    ngx_http_mruby_main_conf_t  *mmcf = conf;
+
+    rv = ngx_conf_set_size_slot(cf, cmd, conf);
+    if (rv != NGX_CONF_OK) {
+        return rv;
+    }
+
+    if (mmcf->stack_size < MRB_CORO_STACK_MIN
+        || mmcf->stack_size > 64 * 1024 * 1024)
+    {
+        return "must be from 64k to 64m";
     }
 
     return NGX_CONF_OK;

@@ -5,6 +5,7 @@
 
 #include "ngx_http_mruby_module.h"
 #include "mrb_shdict.h"
+#include "mrb_wait.h"
 
 
 static ngx_int_t ngx_http_mruby_preconfiguration(ngx_conf_t *cf);
@@ -92,14 +93,21 @@ ngx_http_mruby_postconfiguration(ngx_conf_t *cf)
 static void *
 ngx_http_mruby_create_main_conf(ngx_conf_t *cf)
 {
+    ngx_http_mruby_main_conf_t  *mmcf;
+
     /*
      * set by ngx_pcalloc():
      *
      *     mmcf->handlers = 0;
      */
 
-    return ngx_mruby_create_main_conf(cf,
-                                      sizeof(ngx_http_mruby_main_conf_t));
+    mmcf = ngx_mruby_create_main_conf(cf, sizeof(ngx_http_mruby_main_conf_t));
+    if (mmcf == NULL) {
+        return NULL;
+    }
+
+    mmcf->stack_size = NGX_CONF_UNSET_SIZE;
+    return mmcf;
 }
 
 
@@ -200,6 +208,13 @@ ngx_http_mruby_init_module(ngx_cycle_t *cycle)
 static ngx_int_t
 ngx_http_mruby_init_process(ngx_cycle_t *cycle)
 {
+    ngx_http_mruby_main_conf_t  *mmcf;
+
+    mmcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_mruby_module);
+    if (mmcf != NULL && mmcf->stack_size != NGX_CONF_UNSET_SIZE) {
+        mrb_wait_set_stack_size(mmcf->stack_size);
+    }
+
     return ngx_mruby_init_worker(&ngx_http_mruby_process,
                                  ngx_http_mruby_main_conf(cycle), cycle);
 }

@@ -52,6 +52,8 @@ typedef enum {
 typedef struct {
     ngx_mruby_main_conf_t  common;        /* first: see ngx_mruby.h */
     ngx_uint_t             handlers;      /* bit per phase used anywhere */
+    size_t                 stack_size;    /* mruby_stack_size: of a run
+                                             that may wait (mrb_wait.h) */
 } ngx_http_mruby_main_conf_t;
 
 

@@ -271,3 +271,31 @@ def test_example_async_backends_serves_many_at_once(nginx):
     # one after another: 100 x 250 ms = 25 s
     assert all(o.status_code == 200 for o in out)
     assert time.monotonic() - t0 < 8
+
+
+DEEP = """
+class Deep
+  def initialize(n); @n = n; end
+  def to_s; @n == 0 ? "bottom" : "#{Deep.new(@n - 1)}"; end
+end
+sleep 0
+Nginx.rputs Deep.new(60).to_s
+"""
+
+
+def test_mruby_stack_size_sets_the_machine_stack_of_waiting_scripts(nginx):
+    # 60 re-entries fit the default 256k, not 64k (32k kept in reserve)
+    n = nginx(loc("/", "mruby_content_handler_code", DEEP))
+    assert n.get("/").text == "bottom"
+    small = nginx("mruby_stack_size 64k;\n"
+                  "server { listen 127.0.0.1:{port};\n"
+                  + loc("/", "mruby_content_handler_code", DEEP) + "}\n")
+    assert small.get("/").status_code == 500
+    assert "SystemStackError" in small.wait_log("SystemStackError")
+
+
+def test_mruby_stack_size_out_of_range_fails_the_config_test(nginx):
+    n = nginx("mruby_stack_size 1k;\n"
+              "server { listen 127.0.0.1:{port}; }\n", start=False)
+    rc, out = n.configtest()
+    assert rc != 0 and "must be from 64k to 64m" in out
