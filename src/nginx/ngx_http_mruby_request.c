@@ -97,7 +97,7 @@ ngx_http_mruby_request_set_request_line(mrb_state *mrb, mrb_value self)
     ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
 
     mrb_http_check_uri(mrb, "request_line=", mrb_get_arg1(mrb), &line);
-    ngx_http_mruby_request_copy(mrb, r, &line, &r->request_line,
+    ngx_http_mruby_copy_checked(mrb, r, &line, &r->request_line,
                                 "request_line=");
     return self;
 }
@@ -110,7 +110,7 @@ ngx_http_mruby_request_set_unparsed_uri(mrb_state *mrb, mrb_value self)
     ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
 
     mrb_http_check_target(mrb, "unparsed_uri=", mrb_get_arg1(mrb), &uri);
-    ngx_http_mruby_request_copy(mrb, r, &uri, &r->unparsed_uri,
+    ngx_http_mruby_copy_checked(mrb, r, &uri, &r->unparsed_uri,
                                 "unparsed_uri=");
     return self;
 }
@@ -130,7 +130,7 @@ ngx_http_mruby_request_set_method(mrb_state *mrb, mrb_value self)
 
     method.data = RSTRING_PTR(v);
     method.len = RSTRING_LEN(v);
-    ngx_http_mruby_request_copy(mrb, r, &method, &r->method_name,
+    ngx_http_mruby_copy_checked(mrb, r, &method, &r->method_name,
                                 "method=");
     return self;
 }
@@ -144,7 +144,7 @@ ngx_http_mruby_request_set_protocol(mrb_state *mrb, mrb_value self)
 
     mrb_http_check_header_value(mrb, "protocol=", mrb_get_arg1(mrb),
                                 &protocol);
-    ngx_http_mruby_request_copy(mrb, r, &protocol, &r->http_protocol,
+    ngx_http_mruby_copy_checked(mrb, r, &protocol, &r->http_protocol,
                                 "protocol=");
     return self;
 }
