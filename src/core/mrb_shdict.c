@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 #include "mrb_shdict.h"
 #include "mrb_shdict_zone.h"
 
@@ -46,9 +47,11 @@ struct mrb_shdict_ref_s {
     size_t            next_size;
     mrb_shdict_zone  *next_zone;  /* zone itself when the size is kept */
     unsigned          declared:1;
+    unsigned          by_default:1; /* made by a startup script, not declared */
 };
 
 static mrb_shdict_ref  *shd_registry;
+static pid_t            shd_config_pid;  /* the process that read it */
 
 
 static void
@@ -140,6 +143,14 @@ mrb_shdict_config_begin(void)
      * leaves its zones here */
     for (r = shd_registry; r != NULL; r = r->next) {
         shd_next_drop(r);
+
+        /* what a startup script made stays, contents and all, as if the
+         * configuration declared it */
+        if (r->by_default && r->zone != NULL) {
+            r->next_zone = r->zone;
+            r->next_size = r->size;
+            r->declared = 1;
+        }
     }
 }
 
@@ -237,6 +248,46 @@ mrb_shdict_config_end(void)
         r->next_size = 0;
         r->declared = 0;
     }
+
+    shd_config_pid = getpid();
+}
+
+
+mrb_shdict_ref *
+mrb_shdict_open_default(const char *name, size_t len, char *err,
+    size_t errlen)
+{
+    mrb_shdict_ref  *r;
+    char             z[SHD_NAME_MAX + 1];
+
+    if (getpid() != shd_config_pid) {
+        snprintf(err, errlen, "only a startup script of the server's parent "
+                 "or master process (post_config, mruby_init) can make a "
+                 "shared dictionary nobody declared");
+        return NULL;
+    }
+
+    if (len > SHD_NAME_MAX || memchr(name, '\0', len) != NULL) {
+        snprintf(err, errlen, "invalid shared dictionary name");
+        return NULL;
+    }
+
+    memcpy(z, name, len);
+    z[len] = '\0';
+
+    if (mrb_shdict_zone_add(z, MRB_SHDICT_DEFAULT_SIZE, err, errlen) != 0) {
+        return NULL;
+    }
+
+    /* in use now, not at the next mrb_shdict_config_end */
+    r = mrb_shdict_find(name, len);
+    r->zone = r->next_zone;
+    r->size = r->next_size;
+    r->next_zone = NULL;
+    r->next_size = 0;
+    r->declared = 0;
+    r->by_default = 1;
+    return r;
 }
 
 

@@ -19,6 +19,7 @@
 #include <mruby/string.h>
 #include <mruby/variable.h>
 #include "mrb_api.h"
+#include "mrb_interp.h"
 #include "mrb_mruby_version.h"
 #include "mrb_shdict.h"
 #include "mrb_shdict_zone.h"
@@ -211,6 +212,42 @@ shd_ttl_from(mrb_state *mrb, mrb_value ttl)
 }
 
 
+/*
+ * A dictionary nobody declared: a startup script of the parent or master
+ * makes it with the default size (seed 002's configuration declares
+ * none), with a notice saying how to size it; elsewhere it is an error.
+ */
+static mrb_shdict_ref *
+shd_open_default(mrb_state *mrb, mrb_value self, const char *name,
+    mrb_int len)
+{
+    mrb_run         *run = mrb_interp_run(mrb);
+    mrb_shdict_ref  *ref = NULL;
+    char             err[256];
+
+    snprintf(err, sizeof(err), "not in a startup script");
+    if (run != NULL && run->startup) {
+        ref = mrb_shdict_open_default(name, (size_t) len, err, sizeof(err));
+    }
+
+    if (ref == NULL) {
+        mrb_raisef(mrb, shd_class(mrb, self, "Error"),
+                   "no shared dictionary named \"%v\": declare it with "
+                   "mrubySharedDict (Apache) or mruby_shared_dict (nginx), "
+                   "or open it first in a post_config / mruby_init script "
+                   "(%s)", mrb_str_new(mrb, name, len), err);
+    }
+
+    mrb_interp_log(mrb_interp_from_state(mrb), MRB_LOG_NOTICE,
+                   "shared dictionary \"%.*s\" was not declared: made with "
+                   "the default size " MRB_SHDICT_DEFAULT_SIZE_TEXT "; size "
+                   "it with mrubySharedDict %.*s <size> (Apache) or "
+                   "mruby_shared_dict %.*s <size>; (nginx)", (int) len, name,
+                   (int) len, name, (int) len, name);
+    return ref;
+}
+
+
 static mrb_value
 shd_initialize(mrb_state *mrb, mrb_value self)
 {
@@ -223,10 +260,7 @@ shd_initialize(mrb_state *mrb, mrb_value self)
     ref = mrb_shdict_find(name, len);
 
     if (ref == NULL || mrb_shdict_ref_zone(ref) == NULL) {
-        mrb_raisef(mrb, shd_class(mrb, self, "Error"),
-                   "no shared dictionary named \"%v\": declare it with "
-                   "mrubySharedDict (Apache) or mruby_shared_dict (nginx)",
-                   mrb_str_new(mrb, name, len));
+        ref = shd_open_default(mrb, self, name, len);
     }
 
     mrb_data_init(self, ref, &shd_type);

@@ -155,6 +155,20 @@ void mrb_shdict_zone_stats(mrb_shdict_zone *z, mrb_shdict_stats *st);
 typedef struct mrb_shdict_ref_s  mrb_shdict_ref;
 
 mrb_shdict_ref *mrb_shdict_find(const char *name, size_t len);
+
+/* The size of a dictionary nobody declared (mrb_shdict_open_default). */
+#define MRB_SHDICT_DEFAULT_SIZE  (1024 * 1024)
+#define MRB_SHDICT_DEFAULT_SIZE_TEXT  "1m"
+
+/*
+ * Makes the dictionary name, which no configuration declared, with
+ * MRB_SHDICT_DEFAULT_SIZE, in use at once and kept across reloads (as a
+ * declared one of that size).  Only in the process that read the
+ * configuration (a post_config or mruby_init script): workers forked after
+ * it share the zone.  NULL with a message in err elsewhere or on failure.
+ */
+mrb_shdict_ref *mrb_shdict_open_default(const char *name, size_t len,
+    char *err, size_t errlen);
 mrb_shdict_zone *mrb_shdict_ref_zone(const mrb_shdict_ref *ref);
 const char *mrb_shdict_ref_name(const mrb_shdict_ref *ref);
 

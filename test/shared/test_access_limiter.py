@@ -49,7 +49,7 @@ def install(server, threshold=2, redis=None, fail_open=True):
 
 
 def start_apache(apache, mpm="event", sleep=2, docroot=None, loglevel="info",
-                 modules=(), extra_conf="", **settings):
+                 modules=(), extra_conf="", declare=True, **settings):
     """Apache with the example's apache.conf as written (paths to our copy
     of the scripts), a slow sleep.php, and /count."""
     a = apache(start=False, mpm=mpm, loglevel=loglevel, modules=modules)
@@ -64,6 +64,10 @@ Apache.rputs "loaded"
 """)
     a.write("count.rb", COUNT)
     conf = read("apache.conf").replace("@DIR@", d)
+    if not declare:
+        # as seed 002 prints it: no dictionary declared
+        conf = conf.replace("mrubySharedDict access_limiter 1m\n", "")
+        assert "mrubySharedDict" not in conf
     # the demo handler, with our sleep time
     conf = conf.replace(f"{d}/sleep.rb", "{dir}/sleep.rb")
     if docroot:
@@ -78,13 +82,16 @@ Apache.rputs "loaded"
 
 
 def start_nginx(nginx, workers=2, page_kb=3, listen="", loglevel="info",
-                **settings):
+                declare=True, **settings):
     """nginx with the example's nginx-http.conf and nginx.conf (sleep.php:
     page_kb KB at 1 KB/s), and /count."""
     n = nginx(start=False, workers=workers, loglevel=loglevel)
     d = install(n, **settings)
     n.write("count.rb", COUNT)
     http = read("nginx-http.conf").replace("@DIR@", d)
+    if not declare:
+        http = http.replace("mruby_shared_dict access_limiter 1m;\n", "")
+        assert "mruby_shared_dict" not in http
     server = read("nginx.conf").replace("@DIR@", d)
     n.conf = f"""{http}
 server {{
@@ -191,6 +198,48 @@ def test_seed_config_apache_ten_at_once(apache, mpm):
     # not limited: another file, and the same file once the two are done
     assert a.get("/access_limiter/fast.php").status_code == 200
     assert a.get("/access_limiter/sleep.php").status_code == 200
+
+
+UNDECLARED_NOTICE = ('shared dictionary "access_limiter" was not declared: '
+                     'made with the default size 1m; size it with '
+                     'mrubySharedDict access_limiter <size> (Apache) or '
+                     'mruby_shared_dict access_limiter <size>; (nginx)')
+
+
+@pytest.mark.parametrize("mpm", ["event", "prefork"])
+def test_seed_config_as_printed_apache(apache, mpm):
+    """Seed 002's configuration as it prints it (no mrubySharedDict): the
+    post_config script makes the dictionary with the default size and says
+    so; the limit works across the children (issue 11, item 3)."""
+    a = start_apache(apache, mpm=mpm, sleep=30, declare=False)
+    assert UNDECLARED_NOTICE in a.wait_log("was not declared")
+    rs = gated_gets([a.url("/access_limiter/sleep.php")] * 6, [a], early=4)
+    assert statuses(rs) == [200] * 2 + [503] * 4
+    assert settled_count(a, sleep_php(a)) == "0"
+
+
+def test_seed_config_as_printed_nginx(nginx):
+    """The same without mruby_shared_dict: mruby_init makes it in the
+    master, both workers count in it."""
+    n = start_nginx(nginx, workers=2, declare=False)
+    assert UNDECLARED_NOTICE in n.wait_log("was not declared")
+    rs = concurrent_gets([n.url("/access_limiter/sleep.php")] * 6)
+    assert statuses(rs) == [200] * 2 + [503] * 4
+
+
+def test_undeclared_dictionary_in_a_request_is_an_error(apache):
+    """A request script cannot make a dictionary (its worker could not
+    share it): the error says what to do."""
+    a2 = apache("""
+<Location /new>
+    mrubyHandlerMiddleCode 'Apache::SharedDict.new("fresh")'
+</Location>
+""")
+    assert a2.get("/new").status_code == 500
+    assert ('no shared dictionary named "fresh": declare it with '
+            'mrubySharedDict (Apache) or mruby_shared_dict (nginx), or open '
+            'it first in a post_config / mruby_init script (not in a startup '
+            'script)') in a2.wait_log("fresh")
 
 
 def test_sub_request_not_counted_apache(apache):

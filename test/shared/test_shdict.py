@@ -76,7 +76,8 @@ API_EXPECTED = "\n".join([
     "0",
     'shared dictionary "cache": the value is not a number',
     'no shared dictionary named "nope": declare it with mrubySharedDict '
-    "(Apache) or mruby_shared_dict (nginx)",
+    "(Apache) or mruby_shared_dict (nginx), or open it first in a "
+    "post_config / mruby_init script (not in a startup script)",
     "0",
 ])
 
