@@ -1246,6 +1246,23 @@ mrb_file_watch_poll(mrb_file_watch_poller *poller)
 }
 
 
+int
+mrb_file_watch_settled(mrb_file_watch_path *path,
+    mrb_file_watch_poller *poller, uint64_t epoch)
+{
+    int  settled;
+
+    /* with a loop, what it has not read yet is not known here */
+    mrb_file_watch_poll(poller);
+
+    pthread_mutex_lock(&watch.lock);
+    settled = !path->writing && mrb_file_watch_path_epoch(path) == epoch;
+    pthread_mutex_unlock(&watch.lock);
+
+    return settled;
+}
+
+
 /* ------------------------------------------------------------------ */
 /* Driven by an event loop                                             */
 /* ------------------------------------------------------------------ */

@@ -69,6 +69,20 @@ mrb_file_watch_path *mrb_file_watch_add(const char *path, char *why,
 int mrb_file_watch_writing(mrb_file_watch_path *path, long *ms);
 
 
+/*
+ * Whether nothing has changed path since its epoch was `epoch`: the queue
+ * read (through poller, unless a loop reads it), no write in progress and
+ * the same epoch.  A run that read the file after seeing `epoch` calls
+ * this before it trusts what it read: a writer that began meanwhile is
+ * caught, if its first event has been read (always when runs ask the
+ * queue; with a loop, a writer that began during the read itself is seen
+ * only at its close, which moves the epoch again).
+ */
+struct mrb_file_watch_poller_s;
+int mrb_file_watch_settled(mrb_file_watch_path *path,
+    struct mrb_file_watch_poller_s *poller, uint64_t epoch);
+
+
 /* --- Asked by each run (no event loop reads the queue) --- */
 
 /*
@@ -79,7 +93,7 @@ int mrb_file_watch_writing(mrb_file_watch_path *path, long *ms);
  * once make its reference count bounce between cores: 370 ns a call with
  * two threads, against 125 ns through an epoll of one's own.)
  */
-typedef struct {
+typedef struct mrb_file_watch_poller_s {
     int       fd;          /* -1 until made */
     unsigned  instance;    /* of the queue it is registered on */
 } mrb_file_watch_poller;

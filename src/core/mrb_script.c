@@ -90,6 +90,9 @@ static unsigned         script_next_id;
 static mrb_script      *script_stat_first, *script_stat_last;
 static pthread_mutex_t  script_id_lock = PTHREAD_MUTEX_INITIALIZER;
 
+static void script_publish_locked(mrb_script *script);
+static uint64_t source_hash(const char *src, size_t len);
+
 /* Compiles at configuration time, when no interpreter exists yet. */
 static mrb_state       *config_compiler;
 static pthread_mutex_t  config_compiler_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -372,9 +375,40 @@ script_new(const char *name, mrb_cache_policy policy, int is_file, int line,
 }
 
 
-mrb_script *
-mrb_script_from_file(const char *path, mrb_cache_policy policy, char *err,
-    size_t errlen)
+/*
+ * Under `stat`, a file named in the configuration is compiled now if it
+ * can be, so that every process forked from this one starts with a
+ * version to go on with (a process that never compiled the script has
+ * nothing to serve while a writer is half way or after a bad change).  A
+ * missing file or a syntax error stays a request-time error, as before.
+ */
+static void
+script_compile_stat_at_config(mrb_script *script)
+{
+    mrb_file_id  id;
+    char        *src, err[256];
+    size_t       len;
+
+    src = file_read(script->name, &len, &id, err, sizeof(err));
+    if (src == NULL) {
+        return;
+    }
+
+    if (script_compile_at_config(script, src, len, err, sizeof(err)) == 0) {
+        pthread_mutex_lock(&script->lock);
+        script->file_id = id;
+        script->source_hash = source_hash(src, len);
+        script_publish_locked(script);
+        pthread_mutex_unlock(&script->lock);
+    }
+
+    free(src);
+}
+
+
+static mrb_script *
+script_from_file(const char *path, mrb_cache_policy policy, int at_config,
+    char *err, size_t errlen)
 {
     mrb_script  *script;
     char        *src;
@@ -382,7 +416,14 @@ mrb_script_from_file(const char *path, mrb_cache_policy policy, char *err,
     int          rc;
 
     script = script_new(path, policy, 1, 1, err, errlen);
-    if (script == NULL || policy != MRB_CACHE_FOREVER) {
+    if (script == NULL || policy == MRB_CACHE_NEVER) {
+        return script;
+    }
+
+    if (policy == MRB_CACHE_STAT) {
+        if (at_config) {
+            script_compile_stat_at_config(script);
+        }
         return script;
     }
 
@@ -401,6 +442,14 @@ mrb_script_from_file(const char *path, mrb_cache_policy policy, char *err,
     }
 
     return script;
+}
+
+
+mrb_script *
+mrb_script_from_file(const char *path, mrb_cache_policy policy, char *err,
+    size_t errlen)
+{
+    return script_from_file(path, policy, 1, err, errlen);
 }
 
 
@@ -504,7 +553,7 @@ mrb_script_for_file(const char *path, mrb_cache_policy policy, char *err,
         goto done;
     }
 
-    s = mrb_script_from_file(path, policy, err, errlen);
+    s = script_from_file(path, policy, 0, err, errlen);
     if (s != NULL) {
         s->named_hash = h;
         s->named_next = script_named[h & (script_named_size - 1)];
@@ -694,18 +743,40 @@ script_fail_locked(mrb_interp *interp, mrb_script *script, int unread,
 
 
 /*
+ * How long a compile waits, after reading a watched file, before it asks
+ * the queue whether a writer was at work (see script_refresh_locked).
+ * Paid once per change and process.
+ */
+#define SCRIPT_SETTLE_US  200
+
+
+static int
+script_settled(mrb_interp *interp, mrb_file_watch_path *path, uint64_t epoch)
+{
+    struct timespec  pause = { 0, SCRIPT_SETTLE_US * 1000 };
+
+    nanosleep(&pause, NULL);
+    return mrb_file_watch_settled(path, mrb_interp_file_watch(interp), epoch);
+}
+
+
+/*
  * Under `stat`: recompiles when the file is not the version compiled (or
  * failed) last.  A file rewritten within one tick of the clock keeps its
  * size and mtime: with verify (the file watch saw a change), the content
- * decides.  settle: the file is not watched, so a change counts only once
- * two looks agree.  st is NULL when stat() failed with stat_errno.  Lock
- * held.  Returns 0, or -1 with the error in err.
+ * decides.  epoch: the path's epoch when the run began, or 0 when the
+ * file is not watched (then a change counts only once two looks agree).
+ * st is NULL when stat() failed with stat_errno.  *unsettled: a writer
+ * may have begun since epoch, what was read is not used (and the version
+ * that runs is not current).  Lock held.  Returns 0, or -1 with err.
  */
 static int
 script_refresh_locked(mrb_interp *interp, mrb_script *script,
-    const struct stat *st, int stat_errno, int verify, int settle, int keep,
-    char *err, size_t errlen)
+    const struct stat *st, int stat_errno, int verify, uint64_t epoch,
+    int keep, int *unsettled, char *err, size_t errlen)
 {
+    mrb_file_watch_path  *path;
+    int                   settle = epoch == 0;
     mrb_file_id  id;
     uint64_t     hash, now;
     char        *src;
@@ -742,6 +813,22 @@ script_refresh_locked(mrb_interp *interp, mrb_script *script,
     src = file_read(script->name, &len, &id, err, errlen);
     if (src == NULL) {
         return script_fail_locked(interp, script, 1, keep, err, errlen);
+    }
+
+    /*
+     * A writer at work (a truncation, the first write of a new version)
+     * may have been read half way: with a version to go on with, what was
+     * read waits for the writer.  The kernel makes a write's bytes visible
+     * a moment before it queues the write's event, so the queue is asked
+     * after SCRIPT_SETTLE_US; an empty file is the middle of a rewrite.
+     */
+    path = atomic_load_explicit(&script->watch, memory_order_relaxed);
+    if (script->generation != 0 && epoch != 0
+        && (len == 0 || !script_settled(interp, path, epoch)))
+    {
+        free(src);
+        *unsettled = 1;
+        return script_outcome_locked(script, keep, err, errlen);
     }
 
     hash = source_hash(src, len);
@@ -857,6 +944,13 @@ script_proc_current(mrb_interp *interp, mrb_script *script, int watch,
     mrb_script_version  *version;
     int                  fresh;
 
+    /* watched before anything is read: a writer at work shows */
+    if (watch && atomic_load_explicit(&script->watch, memory_order_relaxed)
+                 == NULL)
+    {
+        script_watch_start(interp, script);
+    }
+
     version = atomic_load_explicit(&script->compiled, memory_order_acquire);
     *epoch = watch ? script_watch_epoch(interp, script) : 0;
     *verify = 0;
@@ -909,6 +1003,7 @@ script_update_locked(mrb_interp *interp, mrb_script *script, int watch,
     mrb_script_version   *version;
     mrb_file_watch_path  *path;
     long                  ms;
+    int                   unsettled = 0;
 
     path = atomic_load_explicit(&script->watch, memory_order_relaxed);
     if (epoch != 0 && script->generation != 0 && path != NULL
@@ -918,11 +1013,15 @@ script_update_locked(mrb_interp *interp, mrb_script *script, int watch,
     }
 
     if (script_refresh_locked(interp, script, stat_errno ? NULL : st,
-                              stat_errno, verify, epoch == 0, keep, err,
-                              errlen)
+                              stat_errno, verify, epoch, keep, &unsettled,
+                              err, errlen)
         != 0)
     {
         return -1;
+    }
+
+    if (unsettled) {
+        return 0;           /* the next run looks again */
     }
 
     /* the file was read (or found fresh) since epoch was read */

@@ -40,7 +40,8 @@ const char *mrb_cache_policy_name(mrb_cache_policy policy);
  * A file script.  Under MRB_CACHE_FOREVER the file is compiled now and a
  * missing file or syntax error returns NULL with "file:line: message" in
  * err.  Under stat and never a missing file is an error of each run, not of
- * the configuration.
+ * the configuration; under stat a file that compiles is compiled now, so
+ * that the processes forked later start with a version to go on with.
  */
 mrb_script *mrb_script_from_file(const char *path, mrb_cache_policy policy,
     char *err, size_t errlen);

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "mrb_file_watch.h"
@@ -43,6 +44,20 @@ watch_write(const char *rel, const char *text, const char *mode)
         fputs(text, f);
         fclose(f);
     }
+}
+
+
+/* A file written a while ago (its writer long gone). */
+static void
+watch_write_old(const char *rel, const char *text)
+{
+    struct timespec  t[2];
+
+    watch_write(rel, text, "w");
+    clock_gettime(CLOCK_REALTIME, &t[0]);
+    t[0].tv_sec -= 60;
+    t[1] = t[0];
+    utimensat(AT_FDCWD, watch_file(rel), t, 0);
 }
 
 
@@ -90,8 +105,8 @@ watch_setup(void)
         return -1;
     }
 
-    watch_write("r1/e.rb", "one", "w");
-    watch_write("r2/e.rb", "two", "w");
+    watch_write_old("r1/e.rb", "one");
+    watch_write_old("r2/e.rb", "two");
     return symlink("r1", watch_file("current"));
 }
 
@@ -391,7 +406,7 @@ TEST(file_watch_an_edit_moves_only_its_paths_epoch)
             REQUIRE(mkdir(watch_file(rel), 0755) == 0);
             snprintf(rel, sizeof(rel), "sites/s%d/e.rb", i);
         }
-        watch_write(rel, "x", "w");
+        watch_write_old(rel, "x");
         path[i] = mrb_file_watch_add(watch_file(rel), watch_why,
                                      sizeof(watch_why));
         REQUIRE(path[i] != NULL);
