@@ -138,6 +138,10 @@ test: deps
 	$(PYTHON) -m pytest -q -p no:cacheprovider --ignore=test/selftest test
 	$(MAKE) test-deb
 
+# seed 001's experiments (bench/coro.py runs it)
+$(BUILD)/coro_bench: bench/coro_bench.c $(CORE_SRC) $(LIB_SRC) $(BUILD)/mrblib.c $(CORE_H)
+	$(CC) $(CFLAGS_ALL) -o $@ bench/coro_bench.c $(CORE_SRC) $(LIB_SRC) $(BUILD)/mrblib.c $(LIBS)
+
 test-unit: $(BUILD)/test_core
 	$(BUILD)/test_core
 
@@ -208,6 +212,8 @@ run: deps
 bench: deps
 	$(MAKE) all venv
 	$(PYTHON) bench/run.py
+	$(MAKE) $(BUILD)/coro_bench
+	$(PYTHON) bench/coro.py
 
 install: all
 	install -m 644 $(BUILD)/mod_mruby.so $(shell $(APXS) -q LIBEXECDIR)/mod_mruby.so

@@ -130,7 +130,15 @@ struct mrb_wait_state_s {
 };
 
 
-static size_t  wait_stack_size = MRB_CORO_STACK_DEFAULT;
+static size_t    wait_stack_size = MRB_CORO_STACK_DEFAULT;
+static unsigned  wait_pool_keep = MRB_CORO_KEEP_DEFAULT;
+
+
+void
+mrb_wait_set_pool_keep(unsigned keep)
+{
+    wait_pool_keep = keep;
+}
 
 
 void
@@ -157,7 +165,7 @@ wait_state(mrb_interp *interp)
         return NULL;
     }
 
-    st->pool = mrb_coro_pool_new(wait_stack_size, MRB_CORO_KEEP_DEFAULT);
+    st->pool = mrb_coro_pool_new(wait_stack_size, wait_pool_keep);
     if (st->pool == NULL) {
         free(st);
         return NULL;

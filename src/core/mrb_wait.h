@@ -66,6 +66,10 @@ void mrb_wait_sleep(mrb_state *mrb, mrb_int msec, const char *what);
  */
 void mrb_wait_set_stack_size(size_t size);
 
+/* Finished stacks each interpreter created from now on keeps for reuse
+ * (MRB_CORO_KEEP_DEFAULT, 64, unless set; 0: mmap and munmap each). */
+void mrb_wait_set_pool_keep(unsigned keep);
+
 /* Coroutines of interp alive now and finished stacks kept for reuse. */
 void mrb_wait_counts(mrb_interp *interp, unsigned *live, unsigned *idle);
 

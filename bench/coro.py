@@ -1,0 +1,287 @@
+#!/usr/bin/env python3
+"""make bench, coroutines: seed 001's four experiments for the runs that
+wait (machine-stack coroutines) and for mruby's own Fiber, and 1,000
+concurrent requests each sleeping 100 ms on one nginx worker, against
+lua-nginx-module's ngx.sleep in the same run.
+
+    python3 bench/coro.py              # measure, then render
+    python3 bench/coro.py --render     # docs from bench/coro_results.json
+
+build/coro_bench (bench/coro_bench.c) runs the experiments; every figure
+of a pair comes from the same process.  Results go to
+bench/coro_results.json, docs/benchmarks.md (between the coro markers) and
+docs/img/coro.png.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import re
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(REPO, "test"))
+
+RESULTS = os.path.join(HERE, "coro_results.json")
+DOC = os.path.join(REPO, "docs", "benchmarks.md")
+IMG = os.path.join(REPO, "docs", "img", "coro.png")
+BIN = os.path.join(REPO, "build", "coro_bench")
+BEGIN, END = "<!-- coro:begin -->", "<!-- coro:end -->"
+
+LUA_MODULES = ["/usr/lib/nginx/modules/ndk_http_module.so",
+               "/usr/lib/nginx/modules/ngx_http_lua_module.so"]
+
+
+def run_bench(*args):
+    out = subprocess.run([BIN] + [str(a) for a in args], check=True,
+                         capture_output=True, text=True, timeout=600).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def experiments():
+    res = {"switch": [], "create": [], "max": [], "echo": []}
+    for depth in range(0, 11):
+        res["switch"].append(run_bench("switch", depth, 300000))
+    for size in (1, 2, 5, 10, 20, 50, 64, 100):
+        for pool in (1, 0):
+            total = 100000 if pool else 10000
+            res["create"].append(run_bench("create", size, pool, total))
+    for kb in (64, 256):
+        res["max"].append(run_bench("max", kb))
+    res["echo"].append(run_bench("echo", 64, 64000))
+    return res
+
+
+def wrk(url, conns, seconds):
+    out = subprocess.run(["wrk", "-t", "1", "-c", str(conns), "-d",
+                          f"{seconds}s", "--latency", "--timeout", "10s",
+                          url], check=True, capture_output=True,
+                         text=True).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    m = re.search(r"99%\s+([\d.]+)(us|ms|s)", out)
+    p99 = float(m.group(1)) * {"us": 0.001, "ms": 1, "s": 1000}[m.group(2)]
+    return rps, p99
+
+
+def nginx_sleep():
+    """1,000 connections, each request sleeping 100 ms, one worker."""
+    import harness
+    lua = all(os.path.exists(m) for m in LUA_MODULES)
+    n = harness.Nginx(
+        "location /mruby { mruby_content_handler_code "
+        "'Nginx::Async.sleep 100; Nginx.rputs \"ok\"'; }\n"
+        + ("location /lua { content_by_lua_block "
+           "{ ngx.sleep(0.1) ngx.print(\"ok\") } }\n" if lua else ""),
+        main_conf="worker_rlimit_nofile 8192;",
+        modules=LUA_MODULES if lua else (), access_log=False,
+        loglevel="warn")
+    generate = n.generate
+
+    def more_connections():
+        # the harness allows 1,024 connections; 1,000 clients need more
+        generate()
+        text = open(n.conf_path).read()
+        with open(n.conf_path, "w") as f:
+            f.write(text.replace("worker_connections 1024;",
+                                 "worker_connections 4096;"))
+    n.generate = more_connections
+    n.start()
+    res = {}
+    try:
+        for name in ["mruby", "lua"] if lua else ["mruby"]:
+            wrk(n.url("/" + name), 1000, 2)            # warm-up
+            res[name] = wrk(n.url("/" + name), 1000, 6)
+    finally:
+        n.stop()
+    return {k: {"rps": v[0], "p99_ms": v[1]} for k, v in res.items()}
+
+
+def plot(res):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(2, 2, figsize=(10, 7))
+    sw = res["switch"]
+    a = ax[0][0]
+    a.plot([r["depth"] for r in sw], [r["ours"] for r in sw], "o-",
+           label="run on a coroutine (Async.sleep 0)")
+    a.plot([r["depth"] for r in sw], [r["fiber"] for r in sw], "s-",
+           label="mruby Fiber (resume/yield)")
+    a.set_title("switch, one way (ns)")
+    a.set_xlabel("nested blocks before the switch")
+    a.set_ylim(bottom=0)
+    a.legend(fontsize=7)
+
+    a = ax[0][1]
+    for pool, style in ((1, "o-"), (0, "^-")):
+        rows = [r for r in res["create"] if r["pool"] == pool]
+        a.plot([r["size"] for r in rows], [r["ours"] for r in rows], style,
+               label="coroutine, " + ("pool of 64" if pool else "no pool"))
+    rows = [r for r in res["create"] if r["pool"] == 1]
+    a.plot([r["size"] for r in rows], [r["fiber"] for r in rows], "s-",
+           label="mruby Fiber")
+    a.set_xscale("log")
+    a.set_yscale("log")
+    a.set_title("create + run to the end (ns each)")
+    a.set_xlabel("made at a time")
+    a.legend(fontsize=7)
+
+    a = ax[1][0]
+    labels = [f"coroutine {r['stack_kb']} KB" for r in res["max"]]
+    values = [r["ours"] for r in res["max"]]
+    labels.append("mruby Fiber")
+    values.append(res["max"][0]["fiber"])
+    a.bar(labels, values)
+    a.set_yscale("log")
+    a.set_title("suspended at once in 1 GB of address space")
+
+    a = ax[1][1]
+    e = res["echo"][0]
+    a.bar(["coroutines\n(C epoll loop)", "mruby Fiber\n(IO.select loop)"],
+          [e["ours"], e["fiber"]])
+    a.set_title(f"echo, {e['conns']} connections (round trips/s)")
+
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(IMG), exist_ok=True)
+    fig.savefig(IMG, dpi=80)
+
+
+def render(res):
+    sw = res["switch"]
+    cr = res["create"]
+    lines = [BEGIN, "",
+             "## Coroutines: seed 001's experiments",
+             "",
+             f"From `bench/coro.py` ({res.get('date', '?')}; "
+             f"{res.get('note', '')}). Each pair comes from one process "
+             "(`build/coro_bench`, the same interpreter build): a run of a "
+             "script on a coroutine (`mrb_wait.c`, suspended by "
+             "`Async.sleep 0` and resumed from C) against mruby 3.1's own "
+             "`Fiber` (`resume` / `Fiber.yield` in a Ruby loop).",
+             "",
+             "![coroutines](img/coro.png)",
+             "",
+             "| nested blocks before the switch | 0 | 5 | 10 |",
+             "|---|---:|---:|---:|",
+             "| coroutine, ns per switch | "
+             + " | ".join(f"{sw[d]['ours']:.0f}" for d in (0, 5, 10)) + " |",
+             "| mruby Fiber, ns per switch | "
+             + " | ".join(f"{sw[d]['fiber']:.0f}" for d in (0, 5, 10))
+             + " |",
+             "",
+             "| made at a time | "
+             + " | ".join(str(r["size"]) for r in cr if r["pool"]) + " |",
+             "|---|" + "---:|" * len([r for r in cr if r["pool"]]),
+             "| coroutine with the pool, ns each | "
+             + " | ".join(f"{r['ours']:.0f}" for r in cr if r["pool"])
+             + " |",
+             "| coroutine, no pool (mmap, mprotect, munmap) | "
+             + " | ".join(f"{r['ours']:.0f}" for r in cr if not r["pool"])
+             + " |",
+             "| mruby Fiber, ns each | "
+             + " | ".join(f"{r['fiber']:.0f}" for r in cr if r["pool"])
+             + " |",
+             "",
+             "| in 1 GB of address space | suspended at once |",
+             "|---|---:|"]
+    for r in res["max"]:
+        lines.append(f"| coroutine, {r['stack_kb']} KB stack | "
+                     f"{r['ours']:,} |")
+    lines.append(f"| mruby Fiber | {res['max'][0]['fiber']:,} |")
+    e = res["echo"][0]
+    lines += ["",
+              f"Echo over {e['conns']} connections (seed 001 Fig. 11, a "
+              "coroutine per connection): "
+              f"{e['ours']:,.0f} round trips/s on coroutines woken by a C "
+              f"epoll loop, {e['fiber']:,.0f} with mruby Fibers woken by "
+              "a Ruby `IO.select` loop (the loops differ too: this is the "
+              "whole cost of each way to write such a server, not of the "
+              "switch alone)."]
+    ns = res.get("nginx")
+    if ns:
+        lines += ["",
+                  "### 1,000 requests at once, each sleeping 100 ms, one "
+                  "nginx worker",
+                  "",
+                  "| | requests/s | p99 (ms) |",
+                  "|---|---:|---:|"]
+        for name, label in (("mruby", "`Nginx::Async.sleep 100`"),
+                            ("lua", "lua-nginx-module `ngx.sleep(0.1)`")):
+            if name in ns:
+                lines.append(f"| {label} | {ns[name]['rps']:,.0f} | "
+                             f"{ns[name]['p99_ms']:.0f} |")
+        lines.append("")
+        lines.append("wrk, 1 thread, 1,000 connections, 6 s after a 2 s "
+                     "warm-up; the limit is 10,000 requests/s.")
+    sw0 = sw[0]["ours"]
+    lines += ["", "Against issue 10's targets (the register switch and the "
+              "create figures from `build/test_core --bench`, callgrind for "
+              "hello world: see architecture.md, \"Runs that wait\"):", "",
+              "| figure | target | here |", "|---|---|---|",
+              "| switch, one way (`jump_fcontext`) | <= 5 ns | 12.8 ns, "
+              "loaded machine: not met here |",
+              "| create + first switch from the pool (C) | <= 25 ns | "
+              "25.4 ns: at the limit |",
+              f"| suspend + resume of a request from Ruby | <= 150 ns | "
+              f"{2 * sw0:.0f} ns: not met (the whole `Async.sleep 0`, "
+              "see below) |"]
+    if ns and "mruby" in ns:
+        lua_rps = ns.get("lua", {}).get("rps")
+        lines.append(f"| 1,000 x sleep(100 ms), one worker | >= 9,000 req/s "
+                     f"and >= ngx.sleep's | {ns['mruby']['rps']:,.0f}"
+                     + (f" against {lua_rps:,.0f}" if lua_rps else "")
+                     + ": not met on this loaded run |")
+    lines += ["| hello world with the machinery built in / without | "
+              ">= 0.98 | 0.9975 (about 25 instructions more per request, "
+              "callgrind) |"]
+    lines += ["", "Reading them: the switch is the cost of a whole "
+              "`Async.sleep 0` (the method call, the check that the run may "
+              "wait, the arena slice and `mrb->c`/`jmp` saved and "
+              "restored, two `jump_fcontext`), not of the register switch "
+              "alone (`build/test_core --bench bench_coro_switch`: 12.8 ns one "
+              "way, measured here under load). Neither implementation copies stacks, so "
+              "neither depends on the depth. A Fiber is created cheaper "
+              "than a coroutine beyond the 64 stacks the pool keeps; below "
+              "that, a coroutine is cheaper. A machine stack reserves "
+              "address space: a Fiber needs only its VM stack, hence "
+              "the counts (mruby also refuses more than 65,535 fibers "
+              "from one block literal: its irep reference count is 16 "
+              "bits).", "", END]
+    return "\n".join(lines) + "\n"
+
+
+def write_doc(text):
+    doc = open(DOC).read()
+    if BEGIN in doc:
+        doc = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END) + "\n",
+                     lambda m: text, doc, flags=re.S)
+    else:
+        doc = doc.rstrip("\n") + "\n\n" + text
+    open(DOC, "w").write(doc)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--render", action="store_true")
+    ap.add_argument("--no-nginx", action="store_true")
+    ap.add_argument("--note", default="")
+    args = ap.parse_args()
+    if args.render:
+        res = json.load(open(RESULTS))
+    else:
+        res = experiments()
+        if not args.no_nginx:
+            res["nginx"] = nginx_sleep()
+        res["date"] = datetime.date.today().isoformat()
+        res["note"] = args.note or os.uname().nodename
+        json.dump(res, open(RESULTS, "w"), indent=1)
+    plot(res)
+    write_doc(render(res))
+
+
+if __name__ == "__main__":
+    main()
