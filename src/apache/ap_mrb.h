@@ -91,6 +91,7 @@ typedef struct {
     int          handler_enable;      /* mrubyHandlerEnable */
     int          cache_policy;        /* mrubyCodeCache, an mrb_cache_policy */
     apr_off_t    body_limit;          /* mrubyRequestBodyLimit; 0: none */
+    apr_off_t    filter_limit;        /* mrubyOutputFilterLimit; 0: none */
 } ap_mrb_dir_conf;
 
 /* Per-server configuration. */
@@ -130,6 +131,9 @@ void *ap_mrb_create_srv_conf(apr_pool_t *p, server_rec *s);
 void *ap_mrb_merge_srv_conf(apr_pool_t *p, void *basev, void *addv);
 /* The most request body bytes a script is given (0: no limit of ours). */
 apr_off_t ap_mrb_body_limit(request_rec *r);
+
+/* mrubyOutputFilterLimit of r's configuration, or its default: 0 is none. */
+apr_off_t ap_mrb_filter_limit(request_rec *r);
 mrb_cache_policy ap_mrb_cache_policy(const ap_mrb_dir_conf *dconf,
     server_rec *s);
 /* Gives each virtual host without mrubyStatOnError the main server's. */

@@ -60,6 +60,7 @@ ap_mrb_create_dir_conf(apr_pool_t *p, char *dir)
     conf->handler_enable = AP_MRB_UNSET;
     conf->cache_policy = AP_MRB_UNSET;
     conf->body_limit = AP_MRB_UNSET;
+    conf->filter_limit = AP_MRB_UNSET;
     return conf;
 }
 
@@ -95,6 +96,7 @@ ap_mrb_dir_conf_combine(apr_pool_t *p, const ap_mrb_dir_conf *base,
     AP_MRB_MERGE_FLAG(handler_enable);
     AP_MRB_MERGE_FLAG(cache_policy);
     AP_MRB_MERGE_FLAG(body_limit);
+    AP_MRB_MERGE_FLAG(filter_limit);
 
 #undef AP_MRB_MERGE_PTR
 #undef AP_MRB_MERGE_FLAG
@@ -427,8 +429,9 @@ ap_mrb_cmd_handler_enable(cmd_parms *cmd, void *mconfig, int on)
 }
 
 
+/* A size in bytes into the apr_off_t field of the directive (cmd->info). */
 static const char *
-ap_mrb_cmd_body_limit(cmd_parms *cmd, void *mconfig, const char *arg)
+ap_mrb_cmd_limit(cmd_parms *cmd, void *mconfig, const char *arg)
 {
     ap_mrb_dir_conf  *dconf = mconfig;
     char             *end;
@@ -438,11 +441,11 @@ ap_mrb_cmd_body_limit(cmd_parms *cmd, void *mconfig, const char *arg)
         || limit < 0)
     {
         return apr_psprintf(cmd->pool, "%s: expected a number of bytes "
-                            "(0 for no limit but LimitRequestBody), not "
-                            "\"%s\"", cmd->cmd->name, arg);
+                            "(0 for no limit of ours), not \"%s\"",
+                            cmd->cmd->name, arg);
     }
 
-    dconf->body_limit = limit;
+    *(apr_off_t *) ((char *) dconf + (size_t) cmd->info) = limit;
     dconf->used = 1;
     return NULL;
 }
@@ -456,6 +459,17 @@ ap_mrb_body_limit(request_rec *r)
 
     return dconf->body_limit == AP_MRB_UNSET ? MRB_HTTP_BODY_LIMIT_DEFAULT
                                              : dconf->body_limit;
+}
+
+
+apr_off_t
+ap_mrb_filter_limit(request_rec *r)
+{
+    ap_mrb_dir_conf  *dconf = ap_get_module_config(r->per_dir_config,
+                                                   &mruby_module);
+
+    return dconf->filter_limit == AP_MRB_UNSET
+           ? MRB_HTTP_FILTER_BODY_LIMIT_DEFAULT : dconf->filter_limit;
 }
 
 
@@ -608,9 +622,14 @@ const command_rec ap_mrb_cmds[] = {
         "a Ruby script file (and optionally \"cache\") for SetInputFilter "
         AP_MRB_FILTER_NAME),
 
-    AP_INIT_TAKE1("mrubyRequestBodyLimit", ap_mrb_cmd_body_limit, NULL,
-        AP_MRB_WHERE, "the most request body bytes a script reads (r.body, "
+    AP_INIT_TAKE1("mrubyRequestBodyLimit", ap_mrb_cmd_limit,
+        (void *) APR_OFFSETOF(ap_mrb_dir_conf, body_limit), AP_MRB_WHERE,
+        "the most request body bytes a script reads (r.body, "
         "mrubyInputFilter); more is answered with 413"),
+    AP_INIT_TAKE1("mrubyOutputFilterLimit", ap_mrb_cmd_limit,
+        (void *) APR_OFFSETOF(ap_mrb_dir_conf, filter_limit), AP_MRB_WHERE,
+        "the most response body bytes mrubyOutputFilter holds for its "
+        "script; a larger response is answered with 500"),
     AP_INIT_TAKE1("mrubyCodeCache", ap_mrb_cmd_code_cache, NULL, AP_MRB_WHERE,
         "stat, forever or never: how file scripts declared after it are "
         "cached"),

@@ -29,6 +29,7 @@ typedef struct {
     unsigned             ran:1;     /* the script has run */
     unsigned             changed:1; /* the script changed the body */
     unsigned             too_large:1; /* past mrubyRequestBodyLimit */
+    unsigned             dropping:1;  /* answered 500: the rest goes */
 } ap_mrb_filter_ctx;
 
 
@@ -113,6 +114,36 @@ ap_mrb_filter_run(ap_mrb_filter_ctx *ctx, mrb_script *script,
 }
 
 
+/*
+ * A response past mrubyOutputFilterLimit: rather than hold it whole, the
+ * filter answers 500 in its place (nothing has gone out yet: the header
+ * waits for the body) and drops the rest as it comes.
+ */
+static apr_status_t
+ap_mrb_output_too_large(ap_filter_t *f, ap_mrb_filter_ctx *ctx,
+    apr_bucket_brigade *bb, apr_off_t limit)
+{
+    apr_bucket  *e;
+
+    ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, f->r, "mrubyOutputFilter: the "
+                  "response body is larger than mrubyOutputFilterLimit (%"
+                  APR_OFF_T_FMT " bytes): answered 500 instead", limit);
+
+    ctx->dropping = 1;
+    apr_brigade_cleanup(ctx->body);
+    apr_brigade_cleanup(ctx->meta);
+    apr_brigade_cleanup(bb);
+
+    e = ap_bucket_error_create(HTTP_INTERNAL_SERVER_ERROR, NULL, f->r->pool,
+                               f->c->bucket_alloc);
+    APR_BRIGADE_INSERT_TAIL(ctx->body, e);
+    e = apr_bucket_eos_create(f->c->bucket_alloc);
+    APR_BRIGADE_INSERT_TAIL(ctx->body, e);
+
+    return ap_pass_brigade(f->next, ctx->body);
+}
+
+
 static apr_status_t
 ap_mrb_output_filter(ap_filter_t *f, apr_bucket_brigade *bb)
 {
@@ -120,9 +151,9 @@ ap_mrb_output_filter(ap_filter_t *f, apr_bucket_brigade *bb)
     ap_mrb_filter_ctx  *ctx = f->ctx;
     ap_mrb_dir_conf    *dconf;
     apr_bucket         *e;
-    apr_off_t           len;
+    apr_off_t           len, limit;
     apr_status_t        rv;
-    int                 rc;
+    int                 rc, eos;
 
     if (ctx == NULL) {
         dconf = ap_get_module_config(r->per_dir_config, &mruby_module);
@@ -138,16 +169,29 @@ ap_mrb_output_filter(ap_filter_t *f, apr_bucket_brigade *bb)
         f->ctx = ctx = ap_mrb_filter_ctx_new(r, AP_MRB_RUN_OUTPUT_FILTER);
     }
 
+    if (ctx->dropping) {
+        apr_brigade_cleanup(bb);
+        return APR_SUCCESS;
+    }
+
     if (ctx->ran) {
         return ap_pass_brigade(f->next, bb);
     }
 
-    if (!ap_mrb_filter_collect(ctx, bb, &rv)) {
-        if (rv != APR_SUCCESS) {
-            ap_log_rerror(APLOG_MARK, APLOG_ERR, rv, r, "mrubyOutputFilter: "
-                          "cannot read the response body");
-        }
+    eos = ap_mrb_filter_collect(ctx, bb, &rv);
+    if (rv != APR_SUCCESS) {
+        ap_log_rerror(APLOG_MARK, APLOG_ERR, rv, r, "mrubyOutputFilter: "
+                      "cannot read the response body");
         return rv;
+    }
+
+    limit = ap_mrb_filter_limit(r);
+    if (limit > 0 && ctx->len > limit) {
+        return ap_mrb_output_too_large(f, ctx, bb, limit);
+    }
+
+    if (!eos) {
+        return APR_SUCCESS;
     }
 
     dconf = ap_get_module_config(r->per_dir_config, &mruby_module);

@@ -31,6 +31,13 @@
  */
 #define MRB_HTTP_BODY_LIMIT_DEFAULT  (1024 * 1024)
 
+/*
+ * The most response body bytes a body filter holds to give its script
+ * (mrubyOutputFilterLimit, mruby_output_body_filter_limit): a larger
+ * response is answered with 500 instead of being held whole in memory.
+ */
+#define MRB_HTTP_FILTER_BODY_LIMIT_DEFAULT  (16 * 1024 * 1024)
+
 /* Bytes checked by an mrb_http_check_* function. */
 typedef struct {
     const char  *data;   /* NULL: the Ruby value was nil (delete) */

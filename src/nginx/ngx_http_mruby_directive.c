@@ -117,6 +117,13 @@ ngx_command_t  ngx_http_mruby_commands[] = {
       offsetof(ngx_http_mruby_loc_conf_t, body_limit),
       NULL },
 
+    { ngx_string("mruby_output_body_filter_limit"),
+      NGX_HTTP_MRUBY_ANY_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_off_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_mruby_loc_conf_t, filter_limit),
+      NULL },
+
     { ngx_string("mruby_stack_size"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
       ngx_http_mruby_set_stack_size,

@@ -302,13 +302,24 @@ ngx_http_mruby_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
         return NGX_ERROR;
     }
 
+    mlcf = ngx_http_get_module_loc_conf(r, ngx_http_mruby_module);
+
+    /* rather than hold a response of any size, answer 500 in its place
+     * (its header waits for the body), as image_filter does past its
+     * buffer */
+    if (mlcf->filter_limit > 0 && (off_t) ctx->len > mlcf->filter_limit) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0, "mruby body "
+                      "filter: the response body is larger than "
+                      "mruby_output_body_filter_limit (%O bytes): answered "
+                      "500 instead", mlcf->filter_limit);
+        return ngx_http_mruby_filter_fail(r, ctx);
+    }
+
     if (!last) {
         return NGX_OK;
     }
 
     ctx->buffering = 0;
-
-    mlcf = ngx_http_get_module_loc_conf(r, ngx_http_mruby_module);
 
     if (ngx_http_mruby_filter_run(r,
                                   mlcf->handlers[NGX_HTTP_MRUBY_BODY_FILTER],

@@ -146,6 +146,7 @@ ngx_http_mruby_create_loc_conf(ngx_conf_t *cf)
     mlcf->read_body = NGX_CONF_UNSET;
     mlcf->add_handler = NGX_CONF_UNSET;
     mlcf->body_limit = NGX_CONF_UNSET;
+    mlcf->filter_limit = NGX_CONF_UNSET;
 
     return mlcf;
 }
@@ -169,6 +170,8 @@ ngx_http_mruby_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_value(conf->add_handler, prev->add_handler, 0);
     ngx_conf_merge_off_value(conf->body_limit, prev->body_limit,
                              MRB_HTTP_BODY_LIMIT_DEFAULT);
+    ngx_conf_merge_off_value(conf->filter_limit, prev->filter_limit,
+                             MRB_HTTP_FILTER_BODY_LIMIT_DEFAULT);
 
     rv = ngx_http_mruby_merge_handlers(cf, prev, conf);
     if (rv != NGX_CONF_OK) {

@@ -76,6 +76,7 @@ typedef struct {
     ngx_flag_t            read_body;
     ngx_flag_t            add_handler;
     off_t                 body_limit;     /* 0: only client_max_body_size */
+    off_t                 filter_limit;   /* the body filter's; 0: none */
 } ngx_http_mruby_loc_conf_t;
 
 

@@ -103,3 +103,41 @@ location /t {
     assert n.post("/t", data=b"x" * 999).text == "read 999"
     assert n.post("/t", data=b"x" * 1001).status_code == 413
     assert n.post("/t", data=chunked(2000)).status_code == 413
+
+
+@pytest.mark.parametrize("kind", SERVERS)
+def test_body_filter_limit_answers_500_instead_of_holding_the_response(
+        kind, apache, nginx):
+    """A body filter holds the whole response for its script: past
+    mrubyOutputFilterLimit / mruby_output_body_filter_limit (16 MiB unless
+    configured) the response is a 500 with one log line, and one under it
+    is filtered as usual."""
+    filt = 'f = get_server_class::Filter.new; f.body = f.body.upcase'
+    if kind == "apache":
+        s = apache(f"""
+<Location /f/>
+    mrubyOutputFilterLimit 4096
+    mrubyOutputFilter {{dir}}/f.rb
+    SetOutputFilter mruby
+</Location>
+""", files={"f.rb": filt}, docs={"f/small": "x" * 4096,
+                                  "f/big": "x" * 20000})
+        line = ("mrubyOutputFilter: the response body is larger than "
+                "mrubyOutputFilterLimit (4096 bytes): answered 500 instead")
+    else:
+        s = nginx(f"""
+location /f/ {{
+    mruby_output_body_filter_limit 4096;
+    mruby_output_body_filter_code '{filt}';
+}}""", docs={"f/small": "x" * 4096, "f/big": "x" * 20000})
+        line = ("mruby body filter: the response body is larger than "
+                "mruby_output_body_filter_limit (4096 bytes): answered 500 "
+                "instead")
+    r = s.get("/f/small")
+    assert (r.status_code, r.text) == (200, "X" * 4096)
+    r = s.get("/f/big")
+    assert r.status_code == 500
+    assert "x" * 100 not in r.text and "X" * 100 not in r.text
+    s.wait_log(line)
+    # the connection and the server go on
+    assert s.get("/f/small").status_code == 200
