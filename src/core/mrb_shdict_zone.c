@@ -633,47 +633,38 @@ shd_owners_unique(mrb_shdict_owner *owners, size_t n)
 
 
 /*
- * Every holder is looked at, however many there are: the owners of all
- * ledgers are collected under the lock (into a malloc'd array when they
- * outnumber the stack's), judged alive or dead without it (/proc), and the
- * ledgers of the dead removed under it again.  Out of memory, a sweep looks
- * at the first SHD_SWEEP_STACK ledgers' owners only; the next one at the
- * same again, so that it is no worse than a partial sweep.
+ * The owners of the live ledgers into *owners (stack, or a malloc'd array
+ * when they outnumber it); the idle ledgers go.  0 when no sweep is due.
  */
 static size_t
-shd_sweep(mrb_shdict_zone *z, int force)
+shd_sweep_collect_locked(mrb_shdict_zone *z, int force,
+    mrb_shdict_owner *stack, mrb_shdict_owner **owners)
 {
-    size_t             n, cap, ndead, i, removed;
+    size_t             n, cap;
     shd_off            off, next;
     shd_clock          clk = { 0 };
-    shd_entry         *l, *p;
-    mrb_shdict_owner   o, stack[SHD_SWEEP_STACK], *owners;
+    shd_entry         *l;
+    mrb_shdict_owner  *set;
 
-    if (mrb_shdict_zone_lock(z) != 0) {
-        return 0;
-    }
+    *owners = stack;
 
     /* another process may have swept since the caller looked */
     if (!force && z->next_sweep > shd_now(&clk)) {
-        mrb_shdict_zone_unlock(z);
         return 0;
     }
 
     z->next_sweep = shd_now(&clk) + MRB_SHDICT_SWEEP_INTERVAL;
 
-    owners = stack;
     cap = SHD_SWEEP_STACK;
 
     if (z->nledgers > SHD_SWEEP_STACK) {
-        owners = malloc(z->nledgers * sizeof(mrb_shdict_owner));
-        if (owners != NULL) {
+        set = malloc(z->nledgers * sizeof(mrb_shdict_owner));
+        if (set != NULL) {
+            *owners = set;
             cap = z->nledgers;
-        } else {
-            owners = stack;
         }
     }
 
-    /* the idle ledgers go; the owners of the others are collected */
     n = 0;
 
     for (off = z->ledgers; off != 0; off = next) {
@@ -686,10 +677,71 @@ shd_sweep(mrb_shdict_zone *z, int force)
         }
 
         if (n < cap) {
-            shd_owner_unpack(l->data + l->klen - SHD_OWNER_LEN, &owners[n++]);
+            shd_owner_unpack(l->data + l->klen - SHD_OWNER_LEN,
+                             &(*owners)[n++]);
         }
     }
 
+    return n;
+}
+
+
+/* Removes the ledgers of dead (sorted) and what they held: how many. */
+static size_t
+shd_sweep_remove_locked(mrb_shdict_zone *z, const mrb_shdict_owner *dead,
+    size_t ndead)
+{
+    size_t             removed;
+    shd_off            off, next;
+    shd_entry         *l, *p;
+    mrb_shdict_owner   o;
+
+    removed = 0;
+
+    for (off = z->ledgers; off != 0; off = next) {
+        l = shd_entry_at(z, off);
+        next = l->next;
+        shd_owner_unpack(l->data + l->klen - SHD_OWNER_LEN, &o);
+
+        if (bsearch(&o, dead, ndead, sizeof(mrb_shdict_owner),
+                    shd_owner_cmp) == NULL)
+        {
+            continue;
+        }
+
+        p = shd_ledger_parent(z, l);
+
+        if (p != NULL && p->type == MRB_SHDICT_INTEGER) {
+            shd_int_store(p, shd_int_of(p) - shd_int_of(l));
+        }
+
+        removed += (shd_int_of(l) != 0);
+        shd_ledger_remove(z, l, p);
+    }
+
+    return removed;
+}
+
+
+/*
+ * Every holder is looked at, however many there are: the owners of all
+ * ledgers are collected under the lock (into a malloc'd array when they
+ * outnumber the stack's), judged alive or dead without it (/proc), and the
+ * ledgers of the dead removed under it again.  Out of memory, a sweep looks
+ * at the first SHD_SWEEP_STACK ledgers' owners only; the next one at the
+ * same again, so that it is no worse than a partial sweep.
+ */
+static size_t
+shd_sweep(mrb_shdict_zone *z, int force)
+{
+    size_t             n, ndead, i, removed;
+    mrb_shdict_owner   stack[SHD_SWEEP_STACK], *owners;
+
+    if (mrb_shdict_zone_lock(z) != 0) {
+        return 0;
+    }
+
+    n = shd_sweep_collect_locked(z, force, stack, &owners);
     mrb_shdict_zone_unlock(z);
 
     n = shd_owners_unique(owners, n);
@@ -706,34 +758,10 @@ shd_sweep(mrb_shdict_zone *z, int force)
 
     removed = 0;
 
-    if (ndead == 0 || mrb_shdict_zone_lock(z) != 0) {
-        goto done;
+    if (ndead > 0 && mrb_shdict_zone_lock(z) == 0) {
+        removed = shd_sweep_remove_locked(z, owners, ndead);
+        mrb_shdict_zone_unlock(z);
     }
-
-    for (off = z->ledgers; off != 0; off = next) {
-        l = shd_entry_at(z, off);
-        next = l->next;
-        shd_owner_unpack(l->data + l->klen - SHD_OWNER_LEN, &o);
-
-        if (bsearch(&o, owners, ndead, sizeof(mrb_shdict_owner),
-                    shd_owner_cmp) == NULL)
-        {
-            continue;
-        }
-
-        p = shd_ledger_parent(z, l);
-
-        if (p != NULL && p->type == MRB_SHDICT_INTEGER) {
-            shd_int_store(p, shd_int_of(p) - shd_int_of(l));
-        }
-
-        removed += (shd_int_of(l) != 0);
-        shd_ledger_remove(z, l, p);
-    }
-
-    mrb_shdict_zone_unlock(z);
-
-done:
 
     if (owners != stack) {
         free(owners);

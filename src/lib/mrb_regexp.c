@@ -974,7 +974,8 @@ mrb_regexp_define(mrb_state *mrb)
     struct RData   *d;
     mrb_value       gc;
 
-    mrb_define_class(mrb, "RegexpError", mrb->eStandardError_class);
+    mrb_api_define_class(mrb, NULL, "RegexpError", mrb->eStandardError_class,
+                         NULL);
 
     c = mrb_api_define_class(mrb, NULL, "Regexp", NULL, regexp_methods);
     MRB_SET_INSTANCE_TT(c, MRB_TT_DATA);
