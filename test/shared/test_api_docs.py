@@ -21,15 +21,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 DOCS = {"apache": ["docs/apache.md", "docs/shared_state.md"],
         "nginx": ["docs/nginx.md", "docs/shared_state.md"]}
+# where else `Kernel#name` may be documented (the standard library's
+# Kernel methods are both servers'): every document of these directories
+KERNEL_DOCS = ["docs", "src/lib"]
 
 # Ruby's own protocol, documented by what it does (`X.new`, `var.name`)
 PROTOCOL = {"initialize", "new", "method_missing", "respond_to_missing?"}
 KEYWORDS = {"nil", "true", "false", "self"}
 
-# what the API sections name besides methods: nginx's directives, httpd's
-# modules and functions
-NOT_RUBY = {"error_log", "error_page", "proxy_pass", "rewrite", "root",
-            "alias", "map", "try_files", "mruby_set",
+# what the API sections name besides methods: nginx's directives (and every
+# mruby_* directive of ours), httpd's modules and functions
+NOT_RUBY = {"error_log", "error_page", "listen", "proxy_pass", "rewrite",
+            "root", "alias", "map", "try_files",
             "mod_proxy", "mod_proxy_http", "ap_set_content_type"}
 
 # "Owner name" for every method this module adds, "class Owner Super" for
@@ -109,6 +112,8 @@ def call_name(span):
         return None  # a variable: r = Apache::Request.new
     m = re.fullmatch(rf"({NAME})(=|\s*=(\s*[^=].*)?)?(\(.*\))?", span)
     # a name of NOT_RUBY with an argument list is a call: `error_log(l, m)`
+    if m and m.group(1).startswith("mruby_") and not m.group(4):
+        return None
     if m and (m.group(1) not in KEYWORDS | NOT_RUBY or m.group(4)):
         return recv, m.group(1) + ("=" if m.group(2) else "")
     return None
@@ -126,6 +131,14 @@ def code_names(code):
     for m in re.finditer(r"\b[a-z_]\w*\[[^\]]*\](\s*=(?!=))?", code):
         names.append((None, "[]=" if m.group(1) else "[]"))
     return names
+
+
+def kernel_docs():
+    for d in KERNEL_DOCS:
+        top = os.path.join(ROOT, d)
+        for name in sorted(os.listdir(top)) if os.path.isdir(top) else []:
+            if name.endswith(".md"):
+                yield f"{d}/{name}"
 
 
 def sections(path):
@@ -167,6 +180,12 @@ def documented(kind, server_class):
     def add(where, cls, name):
         docs.setdefault(cls, set()).add(name)
         named.append((where, cls, name))
+
+    for path in kernel_docs():
+        if path not in DOCS[kind]:
+            text = open(os.path.join(ROOT, path)).read()
+            for name in re.findall(rf"`Kernel#({NAME})", text):
+                docs.setdefault("Kernel", set()).add(name)
 
     for path in DOCS[kind]:
         for heading, body in sections(path):
