@@ -4,6 +4,7 @@
  */
 
 #include "ngx_stream_mruby_module.h"
+#include "mrb_wait.h"
 
 #include <mruby/class.h>
 #include <mruby/string.h>
@@ -25,15 +26,54 @@ const mrb_server  ngx_stream_mruby_server =
                      ngx_stream_mruby_wake_after);
 
 
-/*
- * Stream scripts do not run on coroutines yet, so a sleep there raises
- * "cannot wait here" (mrb_wait_check) rather than block the worker: this
- * is never reached.
- */
+static void
+ngx_stream_mruby_wake_handler(ngx_event_t *ev)
+{
+    int                      rc;
+    mrb_run                  out;
+    mrb_interp              *interp;
+    ngx_stream_mruby_ctx_t  *ctx = ev->data;
+    ngx_stream_session_t    *s = ctx->session;
+
+    interp = ngx_mruby_interp(&ngx_stream_mruby_process, s->connection->log);
+    if (interp == NULL || ctx->waiting == NULL) {
+        return;
+    }
+
+    mrb_run_init(&out, s, NGX_DECLINED);
+    rc = mrb_wait_resume(interp, ctx->waiting, &out);
+    if (rc == MRB_RUN_WAITING) {
+        return;
+    }
+
+    ctx->waiting = NULL;
+
+    if (rc != 0) {
+        ngx_log_error(NGX_LOG_ERR, s->connection->log, 0, "%s: %s",
+                      ngx_stream_mruby_process.name, out.error);
+    }
+
+    ctx->status = rc != 0 ? NGX_ERROR : NGX_OK;
+    ctx->result = out.result;
+    ctx->resumed = 1;
+
+    /* the access phase again: its handler returns what the script left */
+    ngx_stream_core_run_phases(s);
+}
+
+
+/* Nginx::Stream::Async.sleep: the session's timer resumes the script. */
 static int
 ngx_stream_mruby_wake_after(mrb_run *run, mrb_int msec)
 {
-    return -1;
+    ngx_stream_mruby_ctx_t  *ctx = run->data;
+
+    ctx->wake.handler = ngx_stream_mruby_wake_handler;
+    ctx->wake.data = ctx;
+    ctx->wake.log = ctx->session->connection->log;
+
+    ngx_add_timer(&ctx->wake, (ngx_msec_t) msec);
+    return 0;
 }
 
 
@@ -135,4 +175,8 @@ ngx_stream_mruby_define(mrb_state *mrb, struct RClass *nginx)
     mrb_api_define_class_methods(mrb, stream, ngx_stream_mruby_class_methods);
 
     ngx_mruby_define_connection(mrb, stream);
+
+    /* Nginx::Stream::Async is the core's Nginx::Async (sleep, ...) */
+    mrb_define_const(mrb, stream, "Async",
+                     mrb_obj_value(mrb_module_get_under(mrb, nginx, "Async")));
 }

@@ -4,6 +4,7 @@
  */
 
 #include "ngx_stream_mruby_module.h"
+#include "mrb_wait.h"
 
 
 static ngx_int_t ngx_stream_mruby_postconfiguration(ngx_conf_t *cf);
@@ -85,7 +86,7 @@ ngx_module_t  ngx_stream_mruby_module = {
 
 
 /* What the module's log lines are called, and the worker's interpreter. */
-static ngx_mruby_process_t  ngx_stream_mruby_process = {
+ngx_mruby_process_t  ngx_stream_mruby_process = {
     &ngx_stream_mruby_server,
     "mruby_stream",
     "mruby_stream_init",
@@ -188,10 +189,44 @@ ngx_stream_mruby_access_rc(ngx_stream_session_t *s, mrb_int result)
 }
 
 
+/* The session goes while its script waits: end the script now. */
+static void
+ngx_stream_mruby_wait_cleanup(void *data)
+{
+    mrb_run                 *waiting;
+    mrb_interp              *interp;
+    ngx_stream_mruby_ctx_t  *ctx = data;
+
+    if (ctx->wake.timer_set) {
+        ngx_del_timer(&ctx->wake);
+    }
+
+    if (ctx->waiting == NULL) {
+        return;
+    }
+
+    waiting = ctx->waiting;
+    ctx->waiting = NULL;
+
+    interp = ngx_mruby_interp(&ngx_stream_mruby_process, ngx_cycle->log);
+    if (interp != NULL) {
+        mrb_wait_cancel(interp, waiting);
+    }
+}
+
+
+/*
+ * The script may wait (Nginx::Stream::Async.sleep): the handler returns
+ * NGX_AGAIN, the session's timer resumes the script, and when it has ended
+ * the phases run again and this handler returns what it left.
+ */
 static ngx_int_t
 ngx_stream_mruby_access_handler(ngx_stream_session_t *s)
 {
     mrb_run                       run;
+    ngx_int_t                     rc;
+    ngx_pool_cleanup_t           *cln;
+    ngx_stream_mruby_ctx_t       *ctx;
     ngx_stream_mruby_srv_conf_t  *mscf;
 
     mscf = ngx_stream_get_module_srv_conf(s, ngx_stream_mruby_module);
@@ -200,12 +235,47 @@ ngx_stream_mruby_access_handler(ngx_stream_session_t *s)
         return NGX_DECLINED;
     }
 
-    mrb_run_init(&run, s, NGX_DECLINED);
+    ctx = ngx_stream_get_module_ctx(s, ngx_stream_mruby_module);
 
-    if (ngx_mruby_run(&ngx_stream_mruby_process, mscf->handler, &run,
-                      s->connection->log)
-        != NGX_OK)
-    {
+    if (ctx != NULL && ctx->resumed) {
+        ctx->resumed = 0;
+        if (ctx->status != NGX_OK) {
+            return NGX_ERROR;
+        }
+        return ngx_stream_mruby_access_rc(s, ctx->result);
+    }
+
+    if (ctx == NULL) {
+        ctx = ngx_pcalloc(s->connection->pool,
+                          sizeof(ngx_stream_mruby_ctx_t));
+        if (ctx == NULL) {
+            return NGX_ERROR;
+        }
+        ctx->session = s;
+        ngx_stream_set_ctx(s, ctx, ngx_stream_mruby_module);
+    }
+
+    mrb_run_init(&run, s, NGX_DECLINED);
+    run.data = ctx;
+    run.may_wait = 1;
+
+    rc = ngx_mruby_run(&ngx_stream_mruby_process, mscf->handler, &run,
+                       s->connection->log);
+
+    if (rc == NGX_AGAIN) {
+        ctx->waiting = run.waiting;
+
+        cln = ngx_pool_cleanup_add(s->connection->pool, 0);
+        if (cln == NULL) {
+            ngx_stream_mruby_wait_cleanup(ctx);
+            return NGX_ERROR;
+        }
+        cln->handler = ngx_stream_mruby_wait_cleanup;
+        cln->data = ctx;
+        return NGX_AGAIN;
+    }
+
+    if (rc != NGX_OK) {
         return NGX_ERROR;
     }
 

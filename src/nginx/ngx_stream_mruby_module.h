@@ -23,8 +23,23 @@ typedef struct {
 } ngx_stream_mruby_srv_conf_t;
 
 
+/*
+ * A session whose script waits (mrb_wait.h): in mrb_run.data of a stream
+ * run, kept in the connection's pool.
+ */
+typedef struct {
+    ngx_stream_session_t  *session;
+    mrb_run               *waiting;       /* while its script waits */
+    ngx_event_t            wake;          /* Async.sleep's timer */
+    mrb_int                result;        /* when the script has ended */
+    ngx_int_t              status;        /* NGX_OK, or NGX_ERROR */
+    unsigned               resumed:1;     /* ... and the phase runs again */
+} ngx_stream_mruby_ctx_t;
+
+
 extern ngx_module_t       ngx_stream_mruby_module;
 extern const mrb_server   ngx_stream_mruby_server;
+extern ngx_mruby_process_t  ngx_stream_mruby_process;
 
 
 /* ngx_stream_mruby_server_context.c */

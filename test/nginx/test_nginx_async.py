@@ -299,3 +299,35 @@ def test_mruby_stack_size_out_of_range_fails_the_config_test(nginx):
               "server { listen 127.0.0.1:{port}; }\n", start=False)
     rc, out = n.configtest()
     assert rc != 0 and "must be from 64k to 64m" in out
+
+
+def test_stream_scripts_sleep_without_blocking_the_worker(nginx):
+    from nginx_client import read_until_closed
+    stream = """
+server {
+    listen 127.0.0.1:{port2};
+    mruby_stream_code 'Nginx::Stream::Async.sleep 300; Nginx.return(rand < 2 ? Nginx::Stream::OK : Nginx::Stream::ABORT)';
+    return "slept\\n";
+}
+server {
+    listen 127.0.0.1:{port3};
+    mruby_stream_code 'sleep 0.3; Nginx.return Nginx::Stream::ABORT';
+    return "never\\n";
+}"""
+    n = nginx(loc("/fast", "mruby_content_handler_code", 'Nginx.rputs "f"'),
+              stream_conf=stream)
+
+    def talk(port):
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            return read_until_closed(s)
+
+    t0 = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(20) as pool:
+        slow = [pool.submit(talk, n.port2) for _ in range(20)]
+        denied = pool.submit(talk, n.port3)
+        time.sleep(0.1)
+        assert n.get("/fast").text == "f"        # the worker is free
+        assert time.monotonic() - t0 < 1.0      # 20 blocking sleeps: 6 s
+        assert all(f.result() == b"slept\n" for f in slow)
+        assert denied.result() == b""
+    assert time.monotonic() - t0 < 3
