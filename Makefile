@@ -115,6 +115,9 @@ $(NGINX_BUILD)/Makefile: src/nginx/config src/core src/lib $(NGINX_SRC)/conf_fla
 	    --with-ld-opt="$(SANITIZE) $(LDFLAGS)" \
 	    --add-dynamic-module=$(CURDIR)/src/nginx >configure.log 2>&1 \
 	  || { tail -30 configure.log; exit 1; }
+	# Nginx.configure returns these arguments: with the checkout's path as
+	# ".", the same commit built in two directories gives the same module.
+	sed -i '/^#define NGX_CONFIGURE /s|$(CURDIR)|.|g' $(NGINX_BUILD)/objs/ngx_auto_config.h
 
 $(BUILD)/ngx_http_mruby_module.so: $(NGINX_BUILD)/Makefile $(NGINX_DEPS)
 	$(MAKE) -C $(NGINX_BUILD) -f objs/Makefile objs/ngx_http_mruby_module.so \

@@ -2,28 +2,27 @@
 # make deb: builds the Debian packages from this tree with Debian's own
 # tools (dpkg-buildpackage -b -us -uc) and leaves them in OUT.
 #
-#   scripts/build-deb.sh [--again] [OUT] [VERSION]
+#   scripts/build-deb.sh [--from TREE] [OUT] [VERSION]
 #
 # OUT (default build/deb) gets a copy of the tree in OUT/src, because
 # dpkg-buildpackage writes its .deb files next to the tree it builds: here
 # that is OUT, not the directory that holds this checkout.  The copy is
 # the working tree as it is (uncommitted changes included) without build/
-# and .git.  VERSION, if given, adds a changelog entry for that version
+# and .git, or TREE (test-deb builds the copy of a first build again, in
+# another directory, to compare the two).  VERSION, if given, adds a changelog entry for that version
 # (the test uses it to build an upgrade): it reuses the OUT/src of an
 # earlier run with -nc, so that a second version costs a packaging run, not
-# a compile.  --again builds OUT/src again from scratch (dpkg-buildpackage
-# cleans it first) without copying the tree anew: the same sources, for
-# comparing two builds.
+# a compile.
 #
 # dpkg-buildpackage sets SOURCE_DATE_EPOCH from debian/changelog, so two
 # builds of the same tree give identical .deb files.
 set -eu
 
-AGAIN=""
-if [ "${1:-}" = --again ]; then AGAIN=1; shift; fi
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+TREE=$REPO
+if [ "${1:-}" = --from ]; then TREE=$(cd "$2" && pwd); shift 2; fi
 OUT=${1:-build/deb}
 VERSION=${2:-}
-REPO=$(cd "$(dirname "$0")/.." && pwd)
 
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
@@ -33,12 +32,12 @@ case "$OUT/" in
 esac
 
 reuse=""
-if { [ -n "$VERSION" ] || [ -n "$AGAIN" ]; } && [ -f "$OUT/src/debian/changelog" ]; then
-    [ -n "$AGAIN" ] || reuse=-nc
+if [ -n "$VERSION" ] && [ -f "$OUT/src/debian/changelog" ]; then
+    reuse=-nc
     rm -rf "$OUT"/*.deb "$OUT"/dbgsym "$OUT"/*.changes "$OUT"/*.buildinfo
 else
     rm -rf "$OUT" && mkdir -p "$OUT/src"
-    (cd "$REPO" && tar -c --exclude=./build --exclude=./.git \
+    (cd "$TREE" && tar -c --exclude=./build --exclude=./.git \
         --exclude=__pycache__ --exclude=.pytest_cache -f - .) \
         | tar -x -C "$OUT/src" -f -
 fi

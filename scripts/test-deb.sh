@@ -2,8 +2,9 @@
 # make test-deb: the Debian packages as a sysadmin uses them, on this
 # machine's own Apache and nginx (run as root; `make test` calls it).
 #
-#  1. builds the packages (scripts/build-deb.sh), builds them again and
-#     compares the two with cmp, runs lintian (no errors, no warnings);
+#  1. builds the packages (scripts/build-deb.sh), builds them again in
+#     another directory and compares the two with cmp, runs lintian (no
+#     errors, no warnings);
 #  2. shows that apt refuses the nginx modules next to an nginx of another
 #     ABI (apt-get --simulate on a copy of dpkg's status where nginx
 #     provides another nginx-abi-*): nothing on the machine changes;
@@ -322,19 +323,16 @@ build() {
     export DEB_BUILD_OPTIONS="nocheck${DEB_BUILD_OPTIONS:+ $DEB_BUILD_OPTIONS}"
     say "building the packages (build/deb-test)"
     sh "$REPO/scripts/build-deb.sh" "$OUT" >/dev/null
-    rm -rf "$OUT.first" && mkdir -p "$OUT.first/dbgsym"
-    cp "$OUT"/*.deb "$OUT.first/"
-    cp "$OUT"/dbgsym/*.deb "$OUT.first/dbgsym/"
-    say "building them again from scratch: reproducible?"
-    sh "$REPO/scripts/build-deb.sh" --again "$OUT" >/dev/null
+    say "building them again, from a copy of that tree in another directory"
+    sh "$REPO/scripts/build-deb.sh" --from "$OUT/src" "$OUT.again" >/dev/null
     local f rel n=0
-    for f in "$OUT.first"/*.deb "$OUT.first"/dbgsym/*.deb; do
-        rel=${f#"$OUT.first/"}
-        cmp "$f" "$OUT/$rel" || fail "two builds differ: $rel"
+    for f in "$OUT"/*.deb "$OUT"/dbgsym/*.deb; do
+        rel=${f#"$OUT/"}
+        cmp "$f" "$OUT.again/$rel" || fail "two builds differ: $rel"
         n=$((n + 1))
     done
     say "  $n .deb files, byte-identical (cmp)"
-    rm -rf "$OUT.first"
+    rm -rf "$OUT.again"
     say "lintian"
     local tags
     tags=$(cd "$OUT" && lintian --fail-on none -I ./*.changes 2>&1 | grep -E '^[EW]:' || true)
