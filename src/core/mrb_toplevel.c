@@ -5,7 +5,7 @@
  * Most runs change none of it, so the check after a run must cost next to
  * nothing: the sizes of the globals and of the main object's instance
  * variables, five frozen flags, and one memcmp per recorded table of
- * constants or methods against a copy of its bytes.  Only a run that
+ * constants or methods against a copy of its values.  Only a run that
  * changed something pays for the names and values to be compared one by
  * one, and that part runs under mrb_protect_error: it may raise (out of
  * memory), and a raise there, with no handler, would abort the process.
@@ -46,7 +46,6 @@ struct tl_tbl {
 };
 
 #define TL_ENTRY      8
-#define TL_KEY        sizeof(uint32_t)
 #define IV_DELETED    (1UL << 31)
 
 typedef enum {
@@ -62,8 +61,9 @@ typedef struct {
     struct RClass   *owner;     /* TL_CONSTANTS, TL_METHODS */
     mrb_value        self;      /* TL_IVARS, TL_CONSTANTS: whose ivs */
 
-    /* the bytes of the table when last recorded (TL_CONSTANTS,
-     * TL_METHODS): equal bytes at the same address, nothing changed */
+    /* the table when last recorded (TL_CONSTANTS, TL_METHODS): the same
+     * address, size and values (not keys: a key changes only with the
+     * size, or with a value), nothing changed */
     struct tl_tbl   *tbl;
     void            *ptr;
     int              alloc;
@@ -175,7 +175,8 @@ tl_copy_bytes(mrb_state *mrb, tl_table *t)
     t->ptr = h != NULL ? h->ptr : NULL;
     t->alloc = h != NULL ? h->alloc : 0;
 
-    len = (size_t) t->alloc * (TL_ENTRY + TL_KEY);
+    t->size = h != NULL ? h->size : 0;
+    len = (size_t) t->alloc * TL_ENTRY;
 
     if (len > t->copy_cap) {
         copy = realloc(t->copy, len);
@@ -204,10 +205,12 @@ tl_bytes_unchanged(mrb_state *mrb, const tl_table *t)
         return 0;
     }
 
+    /* a name added or removed changes the size; a value reassigned (or a
+     * name replaced by another in the same run) changes the values */
     return h == NULL
-           || (h->ptr == t->ptr && h->alloc == t->alloc
-               && memcmp(h->ptr, t->copy,
-                         (size_t) h->alloc * (TL_ENTRY + TL_KEY)) == 0);
+           || (h->ptr == t->ptr && h->alloc == t->alloc && h->size == t->size
+               && memcmp(h->ptr, t->copy, (size_t) h->alloc * TL_ENTRY)
+                  == 0);
 }
 
 
