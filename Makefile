@@ -60,7 +60,7 @@ NGINX_STREAM_ENABLED := 60-mod-stream-mruby.conf
 VENV       := build/venv
 PYTHON     := $(VENV)/bin/python
 
-.PHONY: all deps apache nginx test test-unit test-asan test-faults test-deb fuzz run bench install deb clean venv
+.PHONY: all deps apache nginx test test-unit test-unit-asan test-asan test-faults test-deb fuzz run bench install deb clean venv
 
 all: apache nginx
 
@@ -136,6 +136,7 @@ $(VENV)/.done: test/requirements.txt
 test: deps
 	$(MAKE) all venv
 	$(MAKE) test-unit
+	$(MAKE) test-unit-asan
 	$(MAKE) fuzz FUZZ_TIME=3
 	$(PYTHON) -m pytest -q -p no:cacheprovider test/selftest
 	$(PYTHON) -m pytest -q -p no:cacheprovider --ignore=test/selftest test
@@ -200,6 +201,12 @@ fuzz: $(FUZZ_TARGETS)
 	  echo "$$n: $$(grep -o 'Done [0-9]* runs in [0-9]* second(s)' \
 	    $(FUZZ_BUILD)/$$n.log | tail -1), no crash"; \
 	done
+
+# The core's unit tests again under AddressSanitizer (make test runs this;
+# make test-asan runs every test so).
+test-unit-asan:
+	$(MAKE) BUILD=build/asan OPT="-O1 -g -fno-omit-frame-pointer" \
+	  SANITIZE="-fsanitize=address" test-unit
 
 test-asan: deps
 	$(MAKE) venv
