@@ -421,4 +421,5 @@ ngx_http_mruby_define(mrb_state *mrb, struct RClass *nginx)
     ngx_http_mruby_filter_define(mrb, nginx);
     ngx_http_mruby_ssl_define(mrb, nginx);
     ngx_http_mruby_subrequest_define(mrb, nginx);
+    ngx_http_mruby_upstream_define(mrb, nginx);
 }

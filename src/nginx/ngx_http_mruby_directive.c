@@ -71,6 +71,13 @@ ngx_command_t  ngx_http_mruby_commands[] = {
     ngx_http_mruby_handler_commands("mruby_output_body_filter",
         NGX_HTTP_MRUBY_ANY_CONF, NGX_HTTP_MRUBY_BODY_FILTER),
 
+    { ngx_string("mruby_upstream_keepalive"),
+      NGX_HTTP_UPS_CONF|NGX_CONF_TAKE1,
+      ngx_http_mruby_upstream_keepalive,
+      NGX_HTTP_SRV_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("mruby_server_context_handler_code"),
       NGX_HTTP_SRV_CONF|NGX_CONF_TAKE1,
       ngx_http_mruby_server_context,

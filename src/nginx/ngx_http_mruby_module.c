@@ -118,6 +118,7 @@ ngx_http_mruby_create_srv_conf(ngx_conf_t *cf)
      * set by ngx_pcalloc():
      *
      *     mscf->ssl_handshake = NULL;
+     *     mscf->keepalive = 0;
      */
 
     return ngx_pcalloc(cf->pool, sizeof(ngx_http_mruby_srv_conf_t));

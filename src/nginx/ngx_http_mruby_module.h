@@ -59,6 +59,8 @@ typedef struct {
 
 typedef struct {
     ngx_mruby_script_t   *ssl_handshake;
+    ngx_uint_t            keepalive;      /* of an upstream block:
+                                             mruby_upstream_keepalive */
 } ngx_http_mruby_srv_conf_t;
 
 
@@ -209,6 +211,15 @@ char *ngx_http_mruby_server_context(ngx_conf_t *cf, ngx_command_t *cmd,
 
 /* Nginx::Server#add_listener, which raises outside that code. */
 mrb_value ngx_http_mruby_server_add_listener(mrb_state *mrb, mrb_value self);
+
+/* ngx_http_mruby_upstream.c */
+
+/* mruby_upstream_keepalive N: nginx's own "keepalive N" for the block. */
+char *ngx_http_mruby_upstream_keepalive(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+
+/* Nginx::Upstream */
+void ngx_http_mruby_upstream_define(mrb_state *mrb, struct RClass *nginx);
 mrb_value ngx_http_mruby_document_root(mrb_state *mrb, mrb_value self);
 
 

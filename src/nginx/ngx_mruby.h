@@ -195,6 +195,19 @@ ngx_int_t ngx_mruby_run(ngx_mruby_process_t *p, ngx_mruby_script_t *s,
     mrb_run *run, ngx_log_t *log);
 
 
+/* ngx_mruby_upstream.c */
+
+/*
+ * The address text ("127.0.0.1:8080", "[::1]", default_port when it has
+ * none; 0: a port is required) as this worker's copy for the life of
+ * cycle, which a round-robin peer may point to; the same copy for the
+ * same address.  NULL with *err (what is wrong with the text) otherwise:
+ * a host name is refused, nothing is resolved.
+ */
+const ngx_addr_t *ngx_mruby_upstream_target(ngx_cycle_t *cycle, u_char *text,
+    size_t len, in_port_t default_port, const char **err);
+
+
 /* ngx_mruby_file_watch.c */
 
 /* Puts this worker's file watch into its event loop (or says why not). */
@@ -215,9 +228,15 @@ void ngx_mruby_define_codes(mrb_state *mrb, struct RClass *c);
 
 /*
  * outer::Connection: remote_ip, remote_port, local_ip and local_port of the
- * connection that ngx_mruby_connection() gives.
+ * connection that ngx_mruby_connection() gives (the methods of
+ * ngx_mruby_connection_methods, which stream also gives the class).
  */
-void ngx_mruby_define_connection(mrb_state *mrb, struct RClass *outer);
+struct RClass *ngx_mruby_define_connection(mrb_state *mrb,
+    struct RClass *outer);
+
+extern const mrb_api_method  ngx_mruby_connection_methods[];
+mrb_value ngx_mruby_conn_remote_ip(mrb_state *mrb, mrb_value self);
+mrb_value ngx_mruby_conn_local_ip(mrb_state *mrb, mrb_value self);
 
 /*
  * The client connection of the current run (the request's, the stream

@@ -57,7 +57,7 @@ ngx_mruby_define_codes(mrb_state *mrb, struct RClass *c)
 }
 
 
-static mrb_value
+mrb_value
 ngx_mruby_conn_remote_ip(mrb_state *mrb, mrb_value self)
 {
     ngx_connection_t  *c = ngx_mruby_connection(mrb);
@@ -67,7 +67,7 @@ ngx_mruby_conn_remote_ip(mrb_state *mrb, mrb_value self)
 }
 
 
-static mrb_value
+mrb_value
 ngx_mruby_conn_remote_port(mrb_state *mrb, mrb_value self)
 {
     ngx_connection_t  *c = ngx_mruby_connection(mrb);
@@ -76,7 +76,7 @@ ngx_mruby_conn_remote_port(mrb_state *mrb, mrb_value self)
 }
 
 
-static mrb_value
+mrb_value
 ngx_mruby_conn_local_ip(mrb_state *mrb, mrb_value self)
 {
     u_char             addr[NGX_SOCKADDR_STRLEN];
@@ -94,7 +94,7 @@ ngx_mruby_conn_local_ip(mrb_state *mrb, mrb_value self)
 }
 
 
-static mrb_value
+mrb_value
 ngx_mruby_conn_local_port(mrb_state *mrb, mrb_value self)
 {
     ngx_connection_t  *c = ngx_mruby_connection(mrb);
@@ -107,7 +107,7 @@ ngx_mruby_conn_local_port(mrb_state *mrb, mrb_value self)
 }
 
 
-static const mrb_api_method  ngx_mruby_connection_methods[] = {
+const mrb_api_method  ngx_mruby_connection_methods[] = {
     { "remote_ip", ngx_mruby_conn_remote_ip, MRB_ARGS_NONE() },
     { "remote_port", ngx_mruby_conn_remote_port, MRB_ARGS_NONE() },
     { "local_ip", ngx_mruby_conn_local_ip, MRB_ARGS_NONE() },
@@ -116,9 +116,9 @@ static const mrb_api_method  ngx_mruby_connection_methods[] = {
 };
 
 
-void
+struct RClass *
 ngx_mruby_define_connection(mrb_state *mrb, struct RClass *outer)
 {
-    mrb_api_define_class(mrb, outer, "Connection", NULL,
-                         ngx_mruby_connection_methods);
+    return mrb_api_define_class(mrb, outer, "Connection", NULL,
+                                ngx_mruby_connection_methods);
 }

@@ -153,10 +153,19 @@ ngx_mruby_connection(mrb_state *mrb)
 }
 
 
+/* Nginx::Stream.module_name, as Nginx.module_name */
+static mrb_value
+ngx_stream_mruby_module_name(mrb_state *mrb, mrb_value self)
+{
+    return mrb_str_new_cstr(mrb, ngx_stream_mruby_server.module_name);
+}
+
+
 static const mrb_api_method  ngx_stream_mruby_class_methods[] = {
     { "log", ngx_stream_mruby_log_m, MRB_ARGS_REQ(2) },
     { "errlogger", ngx_stream_mruby_log_m, MRB_ARGS_REQ(2) },
     { "add_listener", ngx_stream_mruby_add_listener, MRB_ARGS_REQ(1) },
+    { "module_name", ngx_stream_mruby_module_name, MRB_ARGS_NONE() },
     MRB_API_METHOD_END
 };
 
@@ -174,7 +183,7 @@ ngx_stream_mruby_define(mrb_state *mrb, struct RClass *nginx)
 
     mrb_api_define_class_methods(mrb, stream, ngx_stream_mruby_class_methods);
 
-    ngx_mruby_define_connection(mrb, stream);
+    ngx_stream_mruby_connection_define(mrb, stream);
 
     /* Nginx::Stream::Async is the core's Nginx::Async (sleep, ...) */
     mrb_define_const(mrb, stream, "Async",

@@ -53,4 +53,8 @@ char *ngx_stream_mruby_server_context(ngx_conf_t *cf, ngx_command_t *cmd,
 mrb_value ngx_stream_mruby_add_listener(mrb_state *mrb, mrb_value self);
 
 
+/* ngx_stream_mruby_connection.c: Nginx::Stream::Connection */
+void ngx_stream_mruby_connection_define(mrb_state *mrb, struct RClass *stream);
+
+
 #endif /* _NGX_STREAM_MRUBY_MODULE_H_INCLUDED_ */

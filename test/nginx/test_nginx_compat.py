@@ -136,3 +136,83 @@ server {
     assert rc != 0
     assert ("Nginx::Server#add_listener: invalid port in "
             "\"127.0.0.1:notaport\"") in out, out
+
+
+UPSTREAM = """
+upstream backend {
+    server 127.0.0.1:{port2};
+    mruby_upstream_keepalive 4;
+}
+upstream other { server 127.0.0.1:1; }
+upstream two { server 127.0.0.1:1; server 127.0.0.1:2; }
+server {
+    listen 127.0.0.1:{port2};
+    location / { return 200 "A $connection"; }
+}
+server {
+    listen 127.0.0.1:{port3};
+    location / { return 200 "B $connection"; }
+}
+server {
+    listen 127.0.0.1:{port};
+    location /proxy {
+        proxy_pass http://backend;
+        proxy_http_version 1.1;
+        proxy_set_header Connection "";
+    }
+    location /retarget {
+        mruby_content_handler_code 'u = Nginx::Upstream.new("backend"); before = u.server; u.server = "127.0.0.1:{port3}"; Nginx.rputs "#{before}|#{u.server}|#{u.keepalive_cache}"';
+    }
+    location /errors { mruby_content_handler {dir}/errors.rb; }
+}
+"""
+
+UPSTREAM_ERRORS = r'''
+out = []
+[-> { Nginx::Upstream.new("nope") }, -> { Nginx::Upstream.new("two") },
+ -> { Nginx::Upstream.new("other").server = "localhost:80" },
+ -> { Nginx::Upstream.new("other").keepalive_cache = 3 }].each do |f|
+  begin
+    f.call
+    out << "no error"
+  rescue Exception => e
+    out << "#{e.class}: #{e.message}"
+  end
+end
+o = Nginx::Upstream.new("other")
+o.server = "127.0.0.2"
+out << o.server << o.keepalive_cache
+Nginx.rputs out.join("\n")
+'''
+
+
+def test_upstream_retarget_and_keepalive(nginx):
+    """Nginx::Upstream#server= sends the requests proxied after it to the
+    new address; mruby_upstream_keepalive keeps the backend connection
+    (the same $connection answers twice)."""
+    n = nginx(UPSTREAM, files={"errors.rb": UPSTREAM_ERRORS})
+    first, second = n.get("/proxy").text, n.get("/proxy").text
+    assert first.startswith("A ") and first == second
+    assert n.get("/retarget").text == "127.0.0.1:%d|127.0.0.1:%d|4" % (
+        n.port2, n.port3)
+    first, second = n.get("/proxy").text, n.get("/proxy").text
+    assert first.startswith("B ") and first == second
+    assert n.get("/errors").text.split("\n") == [
+        'ArgumentError: Nginx::Upstream: no upstream block "nope"',
+        'ArgumentError: Nginx::Upstream: upstream "two" has 2 server '
+        'addresses, Nginx::Upstream needs exactly one',
+        'ArgumentError: Nginx::Upstream#server=: "localhost:80" is not an IP '
+        'address with an optional port (no DNS lookup at request time)',
+        "NotImplementedError: Nginx::Upstream#keepalive_cache=: nginx sizes "
+        "an upstream's keepalive cache when it loads the configuration; set "
+        "it with mruby_upstream_keepalive",
+        "127.0.0.2:80", "0"]
+
+
+def test_upstream_keepalive_outside_upstream_or_twice_fails(nginx):
+    n = nginx("""
+upstream u { server 127.0.0.1:1; keepalive 2; mruby_upstream_keepalive 4; }
+server { listen 127.0.0.1:{port}; }""", start=False)
+    rc, out = n.configtest()
+    assert rc != 0 and '"mruby_upstream_keepalive" directive is duplicate' \
+        in out, out

@@ -120,3 +120,68 @@ server {
     assert rc != 0
     assert ('Nginx::Stream.add_listener: "127.0.0.1:%d" is listened on '
             'already' % n.port2) in out, out
+
+
+RETARGET = """
+mruby_stream_init_worker_code '$b = "127.0.0.1:{port3}"; $h = "127.0.0.1:{port}"';
+upstream su { server 127.0.0.1:{port3}; }
+server {
+    listen 127.0.0.1:{port3};
+    return "B\\n";
+}
+server {
+    listen 127.0.0.1:{port2};
+    mruby_stream {dir}/retarget.rb;
+    proxy_pass su;
+}
+"""
+
+# Each session sends the next one's upstream elsewhere: port3 (a stream
+# server answering "B") and port (the http server), so sessions alternate.
+RETARGET_SCRIPT = r'''
+C = Nginx::Stream::Connection
+c = C.new("su")
+before = c.upstream_server
+c.upstream_server = before == $b ? $h : $b
+errors = [-> { C.new("nope") }, -> { c.upstream_server = "localhost:80" },
+          -> { c.upstream_server = "127.0.0.1" }].map do |f|
+  begin
+    f.call
+    "no error"
+  rescue => e
+    e.message
+  end
+end
+Nginx::Stream.log Nginx::Stream::LOG_NOTICE, [
+  "retarget #{before} -> #{c.upstream_server}", Nginx::Stream.module_name,
+  c.remote_addr == C.remote_ip, c.local_addr == C.local_ip,
+  C.local_port, C.remote_port == c.remote_port, C.local_ip_port,
+  C.proxy_protocol_ip.inspect, c.stream_status, C.new.class,
+  *errors].join("|")
+C.stream_status = Nginx::Stream::OK
+'''
+
+
+def test_stream_connection_upstream_retarget(nginx):
+    """Nginx::Stream::Connection.new(upstream)#upstream_server= sends the
+    session to the new address; the class-method readers and stream_status
+    work as in the original."""
+    n = nginx(stream_conf=RETARGET, files={"retarget.rb": RETARGET_SCRIPT})
+    replies = []
+    for _ in range(2):
+        with socket.create_connection(("127.0.0.1", n.port2), timeout=10) as s:
+            s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+            replies.append(read_until_closed(s))
+    assert replies[0].startswith(b"HTTP/1.1 ")  # the http server on port
+    assert replies[1] == b"B\n"
+    p2, p3, p = n.port2, n.port3, n.port
+    rest = ("|ngx_mruby|true|true|%d|true|127.0.0.1:%d|nil|-5|"
+            "Nginx::Stream::Connection|"
+            'Nginx::Stream::Connection: no stream upstream block "nope"|'
+            'Nginx::Stream::Connection#upstream_server=: "localhost:80" is '
+            'not an IP address with an optional port (no DNS lookup at '
+            'request time)|'
+            'Nginx::Stream::Connection#upstream_server=: "127.0.0.1" has no '
+            'port' % (p2, p2))
+    n.wait_log("retarget 127.0.0.1:%d -> 127.0.0.1:%d%s" % (p3, p, rest))
+    n.wait_log("retarget 127.0.0.1:%d -> 127.0.0.1:%d%s" % (p, p3, rest))
