@@ -112,9 +112,10 @@ class Config:
     not started yet; path is the URL wrk loads."""
 
     def __init__(self, key, label, family, make, path="/hello",
-                 expect=BODY, note=""):
+                 expect=BODY, note="", check=None):
         self.key, self.label, self.family = key, label, family
         self.make, self.path, self.expect, self.note = make, path, expect, note
+        self.check = check  # body (bytes) -> True if right
 
 
 # Each child can hold every wrk connection: with fewer threads than
@@ -343,8 +344,9 @@ def start_checked(cfg):
         return None, "did not start: " + first_line(why[0] if why else msg)
     try:
         r = server.get(cfg.path)
-        ok = r.status_code == 200 and (cfg.expect is None
-                                      or r.text == cfg.expect)
+        ok = (r.status_code == 200
+              and (cfg.expect is None or r.text == cfg.expect)
+              and (cfg.check is None or cfg.check(r.content)))
         if not ok:
             why = f"wrong response: {r.status_code} {r.text[:60]!r}"
             stop(server)
@@ -394,10 +396,11 @@ def cpu_busy(seconds=0.5):
 
 QUIET = 0.15       # busier than this before a measurement: someone else runs
 NOISY = 0.10       # cores used by others during a measurement: measure again
-RETRIES = 2
+RETRIES = env_num("BENCH_RETRIES", 2)
+QUIET_WAIT = env_num("BENCH_QUIET_WAIT", 10 if QUICK else 90)
 
 
-def wait_quiet(limit=10 if QUICK else 90):
+def wait_quiet(limit=QUIET_WAIT):
     """Waits (up to limit s) until nothing else keeps the CPU busy, so a
     build or test run on the same machine does not land in one config's
     measurement; returns the load seen last."""
@@ -966,6 +969,154 @@ def incr_section(n=None):
 
 
 # ---------------------------------------------------------------------------
+# The standard library on nginx against lua-nginx-module (issue 11)
+
+LIB_ROUTER_URI = "/api/v2/users/12345/posts/678.json"
+
+
+def bench_file(name):
+    with open(os.path.join(HERE, name)) as f:
+        return f.read()
+
+
+def lib_router_expected():
+    """What bench/lib_router.rb and .lua must answer, from Python's re on
+    the patterns of the Lua script (Python spells a named group (?P<)."""
+    patterns = re.findall(r"^\s+\[\[(.*)\]\],$", bench_file("lib_router.lua"),
+                          re.M)
+    if len(patterns) != 10:
+        raise RuntimeError(f"lib_router.lua has {len(patterns)} patterns")
+    out = []
+    for i, pat in enumerate(patterns, 1):
+        m = re.search(pat.replace("(?<", "(?P<"), LIB_ROUTER_URI)
+        out.append(f"{i}:" + (",".join(m.groups()) if m else "-"))
+    return " ".join(out) + "\n"
+
+
+def lib_json_document():
+    """The 1 KB document both JSON scripts hold, checked to be the same."""
+    rb = re.search(r"^doc = '(.*)'$", bench_file("lib_json.rb"), re.M)
+    lua = re.search(r"^local doc = \[\[(.*)\]\]$", bench_file("lib_json.lua"),
+                    re.M)
+    if not rb or not lua or rb.group(1) != lua.group(1):
+        raise RuntimeError("lib_json.rb and lib_json.lua hold different "
+                           "documents")
+    return json.loads(rb.group(1))
+
+
+def lib_server(location, script, lua=False):
+    """nginx with one script (a file of bench/) on location, ngx_mruby
+    `cache` or content_by_lua_file (lua_code_cache is on by default;
+    Debian's LuaJIT finds lua-cjson in /usr/lib/x86_64-linux-gnu/lua/5.1
+    on its default cpath)."""
+    handler = (f"content_by_lua_file {{dir}}/{script};" if lua
+               else f"mruby_content_handler {{dir}}/{script} cache;")
+    conf = (
+        "server {\n    listen 127.0.0.1:{port};\n    server_name localhost;\n"
+        f"    location {location} {{\n        default_type text/plain;\n"
+        f"        {handler}\n    }}\n}}\n")
+    return nginx_server(conf, files={script: bench_file(script)},
+                        mruby=not lua, modules=NGX_LUA if lua else ())
+
+
+def lib_workloads():
+    """(key, title, [return 200, lua, mruby]) per figure of issue 11."""
+    ref = Config("return", "return 200", "nginx",
+                 lambda: nginx_server(
+                     'location = /hello { return 200 "hello world\\n"; }\n'))
+    expected = lib_router_expected()
+    doc = lib_json_document()
+
+    def same_doc(body):
+        return json.loads(body) == doc
+    return [
+        ("router", "routing, 10 regexp matches per request", [
+            ref,
+            Config("lua", "lua-nginx-module, ngx.re.match(..., \"jo\")",
+                   "nginx", lambda: lib_server("/api/", "lib_router.lua",
+                                               lua=True),
+                   path=LIB_ROUTER_URI, expect=expected),
+            Config("mruby", "ngx_mruby `cache`, Regexp (Oniguruma)", "nginx",
+                   lambda: lib_server("/api/", "lib_router.rb"),
+                   path=LIB_ROUTER_URI, expect=expected)]),
+        ("json", "JSON.parse + JSON.generate of a 1 KB document", [
+            ref,
+            Config("lua", "lua-nginx-module, cjson.decode + cjson.encode",
+                   "nginx", lambda: lib_server("= /order", "lib_json.lua",
+                                               lua=True),
+                   path="/order", expect=None, check=same_doc),
+            Config("mruby", "ngx_mruby `cache`, JSON (jansson)", "nginx",
+                   lambda: lib_server("= /order", "lib_json.rb"),
+                   path="/order", expect=None, check=same_doc)]),
+    ]
+
+
+def group_throughput(configs, ref_key, figure):
+    """ROUNDS rounds; in each, every config of the group is measured once,
+    in an order rotated every round, so a round's runs are seconds apart.
+    Rows as throughput()'s with the ratio to ref_key of the same round;
+    figure (num, den): the median over rounds of num's req/s / den's."""
+    runs = {c.key: {} for c in configs}      # key -> {round: result}
+    errors = {c.key: [] for c in configs}
+    dead = set()
+    for rnd in range(ROUNDS):
+        order = configs[rnd % len(configs):] + configs[:rnd % len(configs)]
+        for cfg in order:
+            if cfg.key in dead:
+                continue
+            res = measure(cfg)
+            tag = f"  [{rnd + 1}/{ROUNDS}] {cfg.label}"
+            if "error" in res:
+                errors[cfg.key].append(res["error"])
+                if not res.get("requests"):  # never served: stop trying
+                    dead.add(cfg.key)
+                log(f"{tag}: {res['error']}")
+                continue
+            runs[cfg.key][rnd] = res
+            log(f"{tag}: {res['rps']:.0f} req/s")
+
+    def ratios(num, den):
+        a, b = runs[num], runs[den]
+        return [a[n]["rps"] / b[n]["rps"] for n in sorted(a) if n in b]
+    rows = []
+    for cfg in configs:
+        row = throughput_row(cfg, list(runs[cfg.key].values()),
+                             errors[cfg.key])
+        rr = ratios(cfg.key, ref_key)
+        if rr:
+            row["ratio_runs"], row["ratio"] = rr, statistics.median(rr)
+        rows.append(row)
+    out = {"rows": rows}
+    rr = ratios(*figure)
+    if rr:
+        out["figure"] = {"ratio_runs": rr, "ratio": statistics.median(rr)}
+    return out
+
+
+def lib_section():
+    """Issue 11's two library figures: ngx_mruby against lua-nginx-module
+    doing the same work, measured in the same rounds, each also against
+    `return 200`."""
+    out = {}
+    for key, title, configs in lib_workloads():
+        # Both sides answer the same before anything is measured.
+        bodies = []
+        for cfg in configs[1:]:
+            server, why = start_checked(cfg)
+            if server is None:
+                raise RuntimeError(f"{key}, {cfg.label}: {why}")
+            bodies.append(server.get(cfg.path).content)
+            stop(server)
+        if key == "json" and json.loads(bodies[0]) != json.loads(bodies[1]):
+            raise RuntimeError("the JSON scripts answer different documents")
+        log(f"  {title}")
+        out[key] = dict(title=title, figure_of=["mruby", "lua"],
+                        **group_throughput(configs, "return",
+                                           ("mruby", "lua")))
+    return out
+
+
+# ---------------------------------------------------------------------------
 # Rendering
 
 def machine():
@@ -1009,7 +1160,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sections", default="all",
                     help="comma-separated: apache,apache_close,nginx,fig8,"
-                         "rss,memory,limiter,incr (default all)")
+                         "rss,memory,limiter,incr,lib (default all)")
     ap.add_argument("--render", action="store_true",
                     help="only render docs/benchmarks.md from results.json")
     args = ap.parse_args()
@@ -1020,7 +1171,7 @@ def main():
             results = json.load(f)
     if not args.render:
         all_sections = ["apache", "apache_close", "nginx", "fig8", "rss",
-                        "memory", "limiter", "incr"]
+                        "memory", "limiter", "incr", "lib"]
         sections = (all_sections if args.sections == "all"
                     else [s for s in args.sections.split(",") if s])
         unknown = set(sections) - set(all_sections)
@@ -1083,6 +1234,8 @@ def run_section(sec):
         return limiter_section()
     if sec == "incr":
         return incr_section()
+    if sec == "lib":
+        return lib_section()
     raise ValueError(sec)
 
 
