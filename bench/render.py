@@ -17,6 +17,7 @@ RSS_LIMIT_KB = 1024
 INTERP_LIMIT_KB = 600
 LIMITER_TARGETS = [("cache", 0.95), ("stat", 0.94)]
 INCR_LIMIT_NS = 1000
+LIB_TARGET = 1.0   # ngx_mruby / lua-nginx-module doing the same work
 
 
 def fmt_rps(v):
@@ -126,6 +127,79 @@ def plot_rss(series, title, path, xmax=None):
     return True
 
 
+def lib_section(lib, params, img_dir, w, targets):
+    """Issue 11's library figures: ngx_mruby against lua-nginx-module doing
+    the same work in the same rounds (bench/lib_*.rb and bench/lib_*.lua)."""
+    w("## The standard library on nginx: ngx_mruby against "
+      "lua-nginx-module\n")
+    w("Issue 11's two library figures. nginx, 2 workers, a content handler "
+      "per request: ngx_mruby with its script cached (`cache`) and "
+      "lua-nginx-module (Debian's `libnginx-mod-http-lua`, LuaJIT, "
+      "`content_by_lua_file` with the code cache on) running the same work "
+      "from `bench/lib_router.rb` / `.lua` and `bench/lib_json.rb` / `.lua`. "
+      "The router matches 10 patterns (prefixes, an extension list, "
+      "captures, a named group, `(?i)`) against "
+      "`/api/v2/users/12345/posts/678.json` and prints every match's "
+      "captures; mruby with `Regexp` (Oniguruma, `src/lib`), Lua with "
+      "`ngx.re.match(uri, pattern, \"jo\")` (PCRE with its JIT, compiled "
+      "once per worker). The JSON scripts parse and generate the same "
+      "1,030-byte document (nested objects and arrays, UTF-8, escapes), "
+      "mruby with `JSON` (jansson), Lua with lua-cjson. Both answers are "
+      "checked before measuring: the routers' byte for byte (against "
+      "Python's `re` on the same patterns), the JSON documents as parsed "
+      "(cjson orders keys by its hash table, writes `1` where Ruby writes "
+      "`1.0` and escapes `/`). In every round the three configurations "
+      "of a figure (`return 200`, Lua, mruby) are measured one after "
+      "another in a rotated order; a ratio is the median over rounds of "
+      "the ratios of the same round.\n")
+    p = params or {}
+    m = p.get("machine") or {}
+    if p:
+        w(f"Run: {p.get('date')}, commit {p.get('commit')}, "
+          f"{p.get('rounds')} rounds of {p.get('seconds')} s, on "
+          f"{m.get('cpu', '?')}, {m.get('cores', '?')} cores.")
+    others = max((r.get("others_cores", 0) for v in lib.values()
+                  if isinstance(v, dict) for r in v.get("rows", [])),
+                 default=0)
+    if others > 0.1:
+        w(f"Other work ran on the machine meanwhile (up to {others:.2f} "
+          "cores, column \"others' CPU\"): a ratio compares runs of the "
+          "same round, so both sides met the load, but not evenly; the "
+          "instruction counts in the notes below do not depend on it.")
+    w("")
+    plot_rows = []
+    for key in ("router", "json"):
+        v = lib.get(key)
+        if not v:
+            continue
+        title = v.get("title", key)
+        w(f"### {title}\n")
+        if "error" in v:
+            w(f"Not measured: {v['error']}.\n")
+            continue
+        w(throughput_table(v.get("rows", []), "`return 200`"))
+        fig = v.get("figure") or {}
+        rr = fig.get("ratio_runs") or []
+        r = fig.get("ratio")
+        w(f"\n**ngx_mruby / lua-nginx-module: {fmt_ratio(r)}** "
+          f"(rounds: {', '.join(f'{x:.3f}' for x in rr) or '-'}).\n")
+        targets.append((f"nginx {title}: ngx_mruby / lua-nginx-module, same "
+                        "run", f">= {LIB_TARGET}", fmt_ratio(r),
+                        None if r is None else r >= LIB_TARGET))
+        byk = rows_by_key(v.get("rows"))
+        short = {"router": "router", "json": "JSON"}[key]
+        for k, name in (("lua", "Lua"), ("mruby", "mruby")):
+            if byk.get(k, {}).get("ratio") is not None:
+                plot_rows.append({"label": f"{short}: {name} / return 200",
+                                  "ratio": byk[k]["ratio"]})
+        if r is not None:
+            plot_rows.append({"label": f"{short}: mruby / Lua", "ratio": r})
+    if plot_rows and plot_ratios(
+            plot_rows, "nginx: the library against lua-nginx-module",
+            os.path.join(img_dir, "lib_throughput.png")):
+        w("![library throughput](img/lib_throughput.png)\n")
+
+
 def render(results, doc_path, img_dir):
     os.makedirs(img_dir, exist_ok=True)
     m = results.get("machine", {})
@@ -181,7 +255,8 @@ def render(results, doc_path, img_dir):
     titles = {"apache": "Apache: seed 000 Table 2",
               "apache_close": "Apache without keep-alive", "nginx": "nginx",
               "fig8": "Seed 000 Fig. 8", "rss": "RSS over many requests",
-              "memory": "Memory one interpreter adds"}
+              "memory": "Memory one interpreter adds",
+              "lib": "The standard library on nginx"}
     for sec, title in titles.items():
         v = results.get(sec)
         if isinstance(v, dict) and set(v) == {"error"}:
@@ -446,6 +521,10 @@ def render(results, doc_path, img_dir):
                             worst <= INCR_LIMIT_NS))
             targets.append(("lost updates in concurrent increments", "0",
                             str(inc["lost"]), inc["lost"] == 0))
+
+    lib = results.get("lib")
+    if lib:
+        lib_section(lib, results.get("lib_params"), img_dir, w, targets)
 
     if targets:
         w("## Targets\n")

@@ -15,7 +15,10 @@ and rendered to docs/benchmarks.md with plots in docs/img/.
 Sections: apache, nginx (Table 2 and its nginx twin), fig8 (seed 000 Fig. 8:
 worker RSS over 60,000 requests), rss (RSS over 1,000,000 requests per
 mode), memory (what one interpreter adds to an Apache child), limiter
-(seed 002's table), incr (SharedDict#incr under 2-process contention).
+(seed 002's table), incr (SharedDict#incr under 2-process contention),
+lib (issue 11: a 10-regexp router and JSON parse + generate of a 1 KB
+document on nginx, ngx_mruby against lua-nginx-module doing the same,
+bench/lib_*.rb and bench/lib_*.lua).
 
 Environment: BENCH_SECONDS (per measurement, default 6), BENCH_ROUNDS
 (rounds, each config measured next to a reference run of its own, median
@@ -23,6 +26,10 @@ of the ratios taken, default 5), BENCH_WARMUP (seconds,
 default 2), BENCH_THREADS (wrk threads, default 1: wrk and the server share
 the machine's 2 cores; 1 measured slightly faster than 2 for both servers),
 BENCH_CONNECTIONS (default 100), BENCH_RSS_REQUESTS (default 1,000,000),
+BENCH_QUIET_WAIT (seconds to wait before a measurement for the machine to
+become idle, default 90), BENCH_RETRIES (measurements taken again when
+other processes used the CPU meanwhile, default 2; on a machine that is
+never idle, 0 and a short wait keep a run's length bounded),
 BENCH_QUICK=1 (2 s, 1 round, 100,000 requests for RSS).
 """
 
@@ -433,7 +440,8 @@ def measured_wrk(server, url):
 def measure(cfg):
     for attempt in range(RETRIES + 1):
         res = measure_once(cfg)
-        if "error" in res or res["others_cores"] <= NOISY:
+        if ("error" in res or res["others_cores"] <= NOISY
+                or attempt == RETRIES):
             break
         log(f"    others used {res['others_cores']:.2f} cores meanwhile: "
             "measuring again")
@@ -1178,7 +1186,11 @@ def main():
         if unknown:
             ap.error(f"unknown sections {sorted(unknown)}")
         build_hello()
-        results["machine"] = machine()
+        # The Method paragraph describes the machine of a whole run; a run
+        # of some sections keeps its machine in their params.
+        here = machine()
+        if args.sections == "all" or "machine" not in results:
+            results["machine"] = here
         for sec in sections:
             t0 = time.monotonic()
             log(f"== {sec}")
@@ -1188,7 +1200,7 @@ def main():
                 traceback.print_exc()
                 results[sec] = {"error": f"{type(e).__name__}: "
                                          f"{first_line(e)}"}
-            results[sec + "_params"] = run_params()
+            results[sec + "_params"] = dict(run_params(), machine=here)
             log(f"== {sec} done in {time.monotonic() - t0:.0f} s")
             with open(RESULTS, "w") as f:  # keep what is done so far
                 json.dump(results, f, indent=1, sort_keys=True)
