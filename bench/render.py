@@ -5,6 +5,7 @@ why a target was missed) lives in bench/notes.md and is inserted as is.
 """
 
 import os
+import re
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NOTES = os.path.join(HERE, "notes.md")
@@ -538,6 +539,19 @@ def render(results, doc_path, img_dir):
         with open(NOTES) as f:
             w(f.read())
 
-    text = "\n".join(out).rstrip() + "\n"
+    text = "\n".join(out).rstrip() + "\n" + kept_blocks(doc_path)
     with open(doc_path, "w") as f:
         f.write(text)
+
+
+def kept_blocks(doc_path):
+    """The blocks other benches write into the same page between their own
+    markers (bench/coro.py: <!-- coro:begin --> ... <!-- coro:end -->),
+    kept as they are."""
+    try:
+        with open(doc_path) as f:
+            old = f.read()
+    except OSError:
+        return ""
+    return "".join("\n" + m.group(0) for m in re.finditer(
+        r"^<!-- (\w+):begin -->\n.*?^<!-- \1:end -->\n", old, re.M | re.S))
