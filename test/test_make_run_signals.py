@@ -120,6 +120,14 @@ def test_sigterm_to_make_stops_both_servers(make_run):
     assert "stopping..." in run.output()
 
 
+def test_sigterm_to_the_process_group_stops_both_servers(make_run):
+    # kill %job, timeout(1), a service manager: make and run.py both get
+    # it, and make passes its own on, so run.py sees two.
+    run = make_run()
+    os.killpg(run.proc.pid, signal.SIGTERM)
+    run.wait_stopped()
+
+
 def test_ctrl_c_stops_both_servers(make_run):
     run = make_run()
     os.killpg(run.proc.pid, signal.SIGINT)
