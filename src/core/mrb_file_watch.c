@@ -43,6 +43,7 @@
 
 #include <linux/magic.h>
 
+#include "mrb_errbuf.h"
 #include "mrb_file_watch.h"
 
 
@@ -157,8 +158,8 @@ static pthread_once_t  watch_atfork_once = PTHREAD_ONCE_INIT;
 
 /* Why the last path could not be watched, and why this process has no
  * watch if so; guarded by watch.lock. */
-static char            watch_why[256];
-static char            watch_failure[256];
+static char            watch_why[MRB_ERR_REASON_LEN];
+static char            watch_failure[MRB_ERR_REASON_LEN];
 
 
 /* ------------------------------------------------------------------ */

@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <mruby.h>
 
+#include "mrb_errbuf.h"
+
 typedef struct mrb_interp_s  mrb_interp;
 typedef struct mrb_server_s  mrb_server;
 typedef struct mrb_run_s     mrb_run;
@@ -82,7 +84,8 @@ struct mrb_run_s {
                                  GC arena (the caller saves and restores it) */
     mrb_run     *prev;        /* the run this one is nested in */
     mrb_run     *waiting;     /* after MRB_RUN_WAITING: the waiting run */
-    char         error[2048]; /* "Class: message (file:line) ..." on failure */
+    char         error[MRB_ERR_RUN_LEN]; /* "Class: message (file:line) ..."
+                                            on failure */
 };
 
 /* Prepares run for a request: clears it (the error buffer to an empty

@@ -291,21 +291,19 @@ script_compile_locked(mrb_state *mrb, mrb_script *script, const char *src,
 }
 
 
-/* Compiles with the configuration-time compiler. */
+/* Under config_compiler_lock: compiles with the configuration-time
+ * compiler, opened on first use. */
 static int
-script_compile_at_config(mrb_script *script, const char *src, size_t len,
-    char *err, size_t errlen)
+script_compile_at_config_locked(mrb_script *script, const char *src,
+    size_t len, char *err, size_t errlen)
 {
     int  rc;
-
-    pthread_mutex_lock(&config_compiler_lock);
 
     if (config_compiler == NULL) {
         config_compiler = mrb_open_core(mrb_default_allocf, NULL);
     }
 
     if (config_compiler == NULL) {
-        pthread_mutex_unlock(&config_compiler_lock);
         snprintf(err, errlen, "%s: cannot create the mruby compiler",
                  script->name);
         return -1;
@@ -315,7 +313,20 @@ script_compile_at_config(mrb_script *script, const char *src, size_t len,
     rc = script_compile_locked(config_compiler, script, src, len, err, errlen);
     pthread_mutex_unlock(&script->lock);
 
+    return rc;
+}
+
+
+static int
+script_compile_at_config(mrb_script *script, const char *src, size_t len,
+    char *err, size_t errlen)
+{
+    int  rc;
+
+    pthread_mutex_lock(&config_compiler_lock);
+    rc = script_compile_at_config_locked(script, src, len, err, errlen);
     pthread_mutex_unlock(&config_compiler_lock);
+
     return rc;
 }
 
@@ -386,7 +397,7 @@ static void
 script_compile_stat_at_config(mrb_script *script)
 {
     mrb_file_id  id;
-    char        *src, err[256];
+    char        *src, err[MRB_ERR_MSG_LEN];
     size_t       len;
 
     src = file_read(script->name, &len, &id, err, sizeof(err));
@@ -905,7 +916,7 @@ static void
 script_watch_start(mrb_interp *interp, mrb_script *script)
 {
     mrb_file_watch_path  *path;
-    char                  why[256];
+    char                  why[MRB_ERR_REASON_LEN];
 
     if (atomic_load_explicit(&script->unwatchable, memory_order_relaxed)) {
         return;
@@ -1302,42 +1313,61 @@ script_prefix_cmp(const void *a, const void *b)
 
 
 /*
+ * Under script_id_lock: each `stat` script's directories ("/", "/a",
+ * "/a/b") and its path into *all (malloc'd, *n of them; the caller frees
+ * it, also on failure), how many scripts in *count.  -1: out of memory.
+ */
+static int
+script_prefixes_locked(script_prefix **all, size_t *n, size_t *count)
+{
+    script_prefix  *grown;
+    size_t          cap = 0;
+    mrb_script     *s;
+    const char     *c;
+
+    for (s = script_stat_first; s != NULL; s = s->next) {
+        (*count)++;
+        for (c = s->name; c != NULL; c = strchr(c + 1, '/')) {
+            if (*n + 2 > cap) {
+                cap = cap ? cap * 2 : 1024;
+                grown = realloc(*all, cap * sizeof(script_prefix));
+                if (grown == NULL) {
+                    return -1;
+                }
+                *all = grown;
+            }
+            (*all)[*n].s = s->name;
+            (*all)[*n].len = c == s->name ? 1 : (size_t) (c - s->name);
+            (*n)++;
+        }
+        (*all)[*n].s = s->name;
+        (*all)[*n].len = strlen(s->name);
+        (*n)++;
+    }
+
+    return 0;
+}
+
+
+/*
  * Each path's directories ("/", "/a", "/a/b") and the path itself, sorted;
  * the distinct ones are what the watch would add (links not followed).
  */
 int
 mrb_script_watch_needs(size_t *scripts, size_t *watches)
 {
-    script_prefix  *all = NULL, *grown;
-    size_t          n = 0, cap = 0, i, distinct = 0, count = 0;
-    mrb_script     *s;
-    const char     *c;
+    script_prefix  *all = NULL;
+    size_t          n = 0, i, distinct = 0, count = 0;
+    int             rc;
 
     pthread_mutex_lock(&script_id_lock);
-
-    for (s = script_stat_first; s != NULL; s = s->next) {
-        count++;
-        for (c = s->name; c != NULL; c = strchr(c + 1, '/')) {
-            if (n + 2 > cap) {
-                cap = cap ? cap * 2 : 1024;
-                grown = realloc(all, cap * sizeof(script_prefix));
-                if (grown == NULL) {
-                    pthread_mutex_unlock(&script_id_lock);
-                    free(all);
-                    return -1;
-                }
-                all = grown;
-            }
-            all[n].s = s->name;
-            all[n].len = c == s->name ? 1 : (size_t) (c - s->name);
-            n++;
-        }
-        all[n].s = s->name;
-        all[n].len = strlen(s->name);
-        n++;
-    }
-
+    rc = script_prefixes_locked(&all, &n, &count);
     pthread_mutex_unlock(&script_id_lock);
+
+    if (rc != 0) {
+        free(all);
+        return -1;
+    }
 
     if (n > 0) {
         qsort(all, n, sizeof(script_prefix), script_prefix_cmp);

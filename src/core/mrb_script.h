@@ -2,7 +2,7 @@
  * Scripts: a file or inline code, compiled to bytecode once per process and
  * loaded once into each interpreter that runs it.
  *
- * Cache policies (DESIGN.md):
+ * Cache policies (docs/architecture.md, "Scripts and their cache"):
  *   stat     recompile when the file changed (watched with inotify, see
  *            mrb_file_watch.h; stat() on every run where it cannot be),
  *            once the writer is done: edits apply with no restart; a
@@ -80,7 +80,8 @@ mrb_cache_policy mrb_script_policy(const mrb_script *script);
  */
 typedef struct {
     char    path[1024];
-    char    reason[1024];   /* "file:line: message", "file: cannot ..." */
+    char    reason[MRB_ERR_MSG_LEN];    /* "file:line: message",
+                                           "file: cannot ..." */
     long    since;          /* time(): when that began */
     int     serving;        /* 1: an older version runs; 0: none (500) */
 } mrb_script_stale;

@@ -55,7 +55,7 @@ void
 ngx_mruby_file_watch_init(ngx_cycle_t *cycle)
 {
     int                fd;
-    char               why[256];
+    char               why[MRB_ERR_REASON_LEN];
     ngx_connection_t  *c;
 
     fd = mrb_file_watch_start(why, sizeof(why));
