@@ -627,8 +627,16 @@ mrb_wait_cancel(mrb_interp *interp, mrb_run *waiting)
 }
 
 
-mrb_run *
-mrb_wait_check(mrb_state *mrb, const char *what)
+static struct RClass *wait_cancelled_class(mrb_state *mrb);
+
+
+/*
+ * The slot of the run that would wait now; raises where a run cannot wait,
+ * and Cancelled in a run that was cancelled (its ensure clauses may try to
+ * wait again: nothing may be started for a request that is going away).
+ */
+static mrb_wait_slot *
+wait_slot_check(mrb_state *mrb, const char *what)
 {
     mrb_interp      *interp = mrb_interp_from_state(mrb);
     mrb_wait_state  *st = *mrb_interp_wait_state(interp);
@@ -639,9 +647,8 @@ mrb_wait_check(mrb_state *mrb, const char *what)
                    "%s: cannot wait here (request scripts of the phases up "
                    "to content can wait, when their code names sleep, "
                    "usleep, Async or sub_request, or a startup script "
-                   "does; not "
-                   "the log phase, filters, mruby_set or startup scripts)",
-                   what);
+                   "does; not the log phase, filters, mruby_set or startup "
+                   "scripts)", what);
     }
 
     if (run != &st->current->run) {
@@ -650,7 +657,20 @@ mrb_wait_check(mrb_state *mrb, const char *what)
                    what);
     }
 
-    return run;
+    if (st->current->cancelled) {
+        mrb_raise(mrb, wait_cancelled_class(mrb),
+                  "the request was cancelled while it waited "
+                  "(the client went away, or the server is stopping)");
+    }
+
+    return st->current;
+}
+
+
+mrb_run *
+mrb_wait_check(mrb_state *mrb, const char *what)
+{
+    return &wait_slot_check(mrb, what)->run;
 }
 
 
@@ -666,20 +686,14 @@ wait_cancelled_class(mrb_state *mrb)
 }
 
 
-void
-mrb_wait(mrb_state *mrb)
+/* Suspends slot's run until it is resumed or cancelled. */
+static void
+wait_suspend(mrb_state *mrb, mrb_wait_slot *slot)
 {
-    mrb_interp      *interp = mrb_interp_from_state(mrb);
-    mrb_wait_state  *st = *mrb_interp_wait_state(interp);
-    mrb_wait_slot   *slot;
+    mrb_wait_state  *st = *mrb_interp_wait_state(slot->interp);
 
-    mrb_wait_check(mrb, "wait");
-    slot = st->current;
-
-    if (!slot->cancelled) {
-        wait_switch_out(mrb, st, slot, 1);
-        mrb_coro_suspend(slot->coro);
-    }
+    wait_switch_out(mrb, st, slot, 1);
+    mrb_coro_suspend(slot->coro);
 
     if (slot->cancelled) {
         mrb_raise(mrb, wait_cancelled_class(mrb),
@@ -690,10 +704,17 @@ mrb_wait(mrb_state *mrb)
 
 
 void
+mrb_wait(mrb_state *mrb)
+{
+    wait_suspend(mrb, wait_slot_check(mrb, "wait"));
+}
+
+
+void
 mrb_wait_sleep(mrb_state *mrb, mrb_int msec, const char *what)
 {
     const mrb_server  *server = mrb_interp_server(mrb_interp_from_state(mrb));
-    mrb_run           *run;
+    mrb_wait_slot     *slot;
     struct timespec    ts;
 
     if (msec < 0 || msec > WAIT_SLEEP_MAX_MS) {
@@ -710,13 +731,13 @@ mrb_wait_sleep(mrb_state *mrb, mrb_int msec, const char *what)
         return;
     }
 
-    run = mrb_wait_check(mrb, what);
+    slot = wait_slot_check(mrb, what);
 
-    if (server->wake_after(run, msec) != 0) {
+    if (server->wake_after(&slot->run, msec) != 0) {
         mrb_raisef(mrb, E_RUNTIME_ERROR, "%s: cannot set a timer", what);
     }
 
-    mrb_wait(mrb);
+    wait_suspend(mrb, slot);
 }
 
 

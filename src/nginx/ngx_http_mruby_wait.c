@@ -33,6 +33,9 @@ ngx_http_mruby_wake_after(mrb_run *run, mrb_int msec)
     ev->data = r;
     ev->log = r->connection->log;
 
+    /* from now, not from the event loop's cached time, which may be
+     * some milliseconds old: a sleep is never shorter than asked */
+    ngx_time_update();
     ngx_add_timer(ev, (ngx_msec_t) msec);
     return 0;
 }
@@ -214,5 +217,11 @@ ngx_http_mruby_wait_cleanup(void *data)
     interp = ngx_mruby_interp(&ngx_http_mruby_process, ngx_cycle->log);
     if (interp != NULL) {
         mrb_wait_cancel(interp, waiting);
+    }
+
+    /* the script's ensure clauses cannot arm it again (mrb_wait_check
+     * raises in a cancelled run); checked all the same: the request goes */
+    if (ctx->wake.timer_set) {
+        ngx_del_timer(&ctx->wake);
     }
 }

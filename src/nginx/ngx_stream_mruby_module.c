@@ -212,6 +212,12 @@ ngx_stream_mruby_wait_cleanup(void *data)
     if (interp != NULL) {
         mrb_wait_cancel(interp, waiting);
     }
+
+    /* the script's ensure clauses cannot arm it again (mrb_wait_check
+     * raises in a cancelled run); checked all the same: the request goes */
+    if (ctx->wake.timer_set) {
+        ngx_del_timer(&ctx->wake);
+    }
 }
 
 

@@ -480,3 +480,37 @@ TEST(wait_deep_recursion_on_a_coroutine_is_a_system_stack_error)
     CHECK(strcmp(wait_out, "next") == 0);
     mrb_interp_close(interp);
 }
+
+
+/* A cancelled run's ensure that waits again gets Cancelled at once: no
+ * timer is armed for a request that is going away. */
+TEST(wait_a_cancelled_run_cannot_arm_a_timer_again)
+{
+    mrb_interp  *interp = wait_interp();
+    mrb_script  *s = wait_script(
+        "begin\n"
+        "  Nginx::Async.sleep(1000)\n"
+        "ensure\n"
+        "  begin\n"
+        "    Nginx::Async.sleep(5)\n"
+        "  rescue Exception => e\n"
+        "    Nginx.rputs e.class.to_s\n"
+        "  end\n"
+        "end\n");
+    mrb_run      run;
+    unsigned     live, idle;
+
+    REQUIRE(interp != NULL && s != NULL);
+    CHECK_EQ(wait_start(interp, s, &run), MRB_RUN_WAITING);
+    CHECK_EQ(wait_timers, 1);
+
+    mrb_wait_cancel(interp, run.waiting);
+
+    CHECK_EQ(wait_timers, 1);
+    CHECK(strcmp(wait_out, "Nginx::Async::Cancelled") == 0);
+    mrb_wait_counts(interp, &live, &idle);
+    CHECK_EQ(live, 0);
+
+    mrb_script_free(s);
+    mrb_interp_close(interp);
+}
