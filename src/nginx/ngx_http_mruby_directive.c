@@ -21,6 +21,8 @@ static char *ngx_http_mruby_set_stack_size(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
 static char *ngx_http_mruby_shared_dict(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+static char *ngx_http_mruby_output_filter_removed(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
 
 
 /* The file form and the inline form of a script directive. */
@@ -70,6 +72,20 @@ ngx_command_t  ngx_http_mruby_commands[] = {
         NGX_HTTP_MRUBY_ANY_CONF, NGX_HTTP_MRUBY_HEADER_FILTER),
     ngx_http_mruby_handler_commands("mruby_output_body_filter",
         NGX_HTTP_MRUBY_ANY_CONF, NGX_HTTP_MRUBY_BODY_FILTER),
+
+    { ngx_string("mruby_output_filter"),
+      NGX_HTTP_MRUBY_ANY_CONF|NGX_CONF_TAKE12,
+      ngx_http_mruby_output_filter_removed,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("mruby_output_filter_code"),
+      NGX_HTTP_MRUBY_ANY_CONF|NGX_CONF_TAKE12,
+      ngx_http_mruby_output_filter_removed,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
 
     { ngx_string("mruby_upstream_keepalive"),
       NGX_HTTP_UPS_CONF|NGX_CONF_TAKE1,
@@ -214,6 +230,21 @@ ngx_http_mruby_ssl_handshake(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     return ngx_mruby_conf_set_script(cf, ngx_http_mruby_cmd_code(cmd->post),
                                      &mscf->ssl_handshake, &mmcf->common);
+}
+
+
+/*
+ * mruby_output_filter(_code): the original removed these and refused them
+ * with a pointer to their successors; so does this module, rather than
+ * leave nginx's "unknown directive".
+ */
+static char *
+ngx_http_mruby_output_filter_removed(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    return "was removed (as in the original ngx_mruby): use "
+           "mruby_output_body_filter(_code) for the body and "
+           "mruby_output_header_filter(_code) for the header";
 }
 
 

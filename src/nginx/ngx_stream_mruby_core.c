@@ -117,7 +117,7 @@ ngx_stream_mruby_log_enabled(void *log_target, mrb_run *run, int level)
 }
 
 
-/* Nginx::Stream.log(level, msg), level as Nginx::Stream::LOG_* */
+/* Nginx::Stream.log(level, msg), level as Nginx::Stream::LOG_*, msg.to_s */
 static mrb_value
 ngx_stream_mruby_log_m(mrb_state *mrb, mrb_value self)
 {
@@ -125,7 +125,8 @@ ngx_stream_mruby_log_m(mrb_state *mrb, mrb_value self)
     mrb_value    msg;
     mrb_interp  *interp;
 
-    mrb_get_args(mrb, "iS", &level, &msg);
+    mrb_get_args(mrb, "io", &level, &msg);
+    msg = mrb_obj_as_string(mrb, msg);
 
     if (level < NGX_LOG_EMERG) {
         level = NGX_LOG_EMERG;

@@ -216,3 +216,18 @@ server { listen 127.0.0.1:{port}; }""", start=False)
     rc, out = n.configtest()
     assert rc != 0 and '"mruby_upstream_keepalive" directive is duplicate' \
         in out, out
+
+
+def test_output_filter_is_refused_with_its_successors(nginx):
+    """The original removed mruby_output_filter(_code) and refused it
+    with a pointer to the header and body filters; so does this module."""
+    for directive in ("mruby_output_filter {dir}/f.rb",
+                      "mruby_output_filter_code 'x'"):
+        n = nginx("location / { %s; }" % directive, start=False)
+        rc, out = n.configtest()
+        assert rc != 0
+        assert ('"%s" directive was removed (as in the original ngx_mruby): '
+                'use '
+                'mruby_output_body_filter(_code) for the body and '
+                'mruby_output_header_filter(_code) for the header'
+                % directive.split()[0]) in out, out

@@ -185,3 +185,13 @@ def test_stream_connection_upstream_retarget(nginx):
             'port' % (p2, p2))
     n.wait_log("retarget 127.0.0.1:%d -> 127.0.0.1:%d%s" % (p3, p, rest))
     n.wait_log("retarget 127.0.0.1:%d -> 127.0.0.1:%d%s" % (p, p3, rest))
+
+
+def test_stream_log_converts_with_to_s(nginx):
+    """As the original: Nginx::Stream.log/errlogger take any object."""
+    n = nginx(stream_conf=stream_server([
+        "'Nginx::Stream.log Nginx::Stream::LOG_NOTICE, 12345; "
+        "Nginx::Stream.errlogger Nginx::Stream::LOG_NOTICE, [1, :a]'"]))
+    assert talk(n.port2)[0] == b"x\n"
+    n.wait_log("12345")
+    n.wait_log("[1, :a]")
