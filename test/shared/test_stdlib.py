@@ -231,3 +231,45 @@ def test_usleep_waits(kind, apache, nginx):
     r = s.get("/nap")
     assert r.status_code == 200, s.error_log()[-2000:]
     assert r.text == "true"
+
+
+# The seed-002-era way: a Cache and a global Mutex opened at startup (which
+# makes their dictionaries), used by every worker's requests.
+CACHE_INIT = r'''
+Cache.new(namespace: "limiter").clear
+Mutex.new(global: true)
+'''
+
+CACHE_COUNT = r'''
+c = Cache.new(namespace: "limiter")
+m = Mutex.new(global: true, key: "counter")
+n = m.synchronize do
+  v = (c["count"] || "0").to_i + 1
+  c["count"] = v.to_s
+  v
+end
+get_server_class.rputs "#{n} #{c.get("count").class} #{m.locked?} #{c.get("none").inspect}"
+'''
+
+
+def test_cache_and_global_mutex_apache(apache):
+    a = apache("""
+mrubyPostConfigMiddle {dir}/init.rb
+<Location /count>
+    mrubyHandlerMiddle {dir}/count.rb
+</Location>
+""", files={"init.rb": CACHE_INIT, "count.rb": CACHE_COUNT})
+    got = [a.get("/count").text for _ in range(5)]
+    assert got == [f"{i} String false nil" for i in range(1, 6)]
+
+
+def test_cache_and_global_mutex_nginx(nginx):
+    n = nginx("""
+mruby_init {dir}/init.rb;
+server {
+    listen 127.0.0.1:{port};
+    location /count { mruby_content_handler {dir}/count.rb; }
+}""", workers=2, files={"init.rb": CACHE_INIT, "count.rb": CACHE_COUNT})
+    got = sorted(int(n.get("/count", headers={"Connection": "close"})
+                     .text.split(" ")[0]) for _ in range(6))
+    assert got == [1, 2, 3, 4, 5, 6]

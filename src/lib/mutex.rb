@@ -1,0 +1,89 @@
+# Mutex (matsumotory/mruby-mutex's API).  Mutex.new is a lock within the
+# interpreter; Mutex.new(global: true) is a lock across the server's worker
+# processes, held as a key of the SharedDict "mruby_mutex" (declare it, or
+# open it first in a post_config / mruby_init script, which makes it).
+# Workers that run the same startup code make their global mutexes in the
+# same order and so share them; name one with key: "name" to share it
+# from anywhere.  A lock whose holder process died is taken over.
+
+class Mutex
+  DICT = "mruby_mutex"
+
+  def self.__next_key
+    @__count = (@__count || 0) + 1
+    "mutex-#{@__count}"
+  end
+
+  def initialize(opts = {})
+    @locked = false
+    return unless opts[:global]
+    @dict = get_server_class::SharedDict.new(DICT)
+    @key = (opts[:key] || Mutex.__next_key).to_s
+  end
+
+  def try_lock
+    return false if @locked
+    if @dict
+      unless @dict.add(@key, Process.pid)
+        holder = @dict[@key]
+        return false unless holder && holder != Process.pid && __dead?(holder)
+        @dict.delete(@key)
+        return false unless @dict.add(@key, Process.pid)
+      end
+    end
+    @locked = true
+  end
+
+  # waits (blocking the worker, as the original did) until the lock is had
+  def lock
+    until try_lock
+      raise ThreadError, "deadlock; recursive locking" if @locked
+      IO.select(nil, nil, nil, 0.001)
+    end
+    self
+  end
+
+  # try_lock again and again for at most timeout seconds (nil: for ever)
+  def try_lock_loop(timeout = nil)
+    deadline = timeout && Time.now + timeout
+    until try_lock
+      return false if deadline && Time.now > deadline
+      IO.select(nil, nil, nil, 0.001)
+    end
+    true
+  end
+
+  def unlock
+    raise ThreadError, "attempt to unlock a mutex which is not locked" unless @locked
+    @dict.delete(@key) if @dict
+    @locked = false
+    self
+  end
+
+  def locked?
+    @dict ? !@dict[@key].nil? : @locked
+  end
+
+  def owned?
+    @locked
+  end
+
+  def synchronize
+    lock
+    begin
+      yield
+    ensure
+      unlock
+    end
+  end
+
+  def __dead?(pid)
+    Process.kill(0, pid)
+    false
+  rescue SystemCallError
+    true
+  end
+end
+
+class ThreadError < StandardError
+end
