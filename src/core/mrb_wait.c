@@ -833,5 +833,6 @@ mrb_wait_define(mrb_state *mrb, struct RClass *server_class)
 
     async = mrb_api_define_module(mrb, server_class, "Async",
                                   wait_async_methods);
-    mrb_define_class_under(mrb, async, "Cancelled", mrb->eException_class);
+    mrb_api_define_class(mrb, async, "Cancelled", mrb->eException_class,
+                         NULL);
 }

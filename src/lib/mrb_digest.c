@@ -267,7 +267,7 @@ mrb_digest_define(mrb_state *mrb)
     struct RClass  *digest, *base, *c;
     size_t          i;
 
-    digest = mrb_define_module(mrb, "Digest");
+    digest = mrb_api_define_module(mrb, NULL, "Digest", NULL);
     base = mrb_api_define_class(mrb, digest, "Base", NULL, digest_methods);
     MRB_SET_INSTANCE_TT(base, MRB_TT_DATA);
     mrb_api_define_class_methods(mrb, base, digest_class_methods);
@@ -275,12 +275,13 @@ mrb_digest_define(mrb_state *mrb)
     for (i = 0; i < sizeof(digest_algorithms) / sizeof(digest_algorithms[0]);
          i++)
     {
-        c = mrb_define_class_under(mrb, digest, digest_algorithms[i][0], base);
+        c = mrb_api_define_class(mrb, digest, digest_algorithms[i][0], base,
+                                 NULL);
         MRB_SET_INSTANCE_TT(c, MRB_TT_DATA);
         mrb_iv_set(mrb, mrb_obj_value(c), mrb_intern_lit(mrb, "__algorithm__"),
                    mrb_str_new_cstr(mrb, digest_algorithms[i][1]));
     }
 
-    c = mrb_define_class_under(mrb, digest, "HMAC", mrb->object_class);
+    c = mrb_api_define_class(mrb, digest, "HMAC", NULL, NULL);
     mrb_api_define_class_methods(mrb, c, digest_hmac_class_methods);
 }

@@ -510,9 +510,9 @@ mrb_json_define(mrb_state *mrb)
     struct RClass  *json, *base, *parser;
 
     json = mrb_api_define_module(mrb, NULL, "JSON", json_functions);
-    base = mrb_define_class_under(mrb, json, "JSONError",
-                                  mrb->eStandardError_class);
-    parser = mrb_define_class_under(mrb, json, "ParserError", base);
-    mrb_define_class_under(mrb, json, "NestingError", parser);
-    mrb_define_class_under(mrb, json, "GeneratorError", base);
+    base = mrb_api_define_class(mrb, json, "JSONError",
+                                mrb->eStandardError_class, NULL);
+    parser = mrb_api_define_class(mrb, json, "ParserError", base, NULL);
+    mrb_api_define_class(mrb, json, "NestingError", parser, NULL);
+    mrb_api_define_class(mrb, json, "GeneratorError", base, NULL);
 }

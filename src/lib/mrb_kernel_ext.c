@@ -99,5 +99,6 @@ void
 mrb_kernel_ext_define(mrb_state *mrb)
 {
     mrb_api_define_module(mrb, NULL, "Kernel", kernel_functions);
-    mrb_define_class(mrb, "SystemExit", mrb->eException_class);
+    mrb_api_define_class(mrb, NULL, "SystemExit", mrb->eException_class,
+                         NULL);
 }

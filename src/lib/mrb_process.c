@@ -114,6 +114,7 @@ mrb_process_define(mrb_state *mrb)
 {
     mrb_api_define_module(mrb, NULL, "Process", process_functions);
     if (!mrb_class_defined(mrb, "SystemCallError")) {
-        mrb_define_class(mrb, "SystemCallError", mrb->eStandardError_class);
+        mrb_api_define_class(mrb, NULL, "SystemCallError",
+                             mrb->eStandardError_class, NULL);
     }
 }
