@@ -442,10 +442,12 @@ wait_switch_in(mrb_state *mrb, mrb_wait_state *st, mrb_wait_slot *slot)
     }
 
     n = RARRAY_LEN(slot->keep);
-    for (i = WAIT_KEEP_ARENA; i < n; i++) {
-        mrb_gc_protect(mrb, RARRAY_PTR(slot->keep)[i]);
+    if (n > WAIT_KEEP_ARENA) {
+        for (i = WAIT_KEEP_ARENA; i < n; i++) {
+            mrb_gc_protect(mrb, RARRAY_PTR(slot->keep)[i]);
+        }
+        mrb_ary_resize(mrb, slot->keep, WAIT_KEEP_ARENA);
     }
-    mrb_ary_resize(mrb, slot->keep, WAIT_KEEP_ARENA);
 
     mrb->c = slot->c;
     mrb->jmp = slot->jmp;
