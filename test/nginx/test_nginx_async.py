@@ -331,3 +331,17 @@ server {
         assert all(f.result() == b"slept\n" for f in slow)
         assert denied.result() == b""
     assert time.monotonic() - t0 < 3
+
+
+def test_sleep_in_post_read_and_server_rewrite(nginx):
+    n = nginx("""
+server {
+    listen 127.0.0.1:{port};
+    mruby_post_read_handler_code 'Nginx::Async.sleep 20; Nginx::Request.new.headers_in["X-A"] = "post_read"';
+    mruby_server_rewrite_handler_code 'sleep 0.02; r = Nginx::Request.new; r.headers_in["X-B"] = "server_rewrite"';
+    location / { mruby_content_handler_code 'h = Nginx::Request.new.headers_in; Nginx.rputs "#{h["X-A"]} #{h["X-B"]}"'; }
+}""")
+    t0 = time.monotonic()
+    r = n.get("/")
+    assert (r.status_code, r.text) == (200, "post_read server_rewrite")
+    assert time.monotonic() - t0 >= 0.04
