@@ -116,7 +116,6 @@ ngx_http_mruby_upstream_init(mrb_state *mrb, mrb_value self)
     char                            *name;
     size_t                           len;
     ngx_uint_t                       i;
-    ngx_conf_t                      *cf;
     ngx_cycle_t                     *cycle;
     ngx_http_mruby_upstream_t       *u;
     ngx_http_upstream_rr_peers_t    *peers;
@@ -133,16 +132,21 @@ ngx_http_mruby_upstream_init(mrb_state *mrb, mrb_value self)
 
     mrb_data_init(self, NULL, &ngx_http_mruby_upstream_type);
 
-    cf = ngx_mruby_conf_running();
-    cycle = cf ? cf->cycle : (ngx_cycle_t *) ngx_cycle;
+    /*
+     * The upstreams a worker proxies with are its cycle's.  While nginx
+     * (re)reads its configuration, ngx_cycle is still the cycle being
+     * replaced, and the new one's servers are not set up yet.
+     */
+    cycle = (ngx_cycle_t *) ngx_cycle;
 
-    umcf = (cycle->conf_ctx == NULL)
+    umcf = (ngx_process == NGX_PROCESS_MASTER || cycle->conf_ctx == NULL
+            || ngx_mruby_conf_running() != NULL)
            ? NULL
            : ngx_http_cycle_get_module_main_conf(cycle,
                                                  ngx_http_upstream_module);
     if (umcf == NULL) {
-        mrb_raise(mrb, E_RUNTIME_ERROR, "Nginx::Upstream: no http block is "
-                  "configured yet");
+        mrb_raise(mrb, E_RUNTIME_ERROR, "Nginx::Upstream: only in a worker "
+                  "(a request script or an init-worker script)");
     }
 
     uscfp = umcf->upstreams.elts;

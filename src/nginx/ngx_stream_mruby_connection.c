@@ -31,7 +31,6 @@ ngx_stream_mruby_conn_init(mrb_state *mrb, mrb_value self)
     char                              *name = NULL;
     size_t                             len;
     ngx_uint_t                         i;
-    ngx_conf_t                        *cf;
     ngx_cycle_t                       *cycle;
     ngx_stream_upstream_rr_peers_t    *peers;
     ngx_stream_upstream_srv_conf_t   **uscfp, *uscf;
@@ -47,16 +46,22 @@ ngx_stream_mruby_conn_init(mrb_state *mrb, mrb_value self)
 
     len = ngx_strlen(name);
 
-    cf = ngx_mruby_conf_running();
-    cycle = cf ? cf->cycle : (ngx_cycle_t *) ngx_cycle;
+    /*
+     * The upstreams a worker proxies with are its cycle's.  While nginx
+     * (re)reads its configuration, ngx_cycle is still the cycle being
+     * replaced, and the new one's servers are not set up yet.
+     */
+    cycle = (ngx_cycle_t *) ngx_cycle;
 
-    umcf = (cycle->conf_ctx == NULL)
+    umcf = (ngx_process == NGX_PROCESS_MASTER || cycle->conf_ctx == NULL
+            || ngx_mruby_conf_running() != NULL)
            ? NULL
            : ngx_stream_cycle_get_module_main_conf(cycle,
                                                    ngx_stream_upstream_module);
     if (umcf == NULL) {
-        mrb_raise(mrb, E_RUNTIME_ERROR, "Nginx::Stream::Connection: no "
-                  "stream block is configured yet");
+        mrb_raise(mrb, E_RUNTIME_ERROR, "Nginx::Stream::Connection: an "
+                  "upstream only in a worker (a session script or an "
+                  "init-worker script), with a stream block");
     }
 
     uscfp = umcf->upstreams.elts;

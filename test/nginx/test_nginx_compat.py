@@ -139,6 +139,7 @@ server {
 
 
 UPSTREAM = """
+mruby_init_code 'Nginx::Upstream.new("other")';
 upstream backend {
     server 127.0.0.1:{port2};
     mruby_upstream_keepalive 4;
@@ -207,6 +208,9 @@ def test_upstream_retarget_and_keepalive(nginx):
         "an upstream's keepalive cache when it loads the configuration; set "
         "it with mruby_upstream_keepalive",
         "127.0.0.2:80", "0"]
+    # the master's upstreams are replaced on reload: refused there
+    n.wait_log("Nginx::Upstream: only in a worker (a request script or an "
+               "init-worker script)")
 
 
 def test_upstream_keepalive_outside_upstream_or_twice_fails(nginx):
