@@ -596,6 +596,14 @@ DocumentRoot {self.docroot}
     def command(self):
         return [APACHE_BIN, "-f", self.conf_path, "-DFOREGROUND"]
 
+    def _ready(self):
+        # The parent listens before its MPM installs the signal handlers;
+        # a graceful (SIGUSR1) in between would end it.  The MPM says
+        # "resuming normal operations" (at notice, which Apache logs
+        # whatever the LogLevel) once they are in place.
+        return (super()._ready()
+                and "resuming normal operations" in self.error_log())
+
     def env(self):
         env = super().env()
         # What /etc/apache2/envvars would give; apache2 reads these itself.
