@@ -6,7 +6,8 @@ one of 3,000, divided by 2,000 (start-up and shutdown cancel out).  The
 figure does not move with the machine's load, unlike `make bench`.
 
     MRUBY_BUILD=build build/venv/bin/python bench/callgrind.py apache cache
-    (servers: apache, nginx; cases: cache, inline)
+    (servers: apache, nginx; cases: cache, inline, regexp: a cached routing
+    script making ten regexp tests of the URI, then hello world)
 
 Compare two builds by running it once with each MRUBY_BUILD.
 """
@@ -28,16 +29,37 @@ import requests  # noqa: E402
 BODY = "hello world\n"
 SCRIPT = {"apache": 'Apache.rputs "hello world\\n"\n',
           "nginx": 'Nginx.rputs "hello world\\n"\n'}
+# ten tests of the URI as a router makes them (three match /hello), and
+# one capture read through $1
+ROUTE = """\
+u = {cls}::Request.new.uri
+n = 0
+n += 1 if u =~ /\\A\\/static\\//
+n += 1 if u =~ /\\.(css|js|png|jpg)\\z/
+n += 1 if u =~ /\\A\\/api\\/v\\d+\\//
+n += 1 if u =~ /\\/users\\/(\\d+)/
+n += 1 if u =~ /\\A\\/admin/i
+n += 1 if u =~ /lo\\z/
+n += 1 if u =~ /\\/login/
+n += 1 if u =~ /\\A\\/(hel+)o/ && $1.size == 4
+n += 1 if u =~ /\\A\\/health\\z/
+n += 1 if u =~ /h.l/
+{cls}.rputs "hello world\\n" if n == 3
+"""
+
 APACHE = {
     "cache": "<Location /hello>\n"
              "    mrubyHandlerMiddle {dir}/hello.rb cache\n</Location>\n",
     "inline": "<Location /hello>\n    SetHandler mruby-native-script\n"
               "    mrubyHandlerCode 'Apache.rputs \"hello world\\n\"'\n"
               "</Location>\n",
+    "regexp": "<Location /hello>\n"
+              "    mrubyHandlerMiddle {dir}/route.rb cache\n</Location>\n",
 }
 NGINX = {
     "cache": "mruby_content_handler {dir}/hello.rb cache;",
     "inline": "mruby_content_handler_code 'Nginx.rputs \"hello world\\n\"';",
+    "regexp": "mruby_content_handler {dir}/route.rb cache;",
 }
 
 
@@ -47,12 +69,14 @@ def server(kind, case):
         s = harness.Apache(APACHE[case], mpm="prefork", access_log=False,
                            loglevel="warn")
         s.write("hello.rb", SCRIPT[kind])
+        s.write("route.rb", ROUTE.format(cls="Apache"))
         s.generate()
         return s, [harness.APACHE_BIN, "-f", s.conf_path, "-X"]
 
     s = harness.Nginx("location = /hello {\n    %s\n}\n" % NGINX[case],
                       access_log=False, loglevel="warn")
     s.write("hello.rb", SCRIPT[kind])
+    s.write("route.rb", ROUTE.format(cls="Nginx"))
     s.generate()
     with open(s.conf_path) as f:
         conf = f.read().replace("master_process on;", "master_process off;")

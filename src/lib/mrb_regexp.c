@@ -30,6 +30,7 @@
 
 #include "mrb_api.h"
 #include "mrb_lib.h"
+#include "mrb_mruby_version.h"    /* mrb->symidx counts the symbols */
 #include "mrb_regexp.h"
 
 #define REGEXP_CACHE_SLOTS  256     /* a power of two */

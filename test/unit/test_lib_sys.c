@@ -134,3 +134,31 @@ TEST(lib_userdata_survives_isolation)
                "[5, \"x\", 5, 9, nil, nil]");
     mrb_interp_close(interp);
 }
+
+
+static const lib_case  more_cases[] = {
+    { "P = Data.define(:x, :y); a = P.new(x: 1, y: 2); b = P.new(1, 2); "
+      "[a == b, a.x, a.frozen?, a.with(y: 5).to_h, a.inspect]",
+      "[true, 1, true, {:x=>1, :y=>5}, \"#<data P x=1, y=2>\"]" },
+    { "Q = Data.define(:a); begin; Q.new; rescue ArgumentError => e; "
+      "e.message; end", "\"missing keyword: :a\"" },
+    { "[1, 2].chain([3], 4..5).to_a", "[1, 2, 3, 4, 5]" },
+    { "([1].each + [2]).to_a", "[1, 2]" },
+    { "class Q2; extend Forwardable; def_delegators :@a, :size, :first; "
+      "def_delegator :@a, :last, :final; def initialize; @a = [7, 8]; end; "
+      "end; q = Q2.new; [q.size, q.first, q.final]", "[2, 7, 8]" },
+    { NULL, NULL }
+};
+
+
+TEST(lib_data_chain_forwardable)
+{
+    mrb_interp      *interp = lib_interp();
+    const lib_case  *c;
+
+    REQUIRE(interp != NULL);
+    for (c = more_cases; c->code != NULL; c++) {
+        CHECK_RUBY(interp, c->code, c->expected);
+    }
+    mrb_interp_close(interp);
+}
