@@ -211,9 +211,15 @@ def test_upstream_retarget_and_keepalive(nginx):
     # the master's upstreams are replaced on reload: refused there
     n.wait_log("Nginx::Upstream: only in a worker (a request script or an "
                "init-worker script)")
+    # a reload's workers start from the configured server, and re-target
+    n.reload()
+    assert n.get("/proxy").text.startswith("A ")
+    assert n.get("/retarget").text == "127.0.0.1:%d|127.0.0.1:%d|4" % (
+        n.port2, n.port3)
+    assert n.get("/proxy").text.startswith("B ")
 
 
-def test_upstream_keepalive_outside_upstream_or_twice_fails(nginx):
+def test_upstream_keepalive_next_to_keepalive_is_duplicate(nginx):
     n = nginx("""
 upstream u { server 127.0.0.1:1; keepalive 2; mruby_upstream_keepalive 4; }
 server { listen 127.0.0.1:{port}; }""", start=False)
