@@ -128,7 +128,7 @@ def test_hostile_requests_through_an_echoing_script(kind, apache, nginx):
         status = check_response(send(s.port, request), request)
         statuses[status] = statuses.get(status, 0) + 1
     # the server answered them all, most through the script
-    assert statuses.get(200, 0) > REQUESTS // 3, statuses
+    assert statuses.get(200, 0) > REQUESTS // 4, statuses
     assert not {st for st in statuses if st >= 500 and st != 500}, statuses
     # no worker died on the way
     assert set(s.worker_pids()) == workers
