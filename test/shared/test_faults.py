@@ -273,7 +273,7 @@ def test_too_few_file_descriptors(kind, apache, nginx):
 
     r = s.get("/files")
     assert r.status_code == 500
-    s.wait_log("RuntimeError: open ")
+    s.wait_log("files.rb:3")
     f = wrk(s.url("/hello"), SECONDS, conns=80)
     print(f"\n{kind}: {f['requests']} requests with 64 descriptors, "
           f"{f['errors']} socket errors, {f['non2xx']} non-2xx")
