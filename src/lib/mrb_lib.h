@@ -14,8 +14,14 @@
 
 /* The library's state in an interpreter, at mrb_interp_head.lib. */
 typedef struct {
-    void        *regexp;        /* mrb_regexp.c's */
-    unsigned     run_state:1;   /* a class keeps something of the run */
+    void           *regexp;         /* mrb_regexp.c's */
+    unsigned        run_state:1;    /* a class keeps something of the run */
+
+    /* looked up once: a name costs a symbol-table search each time */
+    struct RClass  *regexp_class;
+    struct RClass  *matchdata_class;
+    mrb_sym         sym_string;     /* MatchData's hidden ivars */
+    mrb_sym         sym_regexp;
 } mrb_lib;
 
 void mrb_lib_define(mrb_state *mrb);

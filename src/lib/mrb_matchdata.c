@@ -17,6 +17,7 @@
 #include <mruby/variable.h>
 
 #include "mrb_api.h"
+#include "mrb_lib.h"
 #include "mrb_regexp.h"
 
 
@@ -39,7 +40,7 @@ match_check(mrb_state *mrb, mrb_value self)
 static mrb_value
 match_string(mrb_state *mrb, mrb_value self)
 {
-    return mrb_iv_get(mrb, self, mrb_intern_lit(mrb, "string"));
+    return mrb_iv_get(mrb, self, mrb_lib_get(mrb)->sym_string);
 }
 
 
@@ -47,13 +48,14 @@ mrb_value
 mrb_matchdata_new(mrb_state *mrb, mrb_value regexp, mrb_value str,
     const OnigRegion *region)
 {
-    struct RClass  *c = mrb_class_get(mrb, "MatchData");
+    mrb_lib        *lib = mrb_lib_get(mrb);
     struct RData   *d;
     mrb_match      *m;
     mrb_value       md;
     int             i, n = region->num_regs;
 
-    d = mrb_data_object_alloc(mrb, c, NULL, &mrb_match_type);
+    d = mrb_data_object_alloc(mrb, lib->matchdata_class, NULL,
+                              &mrb_match_type);
     md = mrb_obj_value(d);
     m = mrb_malloc(mrb, sizeof(mrb_match) + 2 * n * sizeof(int));
     m->ngroups = n;
@@ -63,8 +65,8 @@ mrb_matchdata_new(mrb_state *mrb, mrb_value regexp, mrb_value str,
     }
     d->data = m;
 
-    mrb_iv_set(mrb, md, mrb_intern_lit(mrb, "string"), str);
-    mrb_iv_set(mrb, md, mrb_intern_lit(mrb, "regexp"), regexp);
+    mrb_iv_set(mrb, md, lib->sym_string, str);
+    mrb_iv_set(mrb, md, lib->sym_regexp, regexp);
     return md;
 }
 
@@ -118,7 +120,7 @@ match_group_index(mrb_state *mrb, mrb_value self, mrb_match *m, mrb_value idx)
         return mrb_as_int(mrb, idx);
     }
 
-    re = mrb_iv_get(mrb, self, mrb_intern_lit(mrb, "regexp"));
+    re = mrb_iv_get(mrb, self, mrb_lib_get(mrb)->sym_regexp);
     rx = mrb_regexp_check(mrb, re);
 
     for (i = 0; i < m->ngroups; i++) {
@@ -266,7 +268,7 @@ match_size(mrb_state *mrb, mrb_value self)
 static mrb_value
 match_regexp(mrb_state *mrb, mrb_value self)
 {
-    return mrb_iv_get(mrb, self, mrb_intern_lit(mrb, "regexp"));
+    return mrb_iv_get(mrb, self, mrb_lib_get(mrb)->sym_regexp);
 }
 
 
@@ -305,5 +307,8 @@ mrb_matchdata_define(mrb_state *mrb)
 
     c = mrb_api_define_class(mrb, NULL, "MatchData", NULL, match_methods);
     MRB_SET_INSTANCE_TT(c, MRB_TT_DATA);
+    mrb_lib_get(mrb)->matchdata_class = c;
+    mrb_lib_get(mrb)->sym_string = mrb_intern_lit(mrb, "string");
+    mrb_lib_get(mrb)->sym_regexp = mrb_intern_lit(mrb, "regexp");
     mrb_undef_class_method(mrb, c, "new");
 }

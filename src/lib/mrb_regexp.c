@@ -244,7 +244,7 @@ regexp_s_new(mrb_state *mrb, mrb_value self)
     src = mrb_str_to_str(mrb, src);
     flags = regexp_flags(mrb, opt, enc);
 
-    if (mrb_class_ptr(self) != mrb_class_get(mrb, "Regexp")) {
+    if (mrb_class_ptr(self) != mrb_lib_get(mrb)->regexp_class) {
         return regexp_compile(mrb, mrb_class_ptr(self), RSTRING_PTR(src),
                               RSTRING_LEN(src), flags);
     }
@@ -359,7 +359,7 @@ regexp_set_globals(mrb_state *mrb, regexp_state *st, uint32_t wanted,
 
     if (!mrb_nil_p(md)) {
         m = DATA_PTR(md);
-        str = mrb_iv_get(mrb, md, mrb_intern_lit(mrb, "string"));
+        str = mrb_iv_get(mrb, md, mrb_lib_get(mrb)->sym_string);
     }
 
     mrb_gv_set(mrb, st->syms[0], md);
@@ -459,7 +459,7 @@ mrb_regexp_set_last_match(mrb_state *mrb, mrb_value md)
 
     if (!mrb_nil_p(md)) {
         re = mrb_iv_get(mrb, md, mrb_intern_lit(mrb, "regexp"));
-        str = mrb_iv_get(mrb, md, mrb_intern_lit(mrb, "string"));
+        str = mrb_iv_get(mrb, md, mrb_lib_get(mrb)->sym_string);
     }
 
     regexp_record(mrb, st, re, str, md);
@@ -731,7 +731,6 @@ regexp_match_op(mrb_state *mrb, mrb_value self)
 {
     regexp_state  *st;
     mrb_value      str;
-    mrb_int        at;
 
     mrb_get_args(mrb, "o", &str);
     str = regexp_subject(mrb, str);
@@ -742,8 +741,18 @@ regexp_match_op(mrb_state *mrb, mrb_value self)
         return mrb_nil_value();
     }
 
-    at = regexp_search(mrb, st, mrb_regexp_check(mrb, self), str, 0, 0, 1);
-    regexp_record(mrb, st, self, at < 0 ? mrb_nil_value() : str,
+    return mrb_regexp_match_index(mrb, self, str);
+}
+
+
+mrb_value
+mrb_regexp_match_index(mrb_state *mrb, mrb_value re, mrb_value str)
+{
+    regexp_state  *st = regexp_state_get(mrb);
+    mrb_int        at;
+
+    at = regexp_search(mrb, st, mrb_regexp_check(mrb, re), str, 0, 0, 1);
+    regexp_record(mrb, st, re, at < 0 ? mrb_nil_value() : str,
                   mrb_nil_value());
 
     return at < 0 ? mrb_nil_value() : mrb_fixnum_value(at);
@@ -980,6 +989,7 @@ mrb_regexp_define(mrb_state *mrb)
 
     c = mrb_api_define_class(mrb, NULL, "Regexp", NULL, regexp_methods);
     MRB_SET_INSTANCE_TT(c, MRB_TT_DATA);
+    mrb_lib_get(mrb)->regexp_class = c;
     mrb_api_define_class_methods(mrb, c, regexp_class_methods);
     mrb_api_define_consts(mrb, c, regexp_consts);
 

@@ -56,6 +56,10 @@ int mrb_regexp_name_to_group(mrb_regexp *rx, const char *name, mrb_int len,
 mrb_int mrb_regexp_search(mrb_state *mrb, mrb_value re, mrb_value str,
     mrb_int pos, int backward, const OnigRegion **region);
 
+/* re =~ str for a String str: where the match starts or nil, recorded as
+ * the last match. */
+mrb_value mrb_regexp_match_index(mrb_state *mrb, mrb_value re, mrb_value str);
+
 /* Records the outcome of the last mrb_regexp_search as the last match:
  * str nil when it failed; md its MatchData if the caller made one. */
 void mrb_regexp_record(mrb_state *mrb, mrb_value re, mrb_value str,

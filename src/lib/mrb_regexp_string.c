@@ -19,6 +19,7 @@
 #include <mruby/variable.h>
 
 #include "mrb_api.h"
+#include "mrb_lib.h"
 #include "mrb_regexp.h"
 #include "mrb_mruby_version.h"    /* orig_names are C functions in 3.1.0,
                                       orig_aliased Ruby methods */
@@ -67,7 +68,7 @@ str_call_orig(mrb_state *mrb, mrb_value self, const char *alias)
 static mrb_value
 str_literal_regexp(mrb_state *mrb, mrb_value pat)
 {
-    struct RClass  *c = mrb_class_get(mrb, "Regexp");
+    struct RClass  *c = mrb_lib_get(mrb)->regexp_class;
     mrb_value       src;
 
     src = mrb_funcall(mrb, mrb_obj_value(c), "escape", 1, pat);
@@ -83,7 +84,7 @@ str_to_regexp(mrb_state *mrb, mrb_value pat)
         return pat;
     }
 
-    return mrb_funcall(mrb, mrb_obj_value(mrb_class_get(mrb, "Regexp")),
+    return mrb_funcall(mrb, mrb_obj_value(mrb_lib_get(mrb)->regexp_class),
                        "new", 1, mrb_str_to_str(mrb, pat));
 }
 
@@ -591,6 +592,9 @@ str_match_op(mrb_state *mrb, mrb_value self)
     mrb_value  obj;
 
     mrb_get_args(mrb, "o", &obj);
+    if (is_regexp(obj)) {
+        return mrb_regexp_match_index(mrb, obj, self);
+    }
     if (mrb_string_p(obj)) {
         mrb_raise(mrb, E_TYPE_ERROR, "wrong argument type String (expected Regexp)");
     }
