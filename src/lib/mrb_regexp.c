@@ -603,13 +603,13 @@ regexp_search(mrb_state *mrb, regexp_state *st, mrb_regexp *rx,
 
 mrb_int
 mrb_regexp_search(mrb_state *mrb, mrb_value re, mrb_value str, mrb_int pos,
-    int backward, const OnigRegion **region)
+    int backward, int check, const OnigRegion **region)
 {
     regexp_state  *st = regexp_state_get(mrb);
 
     *region = &st->region;
     return regexp_search(mrb, st, mrb_regexp_check(mrb, re), str, pos,
-                         backward, pos == 0 || backward);
+                         backward, check);
 }
 
 

@@ -51,10 +51,11 @@ int mrb_regexp_name_to_group(mrb_regexp *rx, const char *name, mrb_int len,
 /*
  * Searches str for re from byte pos (backward towards 0 when backward);
  * returns where the match starts, or -1.  *region: the groups, valid until
- * the next search in the interpreter.
+ * the next search in the interpreter.  check: first make sure str is
+ * UTF-8 (ArgumentError if not; a loop over one String checks it once).
  */
 mrb_int mrb_regexp_search(mrb_state *mrb, mrb_value re, mrb_value str,
-    mrb_int pos, int backward, const OnigRegion **region);
+    mrb_int pos, int backward, int check, const OnigRegion **region);
 
 /* re =~ str for a String str: where the match starts or nil, recorded as
  * the last match. */

@@ -201,7 +201,8 @@ str_sub_regexp(mrb_state *mrb, mrb_value self, int global, int bang)
     out = mrb_str_new_capa(mrb, len);
 
     while (offset <= len
-           && mrb_regexp_search(mrb, re, src, offset, 0, &region) >= 0)
+           && mrb_regexp_search(mrb, re, src, offset, 0, offset == 0,
+                                &region) >= 0)
     {
         b0 = region->beg[0];
         e0 = region->end[0];
@@ -333,7 +334,8 @@ str_scan(mrb_state *mrb, mrb_value self)
     ary = mrb_ary_new(mrb);
     md = mrb_nil_value();
 
-    while (pos <= len && mrb_regexp_search(mrb, re, src, pos, 0, &region) >= 0) {
+    while (pos <= len && mrb_regexp_search(mrb, re, src, pos, 0, pos == 0,
+                                                 &region) >= 0) {
         e0 = region->end[0];
         pos = (region->beg[0] == e0)
               ? e0 + (e0 < len ? mrb_regexp_char_len(re, RSTRING_PTR(src) + e0,
@@ -392,7 +394,8 @@ str_split_regexp(mrb_state *mrb, mrb_value self, mrb_value re, mrb_value lim_v)
     }
 
     while (start <= len
-           && (end = mrb_regexp_search(mrb, re, self, start, 0, &region)) >= 0)
+           && (end = mrb_regexp_search(mrb, re, self, start, 0,
+                                          start == 0, &region)) >= 0)
     {
         if (start == end && region->beg[0] == region->end[0]) {
             if (last_null) {
@@ -470,7 +473,7 @@ str_index_regexp(mrb_state *mrb, mrb_value self, mrb_value re, mrb_value pos_v,
         return mrb_nil_value();
     }
 
-    at = mrb_regexp_search(mrb, re, self, pos, backward, &region);
+    at = mrb_regexp_search(mrb, re, self, pos, backward, 1, &region);
     mrb_regexp_record(mrb, re, at < 0 ? mrb_nil_value() : self,
                       mrb_nil_value());
     return at < 0 ? mrb_nil_value() : mrb_fixnum_value(at);
@@ -565,7 +568,7 @@ str_start_with(mrb_state *mrb, mrb_value self)
     for (i = 0; i < argc; i++) {
         if (is_regexp(argv[i])) {
             /* the leftmost match: at 0 if there is one there */
-            if (mrb_regexp_search(mrb, argv[i], self, 0, 0, &region) == 0) {
+            if (mrb_regexp_search(mrb, argv[i], self, 0, 0, 1, &region) == 0) {
                 mrb_regexp_record(mrb, argv[i], self, mrb_nil_value());
                 return mrb_true_value();
             }
@@ -633,7 +636,7 @@ str_partition_regexp(mrb_state *mrb, mrb_value self, mrb_value re,
     const OnigRegion  *region;
     mrb_int            len = RSTRING_LEN(self), at, e;
 
-    at = mrb_regexp_search(mrb, re, self, backward ? len : 0, backward,
+    at = mrb_regexp_search(mrb, re, self, backward ? len : 0, backward, 1,
                            &region);
     if (at < 0) {
         mrb_regexp_record(mrb, re, mrb_nil_value(), mrb_nil_value());

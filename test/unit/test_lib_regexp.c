@@ -186,6 +186,10 @@ static const lib_case  regexp_cases[] = {
     { "begin; \"\\xff\" =~ /a/; rescue ArgumentError => e; e.message; end",
       "\"invalid byte sequence in UTF-8\"" },
     { "\"\\xff\" =~ /\\xff/n", "0" },
+    { "begin; \"ab\\xe3\".index(/b/, 1); rescue ArgumentError; :bad; end",
+      ":bad" },
+    { "begin; \"a\\xe3\".gsub(/a/, 'b'); rescue ArgumentError; :bad; end",
+      ":bad" },
     { NULL, NULL }
 };
 
