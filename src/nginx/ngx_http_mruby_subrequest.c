@@ -183,6 +183,13 @@ ngx_http_mruby_sub_request(mrb_state *mrb, mrb_value self)
         args = ngx_http_mruby_subrequest_args(mrb, args);
     }
 
+    /* both converted before either pointer is taken: args.to_s may
+       change path's buffer */
+    path = mrb_obj_as_string(mrb, path);
+    if (!mrb_nil_p(args)) {
+        args = mrb_obj_as_string(mrb, args);
+    }
+
     mrb_http_check_uri(mrb, "sub_request", path, &u);
     if (!mrb_nil_p(args)) {
         mrb_http_check_args(mrb, "sub_request", args, &a);

@@ -345,3 +345,22 @@ server {
     r = n.get("/")
     assert (r.status_code, r.text) == (200, "post_read server_rewrite")
     assert time.monotonic() - t0 >= 0.04
+
+
+def test_sub_request_args_to_s_that_changes_the_path(nginx):
+    # args.to_s runs Ruby after the path was checked: the path it sends
+    # must be the one the script holds after that call, not a pointer into
+    # the buffer String#replace has freed
+    n = nginx(
+        loc("/echo/", "mruby_content_handler_code",
+            "Nginx.rputs Nginx::Request.new.uri")
+        + loc("/", "mruby_content_handler_code", """
+path = "/echo/" + "a" * 40
+args = Object.new
+args.define_singleton_method(:to_s) { path.replace("/echo/" + "b" * 60); "x=1" }
+res = Nginx::Async::HTTP.sub_request(path, args)
+Nginx.rputs "#{res.status} #{res.body}"
+"""))
+    r = n.get("/")
+    assert (r.status_code, r.text) == (200, "200 /echo/" + "b" * 60), \
+        n.error_log()[-2000:]
