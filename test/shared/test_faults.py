@@ -11,7 +11,6 @@ docs/security.md ("Faults under load")."""
 
 import os
 import re
-import resource
 import signal
 import subprocess
 import threading
@@ -259,13 +258,10 @@ def test_too_few_file_descriptors(kind, apache, nginx):
     s = one_worker(kind, apache, nginx, {"/files": FILES,
                                          "/hello": COUNTED_HELLO},
                    start=False)
-    # the server inherits the limit from the process that starts it
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))
-    try:
-        s.start()
-    finally:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    # started through prlimit(1), which sets the limit and execs it
+    command = s.command
+    s.command = lambda: ["prlimit", "--nofile=64:64", "--"] + command()
+    s.start()
     assert s.get("/hello").text == "hello"
     pids = s.worker_pids()
     with open(f"/proc/{pids[0]}/limits") as f:
