@@ -273,3 +273,49 @@ server {
     got = sorted(int(n.get("/count", headers={"Connection": "close"})
                      .text.split(" ")[0]) for _ in range(6))
     assert got == [1, 2, 3, 4, 5, 6]
+
+
+CACHE_OPEN = r'''
+Cache.new(namespace: "kept")
+'''
+
+CACHE_SET = r'''
+Cache.new(namespace: "kept")["v"] = get_server_class::Request.new.args
+get_server_class.rputs "ok"
+'''
+
+CACHE_GET = r'''
+get_server_class.rputs Cache.new(namespace: "kept")["v"].inspect
+'''
+
+
+def test_default_dictionary_kept_across_graceful_apache(apache):
+    """A dictionary a post_config script made keeps its contents across a
+    graceful restart, as a declared one does."""
+    a = apache("""
+mrubyPostConfigMiddle {dir}/open.rb
+<Location /set>
+    mrubyHandlerMiddle {dir}/set.rb
+</Location>
+<Location /get>
+    mrubyHandlerMiddle {dir}/get.rb
+</Location>
+""", mpm="prefork", files={"open.rb": CACHE_OPEN, "set.rb": CACHE_SET,
+                           "get.rb": CACHE_GET})
+    assert a.get("/set?kept").text == "ok"
+    a.graceful()
+    assert a.get("/get").text == '"kept"'
+
+
+def test_default_dictionary_kept_across_reload_nginx(nginx):
+    n = nginx("""
+mruby_init {dir}/open.rb;
+server {
+    listen 127.0.0.1:{port};
+    location /set { mruby_content_handler {dir}/set.rb; }
+    location /get { mruby_content_handler {dir}/get.rb; }
+}""", workers=2, files={"open.rb": CACHE_OPEN, "set.rb": CACHE_SET,
+                        "get.rb": CACHE_GET})
+    assert n.get("/set?kept").text == "ok"
+    n.reload()
+    assert n.get("/get").text == '"kept"'
