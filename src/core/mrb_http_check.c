@@ -204,8 +204,11 @@ mrb_http_check_header_value(mrb_state *mrb, const char *what,
 }
 
 
-void
-mrb_http_check_uri(mrb_state *mrb, const char *what, mrb_value value,
+/* value as a String, checked by valid; error names what and what it is
+ * refused for. */
+static void
+http_check_str(mrb_state *mrb, const char *what, mrb_value value,
+    int (*valid)(const char *p, size_t len), const char *why,
     mrb_http_str *out)
 {
     mrb_value  s;
@@ -213,10 +216,18 @@ mrb_http_check_uri(mrb_state *mrb, const char *what, mrb_value value,
     s = http_to_str(mrb, value);
     http_str_of(s, out);
 
-    if (!mrb_http_valid_uri(out->data, out->len)) {
-        mrb_raisef(mrb, E_ARGUMENT_ERROR,
-                   "invalid %s (empty, or a control character)", what);
+    if (!valid(out->data, out->len)) {
+        mrb_raisef(mrb, E_ARGUMENT_ERROR, "invalid %s (%s)", what, why);
     }
+}
+
+
+void
+mrb_http_check_uri(mrb_state *mrb, const char *what, mrb_value value,
+    mrb_http_str *out)
+{
+    http_check_str(mrb, what, value, mrb_http_valid_uri,
+                   "empty, or a control character", out);
 }
 
 
@@ -224,16 +235,8 @@ void
 mrb_http_check_target(mrb_state *mrb, const char *what, mrb_value value,
     mrb_http_str *out)
 {
-    mrb_value  s;
-
-    s = http_to_str(mrb, value);
-    http_str_of(s, out);
-
-    if (!mrb_http_valid_target(out->data, out->len)) {
-        mrb_raisef(mrb, E_ARGUMENT_ERROR,
-                   "invalid %s (empty, or a control character or space)",
-                   what);
-    }
+    http_check_str(mrb, what, value, mrb_http_valid_target,
+                   "empty, or a control character or space", out);
 }
 
 
@@ -241,15 +244,8 @@ void
 mrb_http_check_args(mrb_state *mrb, const char *what, mrb_value value,
     mrb_http_str *out)
 {
-    mrb_value  s;
-
-    s = http_to_str(mrb, value);
-    http_str_of(s, out);
-
-    if (!mrb_http_valid_args(out->data, out->len)) {
-        mrb_raisef(mrb, E_ARGUMENT_ERROR,
-                   "invalid %s (a control character or space)", what);
-    }
+    http_check_str(mrb, what, value, mrb_http_valid_args,
+                   "a control character or space", out);
 }
 
 
