@@ -228,9 +228,18 @@ run_op(program *pg)
                 expect(rc == MRB_SHDICT_NOT_FOUND);
                 return;
             }
+            /* an absent key starts from init: init + n is stored, or,
+             * when that overflows, nothing is */
+            if (__builtin_add_overflow(init.i, n, &total)) {
+                expect(rc == MRB_SHDICT_OVERFLOW);
+                return;
+            }
+            expect(rc == MRB_SHDICT_OK && out.type == MRB_SHDICT_INTEGER
+                   && out.i == total);
             m->present = 1;
             m->type = MRB_SHDICT_INTEGER;
-            m->i = init.i;
+            m->i = total;
+            return;
         }
         if (m->type == MRB_SHDICT_INTEGER) {
             if (__builtin_add_overflow(m->i, n, &total)) {
