@@ -10,6 +10,7 @@ SHELL := /bin/bash
 #                   load each, 10^6 requests to a raising script): ~30 min
 #   make run        install, build, start Apache (:8080) and nginx (:8081)
 #   make bench      install, build, benchmark; results in docs/benchmarks.md
+#   make bench-watch  the file watch with up to 100,000 stat scripts
 #   make install    install the Apache module for a2enmod and the nginx one
 #   make deb        Debian packages of both (dpkg-buildpackage) in build/deb/
 #   make test-deb   build, lintian, install, serve, upgrade, purge them (root)
@@ -60,7 +61,7 @@ NGINX_STREAM_ENABLED := 60-mod-stream-mruby.conf
 VENV       := build/venv
 PYTHON     := $(VENV)/bin/python
 
-.PHONY: all deps apache nginx test test-unit test-unit-asan test-asan test-faults test-deb fuzz run bench install deb clean venv
+.PHONY: all deps apache nginx test test-unit test-unit-asan test-asan test-faults test-deb fuzz run bench bench-watch install deb clean venv
 
 all: apache nginx
 
@@ -224,6 +225,11 @@ bench: deps
 	$(PYTHON) bench/run.py
 	$(MAKE) $(BUILD)/coro_bench
 	$(PYTHON) bench/coro.py
+
+# the file watch with 1,000 to 100,000 stat scripts (bench/watch_scale.py)
+bench-watch: deps
+	$(MAKE) all venv
+	WATCH_SCALES=$${WATCH_SCALES:-1000,10000,100000} $(PYTHON) bench/watch_scale.py
 
 install: all
 	install -m 644 $(BUILD)/mod_mruby.so $(shell $(APXS) -q LIBEXECDIR)/mod_mruby.so

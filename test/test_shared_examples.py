@@ -5,6 +5,7 @@ import os
 import shutil
 
 import pytest
+import requests
 from urllib.parse import urlsplit
 
 from harness import REPO
@@ -125,3 +126,30 @@ def test_rack_app(both):
     for s in (a, n):
         r = s.get("/rack_app/missing")
         assert (r.status_code, r.text) == (404, "no such page\n"), s.name
+
+
+def test_stat_status(both):
+    """A broken save of site.rb: the last version answers and the status
+    page of the worker that ran it says why; fixed, it is current again.
+    (One keep-alive connection: the list is the serving process's.)"""
+    a, n = both("stat_status")
+    for s in (a, n):
+        site = os.path.join(s.dir, "examples", "stat_status", "site.rb")
+        http = requests.Session()
+
+        def get(path):
+            return http.get(s.url(path), timeout=10).text
+
+        assert get("/stat_status/site") == "site, version 1\n"
+        assert get("/stat_status/") == "all stat scripts current\n"
+        with open(site, "w") as f:
+            f.write("Server = get_server_class\nServer.rputs(\n")
+        assert get("/stat_status/site") == "site, version 1\n"
+        status = get("/stat_status/")
+        assert status.startswith(f"{site}: serving previous version for "), \
+            (s.name, status)
+        assert f"{site}:3: syntax error" in status, status
+        with open(site, "w") as f:
+            f.write('Server = get_server_class\nServer.rputs "version 2\\n"\n')
+        assert get("/stat_status/site") == "version 2\n"
+        assert get("/stat_status/") == "all stat scripts current\n"

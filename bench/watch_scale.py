@@ -1,0 +1,333 @@
+#!/usr/bin/env python3
+"""make bench-watch: the file watch of `stat` scripts at hosting scale.
+
+N scripts (one per site) in one directory, each run by the URI that names
+it (nginx `mruby_add_handler on`, Apache `SetHandler mruby-script` with
+`mrubyHandlerEnable On`), one nginx worker / the Apache event MPM.  For
+each server and N:
+
+    startup        seconds from launch to the first answer
+    rss/script     worker RSS growth after every script ran once, per script
+    edit           the request to an edited script right after its edit, and
+                   to an unchanged one, against the same request with no
+                   edit (median and max of 20, ms)
+    deploy stall   the longest wait of a client requesting an unchanged
+                   script in a loop while all N scripts are rewritten, next
+                   to its longest wait with no edits (ms)
+    edits 100/s    wrk on an unchanged script while 100 other scripts are
+                   rewritten per second, as a ratio of wrk with no edits
+                   (pairs a few seconds apart, median of 3)
+
+Latencies are measured by a Python client on the same loaded 2 cores, so
+they include its own overhead; the comparison that matters is within one
+run (with and without edits).  Results: bench/watch_results.json,
+bench/watch_scale.md (inserted into docs/benchmarks.md by bench/render.py)
+and docs/img/watch_scale.png.
+
+    python3 bench/watch_scale.py                 # N = 1,000 and 10,000
+    WATCH_SCALES=1000,10000,100000 python3 bench/watch_scale.py
+    WATCH_SERVERS=nginx python3 bench/watch_scale.py
+"""
+
+import json
+import os
+import random
+import re
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+import requests
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(REPO, "test"))
+
+import harness  # noqa: E402
+
+RESULTS = os.path.join(HERE, "watch_results.json")
+SECTION = os.path.join(HERE, "watch_scale.md")
+PLOT = os.path.join(REPO, "docs", "img", "watch_scale.png")
+DOC = os.path.join(REPO, "docs", "benchmarks.md")
+
+SCALES = [int(n) for n in
+          os.environ.get("WATCH_SCALES", "1000,10000").split(",")]
+SERVERS = os.environ.get("WATCH_SERVERS", "nginx,apache").split(",")
+WRK_SECONDS = 4
+CLIENTS = 4
+
+CONF = {
+    "nginx": "location /s/ { mruby_add_handler on; }",
+    "apache": ("mrubyHandlerEnable On\n<Directory {docroot}/s>\n"
+               "SetHandler mruby-script\n</Directory>"),
+}
+CLASS = {"nginx": "Nginx", "apache": "Apache"}
+
+
+def script(cls, i, version=0):
+    return f'{cls}.rputs "{i}.{version}"\n'
+
+
+def make_server(which, n):
+    if which == "nginx":
+        s = harness.Nginx(CONF[which], access_log=False, loglevel="notice")
+    else:
+        s = harness.Apache(CONF[which], mpm="event", loglevel="notice",
+                           access_log=False)
+    os.makedirs(os.path.join(s.docroot, "s"), mode=0o755, exist_ok=True)
+    os.chmod(os.path.join(s.docroot, "s"), 0o755)
+    for i in range(n):
+        with open(os.path.join(s.docroot, "s", f"{i}.rb"), "w") as f:
+            f.write(script(CLASS[which], i))
+    return s
+
+
+def worker_rss_kb(s):
+    return sum(harness.rss_kb(p) for p in s.worker_pids())
+
+
+def request_all(s, n):
+    """Every script once, from CLIENTS keep-alive clients."""
+    errors = []
+
+    def run(k):
+        session = requests.Session()
+        for i in range(k, n, CLIENTS):
+            r = session.get(s.url(f"/s/{i}.rb"), timeout=30)
+            if r.status_code != 200:
+                errors.append((i, r.status_code))
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(CLIENTS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise RuntimeError(f"requests failed: {errors[:5]}")
+
+
+def timed_get(session, url):
+    t0 = time.perf_counter()
+    r = session.get(url, timeout=30)
+    return (time.perf_counter() - t0) * 1000, r.text
+
+
+def measure_edit(s, which, n):
+    cls = CLASS[which]
+    session = requests.Session()
+    base, edited, unchanged = [], [], []
+    for k in range(20):
+        j = random.randrange(1, n)
+        base.append(timed_get(session, s.url("/s/0.rb"))[0])
+        with open(os.path.join(s.docroot, "s", f"{j}.rb"), "w") as f:
+            f.write(script(cls, j, k + 1))
+        ms, text = timed_get(session, s.url(f"/s/{j}.rb"))
+        if text != f"{j}.{k + 1}":
+            raise RuntimeError(f"edit of {j} not seen: {text!r}")
+        edited.append(ms)
+        with open(os.path.join(s.docroot, "s", f"{(j + 1) % n or 1}.rb"),
+                  "w") as f:
+            f.write(script(cls, (j + 1) % n or 1, k + 100))
+        unchanged.append(timed_get(session, s.url("/s/0.rb"))[0])
+        time.sleep(0.02)
+    med = statistics.median
+    return {"base_ms": med(base), "edited_ms": med(edited),
+            "edited_max_ms": max(edited), "unchanged_ms": med(unchanged),
+            "unchanged_max_ms": max(unchanged)}
+
+
+def longest_wait(s, seconds=None, during=None):
+    """A client requesting /s/0.rb in a loop: its longest wait, in ms,
+    while during() runs (or for seconds)."""
+    waits, stop = [], threading.Event()
+
+    def client():
+        session = requests.Session()
+        while not stop.is_set():
+            waits.append(timed_get(session, s.url("/s/0.rb"))[0])
+
+    t = threading.Thread(target=client)
+    t.start()
+    time.sleep(0.2)
+    t0 = time.monotonic()
+    if during:
+        during()
+    else:
+        time.sleep(seconds)
+    elapsed = time.monotonic() - t0
+    stop.set()
+    t.join()
+    waits.sort()
+    return {"max_ms": waits[-1], "p99_ms": waits[int(len(waits) * 0.99)],
+            "requests": len(waits), "seconds": elapsed}
+
+
+def rewrite_all(s, which, n, version):
+    cls = CLASS[which]
+    d = os.path.join(s.docroot, "s")
+    for i in range(1, n):
+        with open(os.path.join(d, f"{i}.rb"), "w") as f:
+            f.write(script(cls, i, version))
+
+
+def wrk_rps(url):
+    out = subprocess.run(["wrk", "-t1", "-c20", f"-d{WRK_SECONDS}s", url],
+                         capture_output=True, text=True, check=True).stdout
+    return float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+
+
+def edits_ratio(s, which, n):
+    cls = CLASS[which]
+    d = os.path.join(s.docroot, "s")
+    ratios = []
+    for _ in range(3):
+        quiet = wrk_rps(s.url("/s/0.rb"))
+        stop = threading.Event()
+
+        def editor():
+            k = 0
+            while not stop.is_set():
+                i = random.randrange(1, n)
+                with open(os.path.join(d, f"{i}.rb"), "w") as f:
+                    f.write(script(cls, i, 1000 + k))
+                k += 1
+                time.sleep(0.01)     # 100 per second
+
+        t = threading.Thread(target=editor)
+        t.start()
+        busy = wrk_rps(s.url("/s/0.rb"))
+        stop.set()
+        t.join()
+        ratios.append(busy / quiet)
+    return statistics.median(ratios)
+
+
+def run_one(which, n):
+    print(f"{which} N={n}: writing scripts", flush=True)
+    s = make_server(which, n)
+    try:
+        t0 = time.monotonic()
+        s.start()
+        startup = time.monotonic() - t0
+        requests.get(s.url("/s/0.rb"), timeout=30)
+        rss0 = worker_rss_kb(s)
+        print(f"{which} N={n}: requesting every script", flush=True)
+        t0 = time.monotonic()
+        request_all(s, n)
+        first_all = time.monotonic() - t0
+        rss1 = worker_rss_kb(s)
+        print(f"{which} N={n}: edits", flush=True)
+        edit = measure_edit(s, which, n)
+        quiet = longest_wait(s, seconds=3)
+        deploy = longest_wait(s, during=lambda: rewrite_all(s, which, n, 7))
+        ratio = edits_ratio(s, which, n)
+        log = s.error_log()
+        limits = re.findall(r"inotify watches[^\n]*", log)
+        return {"server": which, "n": n, "startup_s": startup,
+                "first_run_all_s": first_all,
+                "rss_per_script_bytes": (rss1 - rss0) * 1024 / n,
+                "edit": edit, "quiet_wait": quiet, "deploy_wait": deploy,
+                "edits_100_per_s_ratio": ratio,
+                "log_limits": limits[:1]}
+    finally:
+        s.stop()
+        s.remove()
+
+
+def render(results):
+    rows = sorted(results, key=lambda r: (r["server"], r["n"]))
+    out = ["## The file watch at hosting scale (`make bench-watch`)", "",
+           "N `stat` scripts in one directory, each run by the URI that "
+           "names it (nginx `mruby_add_handler`, one worker; Apache "
+           "`mruby-script`, event MPM), from `bench/watch_scale.py`.  "
+           "Latencies are a Python client's on the same 2 loaded cores "
+           "(its own overhead included): compare within a row.", "",
+           "| server | N | startup | RSS per script | request after an "
+           "edit: edited / unchanged / no edit (median, max) | longest wait "
+           "while all N are rewritten (no edits) | wrk on an unchanged "
+           "script, 100 edits/s / none |",
+           "|---|---:|---:|---:|---|---|---:|"]
+    for r in rows:
+        e, d, q = r["edit"], r["deploy_wait"], r["quiet_wait"]
+        out.append(
+            f"| {r['server']} | {r['n']:,} | {r['startup_s']:.2f} s | "
+            f"{r['rss_per_script_bytes']:,.0f} B | "
+            f"{e['edited_ms']:.2f} ms ({e['edited_max_ms']:.1f}) / "
+            f"{e['unchanged_ms']:.2f} ms ({e['unchanged_max_ms']:.1f}) / "
+            f"{e['base_ms']:.2f} ms | "
+            f"{d['max_ms']:.1f} ms over {d['seconds']:.1f} s "
+            f"({q['max_ms']:.1f} ms) | "
+            f"{r['edits_100_per_s_ratio']:.3f} |")
+    out += ["", "![cost against the number of scripts](img/"
+            "watch_scale.png)", ""]
+    with open(SECTION, "w") as f:
+        f.write("\n".join(out) + "\n")
+    plot(rows)
+    splice()
+
+
+def plot(rows):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for which in SERVERS:
+        rs = [r for r in rows if r["server"] == which]
+        if not rs:
+            continue
+        ns = [r["n"] for r in rs]
+        ax.plot(ns, [r["edit"]["edited_ms"] for r in rs], "o-",
+                label=f"{which}: request after an edit (median)")
+        ax.plot(ns, [r["deploy_wait"]["max_ms"] for r in rs], "s--",
+                label=f"{which}: longest wait, all N rewritten")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("scripts watched")
+    ax.set_ylabel("ms")
+    ax.legend(fontsize=7)
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(PLOT, dpi=100)
+
+
+def splice():
+    """Puts bench/watch_scale.md into docs/benchmarks.md between markers
+    that bench/render.py keeps when it rewrites the page."""
+    begin, end = "<!-- watch:begin -->", "<!-- watch:end -->"
+    with open(SECTION) as f:
+        section = f"{begin}\n{f.read()}{end}\n"
+    with open(DOC) as f:
+        doc = f.read()
+    if begin in doc:
+        doc = doc[:doc.index(begin)] + section + doc[doc.index(end)
+                                                     + len(end) + 1:]
+    else:
+        doc = doc.rstrip("\n") + "\n\n" + section
+    with open(DOC, "w") as f:
+        f.write(doc)
+
+
+def main():
+    results = []
+    if os.path.exists(RESULTS):
+        with open(RESULTS) as f:
+            results = json.load(f)
+    for which in SERVERS:
+        for n in SCALES:
+            r = run_one(which, n)
+            print(json.dumps(r), flush=True)
+            results = [x for x in results
+                       if (x["server"], x["n"]) != (which, n)] + [r]
+            with open(RESULTS, "w") as f:
+                json.dump(results, f, indent=1)
+    render(results)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--render"]:
+        with open(RESULTS) as f:
+            render(json.load(f))
+    else:
+        main()
