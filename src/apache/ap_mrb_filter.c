@@ -49,11 +49,13 @@ ap_mrb_filter_ctx_new(request_rec *r, ap_mrb_run_kind kind)
 /*
  * Moves the data of bb into ctx->body (copied: bb's buckets may be
  * transient) and its metadata into ctx->meta; flushes are dropped, as
- * nothing can go out before the script has run.  Returns 1 at EOS.
+ * nothing can go out before the script has run.  Stops once more than
+ * limit bytes (when limit > 0) are held: one brigade may carry a whole
+ * file, read here piece by piece.  Returns 1 at EOS.
  */
 static int
 ap_mrb_filter_collect(ap_mrb_filter_ctx *ctx, apr_bucket_brigade *bb,
-    apr_status_t *rv)
+    apr_off_t limit, apr_status_t *rv)
 {
     apr_bucket  *e;
     const char  *data;
@@ -93,6 +95,10 @@ ap_mrb_filter_collect(ap_mrb_filter_ctx *ctx, apr_bucket_brigade *bb,
         ctx->len += len;
 
         apr_bucket_delete(e);
+
+        if (limit > 0 && ctx->len > limit) {
+            return 0;
+        }
     }
 
     return 0;
@@ -178,14 +184,14 @@ ap_mrb_output_filter(ap_filter_t *f, apr_bucket_brigade *bb)
         return ap_pass_brigade(f->next, bb);
     }
 
-    eos = ap_mrb_filter_collect(ctx, bb, &rv);
+    limit = ap_mrb_filter_limit(r);
+    eos = ap_mrb_filter_collect(ctx, bb, limit, &rv);
     if (rv != APR_SUCCESS) {
         ap_log_rerror(APLOG_MARK, APLOG_ERR, rv, r, "mrubyOutputFilter: "
                       "cannot read the response body");
         return rv;
     }
 
-    limit = ap_mrb_filter_limit(r);
     if (limit > 0 && ctx->len > limit) {
         return ap_mrb_output_too_large(f, ctx, bb, limit);
     }
@@ -250,7 +256,7 @@ ap_mrb_input_collect(ap_filter_t *f, ap_mrb_filter_ctx *ctx)
             return rv;
         }
 
-        eos = ap_mrb_filter_collect(ctx, tmp, &rv);
+        eos = ap_mrb_filter_collect(ctx, tmp, limit, &rv);
         if (rv != APR_SUCCESS) {
             apr_brigade_destroy(tmp);
             return rv;

@@ -364,3 +364,33 @@ def test_restart_adds_and_drops_phases(apache):
         restart()
         r = a.get("/r?deny")
         assert (r.status_code, "X-Fixups" in r.headers) == (200, False)
+
+
+def vm_hwm_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return 0
+
+
+def test_output_filter_limit_stops_reading_a_large_file(apache):
+    """A static file comes to the filter as one brigade: past
+    mrubyOutputFilterLimit the filter stops reading it there, rather than
+    copying the whole file into memory and only then answering 500."""
+    size = 48 << 20
+    s = apache("""
+<Location /f/>
+    mrubyOutputFilterLimit 4096
+    mrubyOutputFilter {dir}/f.rb
+    SetOutputFilter mruby
+</Location>
+""", mpm="prefork", mpm_conf=ONE_CHILD,
+        files={"f.rb": "f = Apache::Filter.new; f.body = f.body.upcase"},
+        docs={"f/small": "x" * 100, "f/big": "x" * size})
+    assert s.get("/f/small").text == "X" * 100
+    (child,) = s.worker_pids()
+    before = vm_hwm_kib(child)
+    assert s.get("/f/big").status_code == 500
+    grown = vm_hwm_kib(child) - before
+    assert grown < (size >> 10) // 2, f"the child grew by {grown} KiB"
