@@ -29,7 +29,7 @@ comma      := ,
 MRB_WRAP   := $(addprefix -Wl$(comma)--wrap=,mrb_funcall mrb_funcall_id \
               mrb_funcall_argv mrb_funcall_with_block mrb_yield mrb_yield_argv \
               mrb_yield_with_class mrb_yield_cont mrb_top_run mrb_exec_irep)
-LIBS       := $(MRB_WRAP) $(MRUBY_LIB) -lhiredis -lonig -ljansson -lcrypto -lboost_context -lm -lpthread
+LIBS       := $(MRB_WRAP) $(MRUBY_LIB) -lhiredis -lonig -lcrypto -lboost_context -lm -lpthread
 
 WARN       := -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
 OPT        ?= -O2 -g

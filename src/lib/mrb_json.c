@@ -1,20 +1,20 @@
 /*
- * JSON: parse with jansson (Debian's libjansson), generate here.
+ * JSON: parse and generate, both written here against mruby objects.
  *
- * Generation is written out directly rather than through jansson's
- * encoder, because scripts compare the bytes with what CRuby's json gives:
- * compact separators, "/" and non-ASCII left as they are, \b \f \n \r \t
- * and \u00XX for the other control characters, Floats as Float#to_s
- * writes them, NaN and Infinity refused (GeneratorError), nesting deeper
- * than 100 refused (NestingError) as CRuby's default max_nesting does.
- * Both directions build on GC-owned objects (the parsed jansson tree is
- * held by a Data object), so an exception half way leaks nothing.
+ * Parsing builds the Ruby objects as it reads (see "parse" below for why
+ * not jansson).  Generation writes what CRuby's json writes, because
+ * scripts compare the bytes: compact separators, "/" and non-ASCII left as
+ * they are, \b \f \n \r \t and \u00XX for the other control characters,
+ * Floats as Float#to_s writes them, NaN and Infinity refused
+ * (GeneratorError), nesting deeper than 100 refused (NestingError) as
+ * CRuby's default max_nesting does.  Both directions hold only GC-owned
+ * objects, so an exception half way leaks nothing.
  */
 
+#include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
-
-#include <jansson.h>
 
 #include <mruby.h>
 #include <mruby/array.h>
@@ -31,26 +31,10 @@
 #define JSON_MAX_NESTING  100
 
 typedef struct {
-    mrb_bool     symbolize;
-    mrb_int      max_nesting;   /* 0: no limit */
-} json_parse_opts;
-
-typedef struct {
     mrb_value    out;
     int          pretty;
     mrb_int      max_nesting;
 } json_gen;
-
-
-static void
-json_tree_free(mrb_state *mrb, void *p)
-{
-    json_decref(p);
-}
-
-static const struct mrb_data_type  json_tree_type = {
-    "JSON tree", json_tree_free
-};
 
 
 static struct RClass *
@@ -62,67 +46,473 @@ json_error_class(mrb_state *mrb, const char *name)
 
 /* ---- parse ---------------------------------------------------------- */
 
-static mrb_value
-json_to_value(mrb_state *mrb, json_t *j, const json_parse_opts *o,
-    mrb_int depth)
+/*
+ * A recursive-descent parser of RFC 8259 that builds the Ruby objects as
+ * it reads.  It replaced jansson's, which built a tree of its own first:
+ * 274,000 instructions for a 1.1 KB document in jansson alone.  Strict as
+ * jansson was: UTF-8 only, no raw control characters in strings, no lone
+ * surrogates, nothing after the value.  JSON_MAX_DEPTH bounds the
+ * recursion (the C stack) whatever max_nesting says.
+ */
+
+#define JSON_MAX_DEPTH  2048
+
+typedef struct {
+    mrb_state              *mrb;
+    const unsigned char    *start, *p, *end;
+    mrb_bool                symbolize;
+    mrb_int                 max_nesting;   /* 0: no limit */
+} json_parser;
+
+
+static void
+json_fail(json_parser *ps, const char *what)
 {
-    mrb_value    v, key;
-    const char  *k;
-    json_t      *item;
-    size_t       i;
-    int          ai;
+    const unsigned char  *q;
+    int                   line = 1, col = 1;
 
-    switch (json_typeof(j)) {
-    case JSON_OBJECT:
-    case JSON_ARRAY:
-        if (o->max_nesting > 0 && depth > o->max_nesting) {
-            mrb_raisef(mrb, json_error_class(mrb, "NestingError"),
-                       "nesting of %d is too deep", (int) depth);
+    for (q = ps->start; q < ps->p && q < ps->end; q++) {
+        if (*q == '\n') {
+            line++;
+            col = 1;
+        } else {
+            col++;
+        }
+    }
+
+    mrb_raisef(ps->mrb, json_error_class(ps->mrb, "ParserError"),
+               "%s at line %d column %d", what, line, col);
+}
+
+
+static void
+json_ws(json_parser *ps)
+{
+    while (ps->p < ps->end
+           && (*ps->p == ' ' || *ps->p == '\t' || *ps->p == '\n'
+               || *ps->p == '\r'))
+    {
+        ps->p++;
+    }
+}
+
+
+static int
+json_hex4(json_parser *ps, const unsigned char *q)
+{
+    int  i, v = 0, c;
+
+    if (ps->end - q < 4) {
+        ps->p = q;
+        json_fail(ps, "invalid \\u escape");
+    }
+
+    for (i = 0; i < 4; i++) {
+        c = q[i];
+        v <<= 4;
+        if (c >= '0' && c <= '9') {
+            v |= c - '0';
+        } else if (c >= 'a' && c <= 'f') {
+            v |= c - 'a' + 10;
+        } else if (c >= 'A' && c <= 'F') {
+            v |= c - 'A' + 10;
+        } else {
+            ps->p = q;
+            json_fail(ps, "invalid \\u escape");
+        }
+    }
+
+    return v;
+}
+
+
+/* The length of the UTF-8 sequence at q (within end), or 0 if invalid. */
+static int
+json_utf8_len(const unsigned char *q, const unsigned char *end)
+{
+    unsigned int  c = *q, n, i, cp;
+
+    if (c >= 0xc2 && c <= 0xdf) {
+        n = 1; cp = c & 0x1f;
+    } else if (c >= 0xe0 && c <= 0xef) {
+        n = 2; cp = c & 0x0f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        n = 3; cp = c & 0x07;
+    } else {
+        return 0;
+    }
+
+    if (end - q <= (long) n) {
+        return 0;
+    }
+    for (i = 1; i <= n; i++) {
+        if ((q[i] & 0xc0) != 0x80) {
+            return 0;
+        }
+        cp = (cp << 6) | (q[i] & 0x3f);
+    }
+    if ((n == 2 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff)))
+        || (n == 3 && (cp < 0x10000 || cp > 0x10ffff)))
+    {
+        return 0;
+    }
+
+    return (int) n + 1;
+}
+
+
+static void
+json_cat_utf8(mrb_state *mrb, mrb_value out, unsigned int cp)
+{
+    char  b[4];
+    int   n;
+
+    if (cp < 0x80) {
+        b[0] = (char) cp; n = 1;
+    } else if (cp < 0x800) {
+        b[0] = (char) (0xc0 | (cp >> 6));
+        b[1] = (char) (0x80 | (cp & 0x3f)); n = 2;
+    } else if (cp < 0x10000) {
+        b[0] = (char) (0xe0 | (cp >> 12));
+        b[1] = (char) (0x80 | ((cp >> 6) & 0x3f));
+        b[2] = (char) (0x80 | (cp & 0x3f)); n = 3;
+    } else {
+        b[0] = (char) (0xf0 | (cp >> 18));
+        b[1] = (char) (0x80 | ((cp >> 12) & 0x3f));
+        b[2] = (char) (0x80 | ((cp >> 6) & 0x3f));
+        b[3] = (char) (0x80 | (cp & 0x3f)); n = 4;
+    }
+
+    mrb_str_cat(mrb, out, b, n);
+}
+
+
+/* A string, ps->p at its opening quote; as a Symbol when sym. */
+static mrb_value
+json_string(json_parser *ps, int sym)
+{
+    mrb_state            *mrb = ps->mrb;
+    const unsigned char  *q = ps->p + 1, *run;
+    mrb_value             out = mrb_nil_value();
+    unsigned int          cp, lo;
+    int                   n;
+
+    /* the common case: no escape, one copy */
+    for (run = q; q < ps->end && *q != '"' && *q != '\\'; ) {
+        if (*q < 0x20) {
+            ps->p = q;
+            json_fail(ps, "control character in a string");
+        }
+        if (*q < 0x80) {
+            q++;
+            continue;
+        }
+        n = json_utf8_len(q, ps->end);
+        if (n == 0) {
+            ps->p = q;
+            json_fail(ps, "invalid UTF-8 in a string");
+        }
+        q += n;
+    }
+
+    if (q < ps->end && *q == '"') {
+        ps->p = q + 1;
+        return sym ? mrb_symbol_value(mrb_intern(mrb, (const char *) run,
+                                                 q - run))
+                   : mrb_str_new(mrb, (const char *) run, q - run);
+    }
+
+    out = mrb_str_new(mrb, (const char *) run, q - run);
+
+    while (q < ps->end && *q != '"') {
+        if (*q == '\\') {
+            if (ps->end - q < 2) {
+                break;
+            }
+            switch (q[1]) {
+            case '"':  mrb_str_cat(mrb, out, "\"", 1); q += 2; continue;
+            case '\\': mrb_str_cat(mrb, out, "\\", 1); q += 2; continue;
+            case '/':  mrb_str_cat(mrb, out, "/", 1); q += 2; continue;
+            case 'b':  mrb_str_cat(mrb, out, "\b", 1); q += 2; continue;
+            case 'f':  mrb_str_cat(mrb, out, "\f", 1); q += 2; continue;
+            case 'n':  mrb_str_cat(mrb, out, "\n", 1); q += 2; continue;
+            case 'r':  mrb_str_cat(mrb, out, "\r", 1); q += 2; continue;
+            case 't':  mrb_str_cat(mrb, out, "\t", 1); q += 2; continue;
+            case 'u':
+                cp = (unsigned int) json_hex4(ps, q + 2);
+                q += 6;
+                if (cp >= 0xd800 && cp <= 0xdbff) {
+                    if (ps->end - q < 6 || q[0] != '\\' || q[1] != 'u') {
+                        ps->p = q;
+                        json_fail(ps, "lone surrogate in a \\u escape");
+                    }
+                    lo = (unsigned int) json_hex4(ps, q + 2);
+                    if (lo < 0xdc00 || lo > 0xdfff) {
+                        ps->p = q;
+                        json_fail(ps, "lone surrogate in a \\u escape");
+                    }
+                    cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+                    q += 6;
+                } else if (cp >= 0xdc00 && cp <= 0xdfff) {
+                    ps->p = q;
+                    json_fail(ps, "lone surrogate in a \\u escape");
+                }
+                json_cat_utf8(mrb, out, cp);
+                continue;
+            default:
+                ps->p = q;
+                json_fail(ps, "invalid escape in a string");
+            }
+        }
+
+        if (*q < 0x20) {
+            ps->p = q;
+            json_fail(ps, "control character in a string");
+        }
+
+        n = (*q < 0x80) ? 1 : json_utf8_len(q, ps->end);
+        if (n == 0) {
+            ps->p = q;
+            json_fail(ps, "invalid UTF-8 in a string");
+        }
+        mrb_str_cat(mrb, out, (const char *) q, n);
+        q += n;
+    }
+
+    if (q >= ps->end) {
+        ps->p = q;
+        json_fail(ps, "unterminated string");
+    }
+
+    ps->p = q + 1;
+    return sym ? mrb_symbol_value(mrb_intern_str(mrb, out)) : out;
+}
+
+
+static mrb_value
+json_number(json_parser *ps)
+{
+    const unsigned char  *q = ps->p, *digits;
+    char                  buf[64], *e;
+    int                   real = 0;
+    size_t                len;
+    long long             i;
+    double                d;
+
+    if (q < ps->end && *q == '-') {
+        q++;
+    }
+    digits = q;
+    if (q < ps->end && *q == '0') {
+        q++;
+    } else {
+        while (q < ps->end && *q >= '0' && *q <= '9') {
+            q++;
+        }
+    }
+    if (q == digits) {
+        json_fail(ps, "invalid number");
+    }
+    if (q < ps->end && *q == '.') {
+        real = 1;
+        digits = ++q;
+        while (q < ps->end && *q >= '0' && *q <= '9') {
+            q++;
+        }
+        if (q == digits) {
+            ps->p = q;
+            json_fail(ps, "invalid number");
+        }
+    }
+    if (q < ps->end && (*q == 'e' || *q == 'E')) {
+        real = 1;
+        q++;
+        if (q < ps->end && (*q == '+' || *q == '-')) {
+            q++;
+        }
+        digits = q;
+        while (q < ps->end && *q >= '0' && *q <= '9') {
+            q++;
+        }
+        if (q == digits) {
+            ps->p = q;
+            json_fail(ps, "invalid number");
+        }
+    }
+
+    len = (size_t) (q - ps->p);
+    if (len >= sizeof(buf)) {
+        if (!real) {
+            json_fail(ps, "too big integer");
+        }
+        json_fail(ps, "number too long");
+    }
+    memcpy(buf, ps->p, len);
+    buf[len] = '\0';
+
+    errno = 0;
+    if (!real) {
+        i = strtoll(buf, &e, 10);
+        if (errno == ERANGE) {
+            json_fail(ps, "too big integer");
+        }
+        ps->p = q;
+        return mrb_int_value(ps->mrb, (mrb_int) i);
+    }
+
+    d = strtod(buf, &e);
+    if (errno == ERANGE && (d == HUGE_VAL || d == -HUGE_VAL)) {
+        json_fail(ps, "real number overflow");
+    }
+    ps->p = q;
+    return mrb_float_value(ps->mrb, d);
+}
+
+
+static int
+json_word(json_parser *ps, const char *w, size_t n)
+{
+    if ((size_t) (ps->end - ps->p) >= n && memcmp(ps->p, w, n) == 0) {
+        ps->p += n;
+        return 1;
+    }
+    return 0;
+}
+
+
+static mrb_value json_value(json_parser *ps, mrb_int depth);
+
+
+static void
+json_nest(json_parser *ps, mrb_int depth)
+{
+    if ((ps->max_nesting > 0 && depth > ps->max_nesting)
+        || depth > JSON_MAX_DEPTH)
+    {
+        mrb_raisef(ps->mrb, json_error_class(ps->mrb, "NestingError"),
+                   "nesting of %d is too deep", (int) depth);
+    }
+}
+
+
+static mrb_value
+json_object(json_parser *ps, mrb_int depth)
+{
+    mrb_state  *mrb = ps->mrb;
+    mrb_value   h = mrb_hash_new(mrb), k, v;
+    int         ai = mrb_gc_arena_save(mrb);
+
+    json_nest(ps, depth);
+    ps->p++;
+    json_ws(ps);
+    if (ps->p < ps->end && *ps->p == '}') {
+        ps->p++;
+        return h;
+    }
+
+    for ( ;; ) {
+        if (ps->p >= ps->end || *ps->p != '"') {
+            json_fail(ps, "expected a string as object key");
+        }
+        k = json_string(ps, ps->symbolize);
+        json_ws(ps);
+        if (ps->p >= ps->end || *ps->p != ':') {
+            json_fail(ps, "expected ':'");
+        }
+        ps->p++;
+        v = json_value(ps, depth);
+        mrb_hash_set(mrb, h, k, v);
+        mrb_gc_arena_restore(mrb, ai);
+
+        json_ws(ps);
+        if (ps->p < ps->end && *ps->p == ',') {
+            ps->p++;
+            json_ws(ps);
+            continue;
+        }
+        if (ps->p < ps->end && *ps->p == '}') {
+            ps->p++;
+            return h;
+        }
+        json_fail(ps, "expected ',' or '}'");
+    }
+}
+
+
+static mrb_value
+json_array(json_parser *ps, mrb_int depth)
+{
+    mrb_state  *mrb = ps->mrb;
+    mrb_value   a = mrb_ary_new(mrb), v;
+    int         ai = mrb_gc_arena_save(mrb);
+
+    json_nest(ps, depth);
+    ps->p++;
+    json_ws(ps);
+    if (ps->p < ps->end && *ps->p == ']') {
+        ps->p++;
+        return a;
+    }
+
+    for ( ;; ) {
+        v = json_value(ps, depth);
+        mrb_ary_push(mrb, a, v);
+        mrb_gc_arena_restore(mrb, ai);
+
+        json_ws(ps);
+        if (ps->p < ps->end && *ps->p == ',') {
+            ps->p++;
+            continue;
+        }
+        if (ps->p < ps->end && *ps->p == ']') {
+            ps->p++;
+            return a;
+        }
+        json_fail(ps, "expected ',' or ']'");
+    }
+}
+
+
+/* The value at ps->p (after white space), inside depth containers. */
+static mrb_value
+json_value(json_parser *ps, mrb_int depth)
+{
+    json_ws(ps);
+    if (ps->p >= ps->end) {
+        json_fail(ps, "unexpected end of input");
+    }
+
+    switch (*ps->p) {
+    case '{':
+        return json_object(ps, depth + 1);
+    case '[':
+        return json_array(ps, depth + 1);
+    case '"':
+        return json_string(ps, 0);
+    case 't':
+        if (json_word(ps, "true", 4)) {
+            return mrb_true_value();
+        }
+        break;
+    case 'f':
+        if (json_word(ps, "false", 5)) {
+            return mrb_false_value();
+        }
+        break;
+    case 'n':
+        if (json_word(ps, "null", 4)) {
+            return mrb_nil_value();
         }
         break;
     default:
+        if (*ps->p == '-' || (*ps->p >= '0' && *ps->p <= '9')) {
+            return json_number(ps);
+        }
         break;
     }
 
-    switch (json_typeof(j)) {
-    case JSON_OBJECT:
-        v = mrb_hash_new_capa(mrb, (mrb_int) json_object_size(j));
-        ai = mrb_gc_arena_save(mrb);
-        json_object_foreach(j, k, item) {
-            key = o->symbolize ? mrb_symbol_value(mrb_intern_cstr(mrb, k))
-                               : mrb_str_new_cstr(mrb, k);
-            mrb_hash_set(mrb, v, key, json_to_value(mrb, item, o, depth + 1));
-            mrb_gc_arena_restore(mrb, ai);
-        }
-        return v;
-
-    case JSON_ARRAY:
-        v = mrb_ary_new_capa(mrb, (mrb_int) json_array_size(j));
-        ai = mrb_gc_arena_save(mrb);
-        json_array_foreach(j, i, item) {
-            mrb_ary_push(mrb, v, json_to_value(mrb, item, o, depth + 1));
-            mrb_gc_arena_restore(mrb, ai);
-        }
-        return v;
-
-    case JSON_STRING:
-        return mrb_str_new(mrb, json_string_value(j), json_string_length(j));
-
-    case JSON_INTEGER:
-        return mrb_int_value(mrb, (mrb_int) json_integer_value(j));
-
-    case JSON_REAL:
-        return mrb_float_value(mrb, json_real_value(j));
-
-    case JSON_TRUE:
-        return mrb_true_value();
-
-    case JSON_FALSE:
-        return mrb_false_value();
-
-    default:
-        return mrb_nil_value();
-    }
+    json_fail(ps, "unexpected token");
+    return mrb_nil_value();
 }
 
 
@@ -130,42 +520,37 @@ json_to_value(mrb_state *mrb, json_t *j, const json_parse_opts *o,
 static mrb_value
 json_s_parse(mrb_state *mrb, mrb_value self)
 {
-    mrb_value        src, opts = mrb_nil_value(), v;
-    json_parse_opts  o = { FALSE, JSON_MAX_NESTING };
-    json_error_t     err;
-    json_t          *root;
-    struct RData    *holder;
+    mrb_value    src, opts = mrb_nil_value(), v;
+    json_parser  ps;
 
     mrb_get_args(mrb, "S|H", &src, &opts);
+
+    ps.mrb = mrb;
+    ps.symbolize = FALSE;
+    ps.max_nesting = JSON_MAX_NESTING;
 
     if (mrb_hash_p(opts)) {
         v = mrb_hash_get(mrb, opts, mrb_symbol_value(
                 mrb_intern_lit(mrb, "symbolize_names")));
-        o.symbolize = mrb_test(v);
+        ps.symbolize = mrb_test(v);
         v = mrb_hash_fetch(mrb, opts, mrb_symbol_value(
                 mrb_intern_lit(mrb, "max_nesting")), mrb_undef_value());
         if (!mrb_undef_p(v)) {
-            o.max_nesting = mrb_test(v) ? mrb_as_int(mrb, v) : 0;
+            ps.max_nesting = mrb_test(v) ? mrb_as_int(mrb, v) : 0;
         }
     }
 
-    holder = mrb_data_object_alloc(mrb, mrb->object_class, NULL,
-                                   &json_tree_type);
+    /* read in place: no Ruby runs while it parses (keys are Strings or
+     * Symbols, hashed in C) */
+    ps.start = ps.p = (const unsigned char *) RSTRING_PTR(src);
+    ps.end = ps.p + RSTRING_LEN(src);
 
-    root = json_loadb(RSTRING_PTR(src), (size_t) RSTRING_LEN(src),
-                      JSON_DECODE_ANY | JSON_ALLOW_NUL, &err);
-    if (root == NULL) {
-        mrb_raisef(mrb, json_error_class(mrb, "ParserError"),
-                   "%s at line %d column %d", err.text, err.line,
-                   err.column);
+    v = json_value(&ps, 0);
+    json_ws(&ps);
+    if (ps.p != ps.end) {
+        json_fail(&ps, "unexpected data after the value");
     }
 
-    holder->data = root;
-    v = json_to_value(mrb, root, &o, 1);
-
-    /* the tree goes now rather than at the next GC */
-    holder->data = NULL;
-    json_decref(root);
     return v;
 }
 

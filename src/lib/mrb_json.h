@@ -1,5 +1,5 @@
 /*
- * JSON (parse on jansson, generate as CRuby's json writes it).
+ * JSON (parse and generate as CRuby's json does).
  */
 
 #ifndef MRB_JSON_H

@@ -39,6 +39,23 @@ static const lib_case  json_cases[] = {
       "\"nesting of 101 is too deep\"" },
     { "JSON.parse('[' * 101 + ']' * 101, max_nesting: false).size", "1" },
     { "JSON.load(nil)", "nil" },
+    /* what RFC 8259 refuses, each a ParserError */
+    { "['[1,]', '{\"a\" 1}', '01', '1.', '-', '.5', '1e', '[1] x', "
+      "'\"abc', '\"\\\\x\"', '\"\\\\ud800\"', '\"\\\\udc00x\"', "
+      "\"\\\"a\\tb\\\"\", \"\\\"\\xff\\\"\", '{\"a\":1,}', 'tru', "
+      "'[1 2]', '{1:2}', '99999999999999999999', ' '].map { |s| "
+      "begin; JSON.parse(s); :accepted; rescue JSON::ParserError; :refused; "
+      "end }.uniq", "[:refused]" },
+    { "JSON.parse(' [ 1 , -0 , 2.5e-3 , 1E2 , \"\" ] ')",
+      "[1, 0, 0.0025, 100.0, \"\"]" },
+    { "JSON.parse('\"\\\\u00e9\\\\t\\\\u0041\"').bytes",
+      "[195, 169, 9, 65]" },
+    { "JSON.parse('-9223372036854775808')", "-9223372036854775808" },
+    { "begin; JSON.parse('[' * 3000 + ']' * 3000, max_nesting: false); "
+      "rescue JSON::NestingError => e; e.message; end",
+      "\"nesting of 2049 is too deep\"" },
+    { "JSON.parse('{\"k\":{\"n\":[{}]}}', symbolize_names: true)",
+      "{:k=>{:n=>[{}]}}" },
     { "JSON.load('[1]')", "[1]" },
 
     /* generate: CRuby's bytes */
