@@ -201,3 +201,36 @@ def test_unwatchable_path_is_stat_ed_and_says_so(request, which):
             assert time.monotonic() - t0 < 2.0, seen
         assert set(seen) <= {f"edit {v - 1}" if v > 1 else "one",
                              f"edit {v}"}
+
+
+@pytest.mark.parametrize("which", ["apache", "nginx"])
+def test_writer_keeping_the_file_open_counts_after_the_quiet_interval(
+        request, which):
+    """A new version written but not closed: the old one answers until
+    500 ms pass without a write (nginx: a timer of its event loop; Apache:
+    the next run after the interval), then the new one."""
+    s, cls = start(request, which, "{dir}/e.rb", {})
+    s.write("e.rb", code(cls, "old"))
+    assert fetch_many(s) == {"old"}
+    with open(os.path.join(s.dir, "e.rb"), "w") as f:
+        f.write(code(cls, "new, still open"))
+        f.flush()
+        assert fetch_many(s) == {"old"}
+        time.sleep(0.8)
+        assert fetch_many(s) == {"new, still open"}
+
+
+@pytest.mark.parametrize("which", ["apache", "nginx"])
+def test_startup_says_what_the_watch_needs(request, which):
+    """One line at startup: the stat scripts of the configuration, the
+    inotify watches they need per process, against the kernel's limits."""
+    s, cls = start(request, which, "{dir}/e.rb", {"e.rb": code(cls_of(which),
+                                                               "x")})
+    depth = len([p for p in s.dir.split("/") if p]) + 1
+    line = (f"1 stat scripts need {depth + 1} inotify watches in each of ")
+    log = s.wait_log(line)
+    assert "fs.inotify.max_user_watches" in log
+
+
+def cls_of(which):
+    return SERVERS[which][1]

@@ -860,6 +860,36 @@ watch_apply_locked(watch_path *touched)
 }
 
 
+/*
+ * When the last write to p happened, on the clock of watch_now_ms: its
+ * mtime, if it is earlier than the event's reading (a process whose runs
+ * ask the queue reads a write's event only at its next run, maybe long
+ * after the write).
+ */
+static uint64_t
+watch_last_write_ms(watch_path *p, uint64_t now)
+{
+    struct timespec  real;
+    struct stat      st;
+    int64_t          age_ms;
+
+    if (stat(p->name, &st) != 0 || clock_gettime(CLOCK_REALTIME, &real) != 0)
+    {
+        return p->write_last_ms;
+    }
+
+    age_ms = (int64_t) (real.tv_sec - st.st_mtim.tv_sec) * 1000
+             + (real.tv_nsec - st.st_mtim.tv_nsec) / 1000000;
+    if (age_ms <= 0 || (uint64_t) age_ms > now
+        || now - (uint64_t) age_ms >= p->write_last_ms)
+    {
+        return p->write_last_ms;
+    }
+
+    return now - (uint64_t) age_ms;
+}
+
+
 /* The writes quiet for long enough count; returns ms to the next one. */
 static long
 watch_quiet_locked(uint64_t now)
@@ -869,7 +899,7 @@ watch_quiet_locked(uint64_t now)
 
     for (p = watch.writing; p != NULL; p = next) {
         next = p->writing_next;
-        due = p->write_last_ms + MRB_FILE_WATCH_QUIET_MS;
+        due = watch_last_write_ms(p, now) + MRB_FILE_WATCH_QUIET_MS;
 
         if (due <= now) {
             watch_writing_unlink_locked(p);
