@@ -27,6 +27,7 @@
 
 #include "mrb_api.h"
 #include "mrb_json.h"
+#include "mrb_lib.h"
 
 #define JSON_MAX_NESTING  100
 
@@ -578,49 +579,6 @@ gen_indent(mrb_state *mrb, json_gen *g, mrb_int depth)
 }
 
 
-/* Whether [p, p + len) is UTF-8 (what CRuby's generator requires). */
-static int
-gen_utf8_valid(const unsigned char *p, mrb_int len)
-{
-    const unsigned char  *end = p + len;
-    unsigned int          c, n, i, cp;
-
-    while (p < end) {
-        c = *p;
-        if (c < 0x80) {
-            p++;
-            continue;
-        }
-        if (c >= 0xc2 && c <= 0xdf) {
-            n = 1; cp = c & 0x1f;
-        } else if (c >= 0xe0 && c <= 0xef) {
-            n = 2; cp = c & 0x0f;
-        } else if (c >= 0xf0 && c <= 0xf4) {
-            n = 3; cp = c & 0x07;
-        } else {
-            return 0;
-        }
-        if (end - p <= (long) n) {
-            return 0;
-        }
-        for (i = 1; i <= n; i++) {
-            if ((p[i] & 0xc0) != 0x80) {
-                return 0;
-            }
-            cp = (cp << 6) | (p[i] & 0x3f);
-        }
-        if ((n == 2 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff)))
-            || (n == 3 && (cp < 0x10000 || cp > 0x10ffff)))
-        {
-            return 0;
-        }
-        p += n + 1;
-    }
-
-    return 1;
-}
-
-
 static void
 gen_string(mrb_state *mrb, json_gen *g, const char *s, mrb_int len)
 {
@@ -628,7 +586,7 @@ gen_string(mrb_state *mrb, json_gen *g, const char *s, mrb_int len)
     mrb_int            i, run = 0;
     char               esc[6];
 
-    if (!gen_utf8_valid((const unsigned char *) s, len)) {
+    if (!mrb_lib_utf8_valid(s, (size_t) len)) {
         mrb_raise(mrb, json_error_class(mrb, "GeneratorError"),
                   "source sequence is illegal/malformed utf-8");
     }

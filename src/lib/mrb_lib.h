@@ -36,6 +36,13 @@ mrb_lib_get(mrb_state *mrb)
 void mrb_lib_run_end_slow(mrb_state *mrb);
 
 /*
+ * Whether [s, s + len) is UTF-8: no overlong forms, surrogates or values
+ * past U+10FFFF (Oniguruma's own check lets stray bytes such as 0xff pass;
+ * CRuby's JSON generator refuses them too).
+ */
+int mrb_lib_utf8_valid(const char *s, size_t len);
+
+/*
  * Called when an outermost run ends: drops what the run left in the
  * library (the last match) so that the next request cannot see it.
  */

@@ -507,57 +507,6 @@ regexp_s_set_last_match(mrb_state *mrb, mrb_value self)
 
 /* ---- matching ------------------------------------------------------- */
 
-/* Whether [p, end) is UTF-8 (no overlong forms, surrogates or values past
- * U+10FFFF); Oniguruma's own check lets stray bytes such as 0xff pass. */
-static int
-regexp_utf8_valid(const unsigned char *p, const unsigned char *end)
-{
-    unsigned int  c, n, i, cp;
-
-    while (p < end) {
-        c = *p;
-        if (c < 0x80) {
-            p++;
-            continue;
-        }
-
-        if (c >= 0xc2 && c <= 0xdf) {
-            n = 1;
-            cp = c & 0x1f;
-        } else if (c >= 0xe0 && c <= 0xef) {
-            n = 2;
-            cp = c & 0x0f;
-        } else if (c >= 0xf0 && c <= 0xf4) {
-            n = 3;
-            cp = c & 0x07;
-        } else {
-            return 0;
-        }
-
-        if ((size_t) (end - p) <= n) {
-            return 0;
-        }
-
-        for (i = 1; i <= n; i++) {
-            if ((p[i] & 0xc0) != 0x80) {
-                return 0;
-            }
-            cp = (cp << 6) | (p[i] & 0x3f);
-        }
-
-        if ((n == 2 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff)))
-            || (n == 3 && (cp < 0x10000 || cp > 0x10ffff)))
-        {
-            return 0;
-        }
-
-        p += n + 1;
-    }
-
-    return 1;
-}
-
-
 /*
  * Searches str for rx from byte pos (backward towards 0 when backward);
  * returns where the match starts, the groups in st->region, or -1.
@@ -579,7 +528,7 @@ regexp_search(mrb_state *mrb, regexp_state *st, mrb_regexp *rx,
     }
 
     if (check && !(rx->flags & MRB_REGEXP_NOENCODING)
-        && !regexp_utf8_valid(s, s + len))
+        && !mrb_lib_utf8_valid((const char *) s, (size_t) len))
     {
         mrb_raise(mrb, E_ARGUMENT_ERROR, "invalid byte sequence in UTF-8");
     }
