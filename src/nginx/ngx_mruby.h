@@ -194,6 +194,14 @@ mrb_interp *ngx_mruby_interp(ngx_mruby_process_t *p, ngx_log_t *log);
 ngx_int_t ngx_mruby_run(ngx_mruby_process_t *p, ngx_mruby_script_t *s,
     mrb_run *run, ngx_log_t *log);
 
+/*
+ * The request or session goes while its script waits (a client that left,
+ * a timeout, the worker's end): the wake timer goes and the script ends
+ * now; *waiting becomes NULL.
+ */
+void ngx_mruby_wait_end(ngx_mruby_process_t *p, ngx_event_t *wake,
+    mrb_run **waiting);
+
 
 /* ngx_mruby_upstream.c */
 

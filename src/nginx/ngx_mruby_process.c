@@ -7,6 +7,8 @@
  */
 
 #include "ngx_mruby.h"
+#include <ngx_event.h>
+
 #include "mrb_wait.h"
 
 
@@ -177,6 +179,37 @@ ngx_mruby_interp(ngx_mruby_process_t *p, ngx_log_t *log)
     }
 
     return p->interp;
+}
+
+
+void
+ngx_mruby_wait_end(ngx_mruby_process_t *p, ngx_event_t *wake,
+    mrb_run **waiting)
+{
+    mrb_run     *run;
+    mrb_interp  *interp;
+
+    if (wake->timer_set) {
+        ngx_del_timer(wake);
+    }
+
+    if (*waiting == NULL) {
+        return;
+    }
+
+    run = *waiting;
+    *waiting = NULL;
+
+    interp = ngx_mruby_interp(p, ngx_cycle->log);
+    if (interp != NULL) {
+        mrb_wait_cancel(interp, run);
+    }
+
+    /* the script's ensure clauses cannot arm it again (mrb_wait_check
+     * raises in a cancelled run); checked all the same: the request goes */
+    if (wake->timer_set) {
+        ngx_del_timer(wake);
+    }
 }
 
 

@@ -193,31 +193,9 @@ ngx_stream_mruby_access_rc(ngx_stream_session_t *s, mrb_int result)
 static void
 ngx_stream_mruby_wait_cleanup(void *data)
 {
-    mrb_run                 *waiting;
-    mrb_interp              *interp;
     ngx_stream_mruby_ctx_t  *ctx = data;
 
-    if (ctx->wake.timer_set) {
-        ngx_del_timer(&ctx->wake);
-    }
-
-    if (ctx->waiting == NULL) {
-        return;
-    }
-
-    waiting = ctx->waiting;
-    ctx->waiting = NULL;
-
-    interp = ngx_mruby_interp(&ngx_stream_mruby_process, ngx_cycle->log);
-    if (interp != NULL) {
-        mrb_wait_cancel(interp, waiting);
-    }
-
-    /* the script's ensure clauses cannot arm it again (mrb_wait_check
-     * raises in a cancelled run); checked all the same: the request goes */
-    if (ctx->wake.timer_set) {
-        ngx_del_timer(&ctx->wake);
-    }
+    ngx_mruby_wait_end(&ngx_stream_mruby_process, &ctx->wake, &ctx->waiting);
 }
 
 
