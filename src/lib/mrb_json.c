@@ -127,41 +127,6 @@ json_hex4(json_parser *ps, const unsigned char *q)
 }
 
 
-/* The length of the UTF-8 sequence at q (within end), or 0 if invalid. */
-static int
-json_utf8_len(const unsigned char *q, const unsigned char *end)
-{
-    unsigned int  c = *q, n, i, cp;
-
-    if (c >= 0xc2 && c <= 0xdf) {
-        n = 1; cp = c & 0x1f;
-    } else if (c >= 0xe0 && c <= 0xef) {
-        n = 2; cp = c & 0x0f;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        n = 3; cp = c & 0x07;
-    } else {
-        return 0;
-    }
-
-    if (end - q <= (long) n) {
-        return 0;
-    }
-    for (i = 1; i <= n; i++) {
-        if ((q[i] & 0xc0) != 0x80) {
-            return 0;
-        }
-        cp = (cp << 6) | (q[i] & 0x3f);
-    }
-    if ((n == 2 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff)))
-        || (n == 3 && (cp < 0x10000 || cp > 0x10ffff)))
-    {
-        return 0;
-    }
-
-    return (int) n + 1;
-}
-
-
 static void
 json_cat_utf8(mrb_state *mrb, mrb_value out, unsigned int cp)
 {
@@ -208,7 +173,7 @@ json_string(json_parser *ps, int sym)
             q++;
             continue;
         }
-        n = json_utf8_len(q, ps->end);
+        n = mrb_lib_utf8_len((const char *) q, (const char *) ps->end);
         if (n == 0) {
             ps->p = q;
             json_fail(ps, "invalid UTF-8 in a string");
@@ -271,7 +236,7 @@ json_string(json_parser *ps, int sym)
             json_fail(ps, "control character in a string");
         }
 
-        n = (*q < 0x80) ? 1 : json_utf8_len(q, ps->end);
+        n = mrb_lib_utf8_len((const char *) q, (const char *) ps->end);
         if (n == 0) {
             ps->p = q;
             json_fail(ps, "invalid UTF-8 in a string");

@@ -68,49 +68,61 @@ mrb_lib_run_end_slow(mrb_state *mrb)
 
 
 int
+mrb_lib_utf8_len(const char *s, const char *end)
+{
+    const unsigned char  *p = (const unsigned char *) s;
+    unsigned int          c = *p, n, i, cp;
+
+    if (c < 0x80) {
+        return 1;
+    }
+
+    if (c >= 0xc2 && c <= 0xdf) {
+        n = 1;
+        cp = c & 0x1f;
+    } else if (c >= 0xe0 && c <= 0xef) {
+        n = 2;
+        cp = c & 0x0f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        n = 3;
+        cp = c & 0x07;
+    } else {
+        return 0;
+    }
+
+    if ((size_t) (end - s) <= n) {
+        return 0;
+    }
+
+    for (i = 1; i <= n; i++) {
+        if ((p[i] & 0xc0) != 0x80) {
+            return 0;
+        }
+        cp = (cp << 6) | (p[i] & 0x3f);
+    }
+
+    if ((n == 2 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff)))
+        || (n == 3 && (cp < 0x10000 || cp > 0x10ffff)))
+    {
+        return 0;
+    }
+
+    return (int) n + 1;
+}
+
+
+int
 mrb_lib_utf8_valid(const char *s, size_t len)
 {
-    const unsigned char  *p = (const unsigned char *) s, *end = p + len;
-    unsigned int          c, n, i, cp;
+    const char  *end = s + len;
+    int          n;
 
-    while (p < end) {
-        c = *p;
-        if (c < 0x80) {
-            p++;
-            continue;
-        }
-
-        if (c >= 0xc2 && c <= 0xdf) {
-            n = 1;
-            cp = c & 0x1f;
-        } else if (c >= 0xe0 && c <= 0xef) {
-            n = 2;
-            cp = c & 0x0f;
-        } else if (c >= 0xf0 && c <= 0xf4) {
-            n = 3;
-            cp = c & 0x07;
-        } else {
+    while (s < end) {
+        n = mrb_lib_utf8_len(s, end);
+        if (n == 0) {
             return 0;
         }
-
-        if ((size_t) (end - p) <= n) {
-            return 0;
-        }
-
-        for (i = 1; i <= n; i++) {
-            if ((p[i] & 0xc0) != 0x80) {
-                return 0;
-            }
-            cp = (cp << 6) | (p[i] & 0x3f);
-        }
-
-        if ((n == 2 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff)))
-            || (n == 3 && (cp < 0x10000 || cp > 0x10ffff)))
-        {
-            return 0;
-        }
-
-        p += n + 1;
+        s += n;
     }
 
     return 1;

@@ -42,6 +42,10 @@ void mrb_lib_run_end_slow(mrb_state *mrb);
  */
 int mrb_lib_utf8_valid(const char *s, size_t len);
 
+/* The length of the UTF-8 character at s (s < end), by the same rules, or
+ * 0 if it is not one. */
+int mrb_lib_utf8_len(const char *s, const char *end);
+
 /*
  * Called when an outermost run ends: drops what the run left in the
  * library (the last match) so that the next request cannot see it.
