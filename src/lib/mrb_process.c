@@ -11,6 +11,7 @@
 
 #include <mruby.h>
 #include <mruby/array.h>
+#include <mruby/class.h>
 #include <mruby/string.h>
 
 #include "mrb_api.h"
@@ -36,6 +37,35 @@ mrb_lib_sys_fail(mrb_state *mrb, const char *what)
     mrb_raisef(mrb, mrb_class_get(mrb, "SystemCallError"), "%s: %s", what,
                strerror(err));
 }
+
+
+/*
+ * SystemCallError._sys_fail(errno[, what]): mruby's mrb_sys_fail (File,
+ * IO, Socket) calls it whenever SystemCallError is defined, so defining
+ * the class without it turned every failed File.open into a NoMethodError.
+ */
+static mrb_value
+sys_fail_m(mrb_state *mrb, mrb_value self)
+{
+    mrb_int      no;
+    const char  *what = NULL;
+
+    mrb_get_args(mrb, "i|z!", &no, &what);
+
+    if (what != NULL) {
+        mrb_raisef(mrb, mrb_class_ptr(self), "%s: %s", what,
+                   strerror((int) no));
+    }
+
+    mrb_raise(mrb, mrb_class_ptr(self), strerror((int) no));
+    return mrb_nil_value();
+}
+
+
+static const mrb_api_method  sys_fail_methods[] = {
+    { "_sys_fail", sys_fail_m, MRB_ARGS_ARG(1, 1) },
+    MRB_API_METHOD_END
+};
 
 
 static int
@@ -112,9 +142,12 @@ static const mrb_api_method  process_functions[] = {
 void
 mrb_process_define(mrb_state *mrb)
 {
+    struct RClass  *sce;
+
     mrb_api_define_module(mrb, NULL, "Process", process_functions);
-    if (!mrb_class_defined(mrb, "SystemCallError")) {
-        mrb_api_define_class(mrb, NULL, "SystemCallError",
-                             mrb->eStandardError_class, NULL);
-    }
+    sce = mrb_class_defined(mrb, "SystemCallError")
+          ? mrb_class_get(mrb, "SystemCallError")
+          : mrb_api_define_class(mrb, NULL, "SystemCallError",
+                                 mrb->eStandardError_class, NULL);
+    mrb_api_define_class_methods(mrb, sce, sys_fail_methods);
 }

@@ -319,3 +319,24 @@ server {
     assert n.get("/set?kept").text == "ok"
     n.reload()
     assert n.get("/get").text == '"kept"'
+
+
+FILE_ERROR = '''
+begin
+  File.open("/nonexistent/dir/file")
+rescue SystemCallError => e
+  get_server_class.rputs "#{e.class}: #{e.message}"
+end
+'''
+
+
+@pytest.mark.parametrize("kind", ["apache", "nginx"])
+def test_failed_file_open_raises_system_call_error(kind, apache, nginx):
+    """mruby's IO calls SystemCallError._sys_fail once the library defines
+    SystemCallError: without that method a failed File.open raised
+    NoMethodError instead."""
+    s = server_with(kind, apache, nginx, {"f": FILE_ERROR})
+    r = s.get("/f")
+    assert r.status_code == 200, s.error_log()[-2000:]
+    assert r.text.startswith("SystemCallError: ")
+    assert r.text.endswith("No such file or directory")
