@@ -57,6 +57,13 @@ static const lib_case  json_cases[] = {
     { "JSON.parse('{\"k\":{\"n\":[{}]}}', symbolize_names: true)",
       "{:k=>{:n=>[{}]}}" },
     { "JSON.load('[1]')", "[1]" },
+    /* raw UTF-8 of 2, 3 and 4 bytes, without and with an escape; an
+     * overlong form and a surrogate refused */
+    { "JSON.parse(\"\\\"\\u00e9\\u20ac\\u{1f600}\\\"\").bytes.size", "9" },
+    { "JSON.parse(\"\\\"\\u00e9\\\\n\\u{1f600}\\\"\").bytes.size", "7" },
+    { "[\"\\\"\\xc0\\xaf\\\"\", \"\\\"\\xed\\xa0\\x80\\\"\"].map { |s| "
+      "begin; JSON.parse(s); :accepted; rescue JSON::ParserError; :refused; "
+      "end }", "[:refused, :refused]" },
 
     /* generate: CRuby's bytes */
     { "JSON.generate({'a' => 1, :b => [1, 2.5, nil, true], 'c' => 'x'})",
