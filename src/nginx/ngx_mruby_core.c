@@ -10,10 +10,51 @@
 #include <mruby/string.h>
 
 
+/*
+ * msg with its control characters escaped (\n, \r, \t, \xHH), as Apache
+ * writes them, into buf: a script's message is one log line, never a
+ * forged second one.  Returns the length, cut at what nginx writes.
+ */
+static size_t
+ngx_mruby_log_escape(u_char *buf, size_t size, const char *msg, size_t len)
+{
+    u_char   c, *p = buf, *end = buf + size;
+    size_t   i;
+
+    for (i = 0; i < len && end - p >= 4; i++) {
+        c = (u_char) msg[i];
+
+        if (c >= 0x20 && c != 0x7f) {
+            *p++ = c;
+
+        } else if (c == '\n' || c == '\r' || c == '\t') {
+            *p++ = '\\';
+            *p++ = c == '\n' ? 'n' : c == '\r' ? 'r' : 't';
+
+        } else {
+            p = ngx_sprintf(p, "\\x%02xd", (ngx_uint_t) c);
+        }
+    }
+
+    return (size_t) (p - buf);
+}
+
+
 void
 ngx_mruby_log(ngx_log_t *log, int level, const char *msg, size_t len)
 {
+    u_char  buf[NGX_MAX_ERROR_STR];
+    size_t  i;
+
     /* MRB_LOG_* are syslog's numbers, one below nginx's NGX_LOG_* */
+
+    for (i = 0; i < len; i++) {
+        if ((u_char) msg[i] < 0x20 || msg[i] == 0x7f) {
+            len = ngx_mruby_log_escape(buf, sizeof(buf), msg, len);
+            msg = (const char *) buf;
+            break;
+        }
+    }
 
     ngx_log_error((ngx_uint_t) level + 1, log, 0, "%*s", len, msg);
 }

@@ -69,6 +69,19 @@ def test_errlogger_levels(nginx):
     assert "not at info" not in log
 
 
+def test_errlogger_message_stays_one_line(nginx):
+    # a newline in a script's message must not start a line of its own
+    # (a forged log entry): escaped as Apache escapes it
+    n = nginx("location / { mruby_content_handler_code "
+              "'Nginx.errlogger Nginx::LOG_ERR, "
+              "\"first\\n[error] FAKE\\r\\x01 end\"'; }")
+    n.get("/")
+    log = n.wait_log("FAKE")
+    lines = [l for l in log.splitlines() if "FAKE" in l]
+    assert len(lines) == 1, lines
+    assert "first\\n[error] FAKE\\r\\x01 end" in lines[0]
+
+
 def test_request_attributes(nginx):
     n = nginx("location / { mruby_content_handler {dir}/t.rb; }",
               files={"t.rb": """
