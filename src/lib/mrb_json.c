@@ -687,6 +687,48 @@ gen_array(mrb_state *mrb, json_gen *g, mrb_value a, mrb_int depth)
 }
 
 
+
+/*
+ * A finite Float with the fewest digits that read back as the same mruby
+ * Float, as CRuby's json writes it (mruby 3.1's Float#to_s keeps 15
+ * digits, so a generated number could parse back as another one).  The
+ * comparison goes through mrb_float_value: Debian's mruby boxes a Float
+ * in a word and drops its last mantissa bits, so the digits that give
+ * back the stored value are often fewer than a C double needs (0.1, not
+ * 0.09999999999999998).  Always with a ".0" or an exponent, so that it
+ * reads back as a Float: "1.0", "1.0e+20", "1.5e-07".  Returns the length.
+ */
+static int
+json_float_str(mrb_state *mrb, double d, char *buf, size_t size)
+{
+    char  *e;
+    int    prec, n;
+
+    for (prec = 15; prec < 17; prec++) {
+        snprintf(buf, size, "%.*g", prec, d);
+        if (mrb_float(mrb_float_value(mrb, strtod(buf, NULL))) == d) {
+            break;
+        }
+    }
+
+    n = snprintf(buf, size, "%.*g", prec, d);
+
+    if (strchr(buf, '.') != NULL) {
+        return n;
+    }
+
+    e = strchr(buf, 'e');
+    if (e == NULL) {
+        return n + snprintf(buf + n, size - (size_t) n, ".0");
+    }
+
+    memmove(e + 2, e, strlen(e) + 1);
+    e[0] = '.';
+    e[1] = '0';
+    return n + 2;
+}
+
+
 static void
 gen_value(mrb_state *mrb, json_gen *g, mrb_value v, mrb_int depth)
 {
@@ -720,8 +762,8 @@ gen_value(mrb_state *mrb, json_gen *g, mrb_value v, mrb_int depth)
             mrb_raisef(mrb, json_error_class(mrb, "GeneratorError"),
                        "%v not allowed in JSON", s);
         }
-        s = mrb_obj_as_string(mrb, v);
-        mrb_str_cat_str(mrb, g->out, s);
+        n = json_float_str(mrb, mrb_float(v), buf, sizeof(buf));
+        mrb_str_cat(mrb, g->out, buf, n);
         return;
 
     case MRB_TT_STRING:

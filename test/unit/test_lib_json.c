@@ -74,6 +74,13 @@ static const lib_case  json_cases[] = {
     { "JSON.generate('é') == '\"é\"'", "true" },
     { "JSON.generate([1.0, 100.0, 1.0e20, -0.5])",
       "\"[1.0,100.0,1.0e+20,-0.5]\"" },
+    /* the fewest digits that read back as the same Float; mruby's
+     * Float#to_s keeps 15, and "8.03333333333333" read back as another
+     * number (found by fuzz_lib_json_regexp) */
+    { "JSON.generate(JSON.parse('[0.1, 0.30000000000000004, 1.5e-07]'))",
+      "\"[0.1,0.30000000000000004,1.5e-07]\"" },
+    { "x = JSON.parse('[8.0333333333333333]'); "
+      "JSON.parse(JSON.generate(x)) == x", "true" },
     { "JSON.generate({1 => 2, nil => 3})", "\"{\\\"1\\\":2,\\\"\\\":3}\"" },
     { "JSON.generate(:sym)", "\"\\\"sym\\\"\"" },
     { "JSON.generate([])", "\"[]\"" },
