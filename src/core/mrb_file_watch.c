@@ -136,6 +136,7 @@ typedef struct {
     _Atomic unsigned  instance;    /* which fd: bumps at each start */
     _Atomic int       driven;      /* an event loop reads fd */
     _Atomic unsigned  nwriting;    /* paths in the writing list */
+    _Atomic int       applying;    /* a batch read, not applied yet */
     unsigned          failed:1;    /* it could not start, or stopped */
     uint32_t          changes;     /* the low half of every epoch */
 
@@ -944,17 +945,22 @@ watch_batch_locked(void)
     uint64_t                     now;
     ssize_t                      n;
 
+    /* Set before the read empties the queue: see mrb_file_watch_poll. */
+    atomic_store_explicit(&watch.applying, 1, memory_order_seq_cst);
+
     do {
         n = read(watch.fd, buf, sizeof(buf));
     } while (n < 0 && errno == EINTR);
 
     if (n < 0 && errno == EAGAIN) {
+        atomic_store_explicit(&watch.applying, 0, memory_order_release);
         return 0;
     }
     if (n <= 0) {
         watch_fail_locked("read: %s", n == 0 ? "end of file"
                                              : strerror(errno));
         watch_stop_locked();
+        atomic_store_explicit(&watch.applying, 0, memory_order_release);
         return 0;
     }
 
@@ -970,6 +976,7 @@ watch_batch_locked(void)
     }
 
     watch_apply_locked(touched);
+    atomic_store_explicit(&watch.applying, 0, memory_order_release);
     return n > (ssize_t) (sizeof(buf) / 2);
 }
 
@@ -1245,8 +1252,10 @@ watch_pending(mrb_file_watch_poller *poller, int fd)
 /*
  * The kernel queues an event before the write or rename that caused it
  * returns, so a run that finds the queue empty knows that nothing changed
- * before it started.  The whole queue is read here, however long: a run
- * that waits for it is the one that must see the change.
+ * before it started, unless another thread has just read the event and
+ * not yet moved the epoch: then the run waits for that thread's batch
+ * (the lock).  The whole queue is read here, however long: a run that
+ * waits for it is the one that must see the change.
  */
 void
 mrb_file_watch_poll(mrb_file_watch_poller *poller)
@@ -1260,7 +1269,9 @@ mrb_file_watch_poll(mrb_file_watch_poller *poller)
 
     events = watch_pending(poller, fd);
     quiet = atomic_load_explicit(&watch.nwriting, memory_order_relaxed) != 0;
-    if (!events && !quiet) {
+    if (!events && !quiet
+        && !atomic_load_explicit(&watch.applying, memory_order_acquire))
+    {
         return;
     }
 

@@ -291,6 +291,68 @@ TEST(file_watch_each_thread_sees_an_edit_at_once)
 }
 
 
+/*
+ * Two threads asking at the same moment after an edit: the one that finds
+ * the queue already emptied by the other must still see the new epoch
+ * (it waits for the other's batch), as an Apache thread does when another
+ * thread's request read the event a moment before.
+ */
+#define WATCH_RACE_ROUNDS  3000
+
+static uint64_t  watch_race_seen[2][WATCH_RACE_ROUNDS];
+
+static void *
+watch_racer(void *arg)
+{
+    mrb_file_watch_poller  poller = MRB_FILE_WATCH_POLLER_INIT;
+    long                   me = (long) arg;
+    int                    round;
+
+    watch_epoch_via(&poller, watch_path);
+    for (round = 0; round < WATCH_RACE_ROUNDS; round++) {
+        pthread_barrier_wait(&watch_barrier);
+        watch_race_seen[me][round] = watch_epoch_via(&poller, watch_path);
+        pthread_barrier_wait(&watch_barrier);
+    }
+
+    mrb_file_watch_poller_close(&poller);
+    return NULL;
+}
+
+
+TEST(file_watch_threads_asking_together_both_see_an_edit)
+{
+    static uint64_t  before[WATCH_RACE_ROUNDS];
+    pthread_t        t[2];
+    int              round, stale = 0;
+
+    REQUIRE(watch_setup() == 0);
+    REQUIRE(watch_add(watch_file("current/e.rb")) == 0);
+    REQUIRE(pthread_barrier_init(&watch_barrier, NULL, 3) == 0);
+    REQUIRE(pthread_create(&t[0], NULL, watch_racer, (void *) 0L) == 0);
+    REQUIRE(pthread_create(&t[1], NULL, watch_racer, (void *) 1L) == 0);
+
+    for (round = 0; round < WATCH_RACE_ROUNDS; round++) {
+        before[round] = mrb_file_watch_path_epoch(watch_path);
+        watch_write("current/e.rb", round % 2 ? "one" : "two", "w");
+        pthread_barrier_wait(&watch_barrier);
+        pthread_barrier_wait(&watch_barrier);
+    }
+
+    pthread_join(t[0], NULL);
+    pthread_join(t[1], NULL);
+    pthread_barrier_destroy(&watch_barrier);
+
+    for (round = 0; round < WATCH_RACE_ROUNDS; round++) {
+        stale += watch_race_seen[0][round] == before[round];
+        stale += watch_race_seen[1][round] == before[round];
+    }
+    CHECK(stale == 0);
+
+    watch_teardown();
+}
+
+
 /* A writer that truncates and writes in pieces: nothing counts before its
  * close, which counts at once. */
 TEST(file_watch_counts_a_write_when_the_writer_closes)
