@@ -66,6 +66,10 @@
  * loop serve requests again. */
 #define WATCH_BATCH_BYTES  8192
 
+/* Paths watched again in one call after the queue overflowed (~20 us
+ * each: a statfs, an inotify_add_watch and an lstat per directory). */
+#define WATCH_RESYNC_SLICE  128
+
 #ifndef ZFS_SUPER_MAGIC
 #define ZFS_SUPER_MAGIC  0x2fc12fc1
 #endif
@@ -114,6 +118,7 @@ struct mrb_file_watch_path_s {
     unsigned                  changed:1;   /* a change counts */
     unsigned                  rewatch:1;   /* lookups to watch again */
     unsigned                  writing:1;   /* in the writing list */
+    unsigned                  resync:1;    /* events lost: watch again */
     watch_path               *touched_next;
     watch_path               *writing_prev, *writing_next;
     uint64_t                  write_first_ms, write_last_ms;
@@ -137,6 +142,8 @@ typedef struct {
     _Atomic int       driven;      /* an event loop reads fd */
     _Atomic unsigned  nwriting;    /* paths in the writing list */
     _Atomic int       applying;    /* a batch read, not applied yet */
+    _Atomic int       resyncing;   /* paths marked resync are left */
+    size_t            resync_bucket; /* where the next slice starts */
     unsigned          failed:1;    /* it could not start, or stopped */
     uint32_t          changes;     /* the low half of every epoch */
 
@@ -287,11 +294,13 @@ watch_epoch_next_locked(void)
 }
 
 
+/* A path whose events were lost keeps epoch 0 until watched again. */
 static void
 watch_bump_locked(watch_path *p)
 {
     atomic_store_explicit(&p->head.epoch,
-                          p->watched ? watch_epoch_next_locked() : 0,
+                          p->watched && !p->resync
+                          ? watch_epoch_next_locked() : 0,
                           memory_order_release);
 }
 
@@ -628,6 +637,7 @@ watch_path_locked(watch_path *p)
     int              wd;
 
     p->interests = NULL;
+    p->resync = 0;
 
     if (watch_lookup_locked(p, p->name, 0) != 0) {
         goto failed;
@@ -915,18 +925,62 @@ watch_quiet_locked(uint64_t now)
 }
 
 
-/* Every path watched again: after a queue overflow lost events. */
+/*
+ * After a queue overflow lost events: no path can be trusted, and each
+ * must be watched again (its lookup may have changed unseen).  Watching
+ * 10,000 paths again takes ~200 ms, so it is done in slices
+ * (watch_resync_slice_locked), one per call of the loop; meanwhile the
+ * paths left have epoch 0 and their runs stat(), and a run that adds its
+ * path watches it again at once (watch_add_locked).
+ */
 static void
-watch_all_changed_locked(uint64_t now, watch_path **touched)
+watch_resync_all_locked(void)
 {
     watch_path  *p;
     size_t       b;
 
     for (b = 0; b < watch.paths.size; b++) {
         for (p = watch.paths.bucket[b]; p != NULL; p = p->hash_next) {
-            watch_note_locked(p, WATCH_MOVED, now, touched);
+            if (p->watched) {
+                p->resync = 1;
+                atomic_store_explicit(&p->head.epoch, 0,
+                                      memory_order_release);
+            }
         }
     }
+
+    watch.resync_bucket = 0;
+    atomic_store_explicit(&watch.resyncing, 1, memory_order_release);
+}
+
+
+/* Watches up to WATCH_RESYNC_SLICE paths again; returns whether some are
+ * left. */
+static int
+watch_resync_slice_locked(void)
+{
+    watch_path  *p;
+    size_t       b;
+    int          done = 0;
+
+    for (b = watch.resync_bucket; b < watch.paths.size; b++) {
+        for (p = watch.paths.bucket[b]; p != NULL; p = p->hash_next) {
+            if (!p->resync) {
+                continue;
+            }
+            if (done == WATCH_RESYNC_SLICE) {
+                watch.resync_bucket = b;
+                return 1;
+            }
+            if (watch_path_locked(p) == 0) {
+                watch_bump_locked(p);
+            }
+            done++;
+        }
+    }
+
+    atomic_store_explicit(&watch.resyncing, 0, memory_order_release);
+    return 0;
 }
 
 
@@ -969,7 +1023,7 @@ watch_batch_locked(void)
     for (q = buf; q < buf + n; q += sizeof(*ev) + ev->len) {
         ev = (const struct inotify_event *) q;
         if (ev->mask & IN_Q_OVERFLOW) {
-            watch_all_changed_locked(now, &touched);
+            watch_resync_all_locked();
         } else {
             watch_event_locked(ev, now, &touched);
         }
@@ -996,6 +1050,7 @@ watch_paths_untrust_locked(void)
             watch_interests_drop_locked(p->interests);
             p->interests = NULL;
             p->watched = 0;
+            p->resync = 0;
             watch_writing_unlink_locked(p);
             atomic_store_explicit(&p->head.epoch, 0, memory_order_release);
         }
@@ -1017,6 +1072,7 @@ watch_stop_locked(void)
 
     atomic_store_explicit(&watch.fd, -1, memory_order_release);
     watch_paths_untrust_locked();
+    atomic_store_explicit(&watch.resyncing, 0, memory_order_release);
     if (fd >= 0) {
         close(fd);
     }
@@ -1050,6 +1106,7 @@ watch_atfork_child(void)
     watch.fd = -1;
     watch.failed = 0;
     watch.driven = 0;
+    watch.resyncing = 0;
     watch_paths_untrust_locked();
     if (fd >= 0) {
         close(fd);
@@ -1119,6 +1176,7 @@ watch_path_get_locked(const char *name)
 
     memcpy(p->name, name, len + 1);
     p->hash = h;
+    watch.resync_bucket = 0;     /* the table may have grown: rescan */
     chain = watch_table_chain(&watch.paths, h);
     p->hash_next = *chain;
     *chain = p;
@@ -1143,7 +1201,7 @@ watch_add_locked(const char *name)
         return NULL;
     }
 
-    if (!p->watched) {
+    if (!p->watched || p->resync) {
         if (watch_path_locked(p) != 0) {
             return NULL;
         }
@@ -1268,7 +1326,8 @@ mrb_file_watch_poll(mrb_file_watch_poller *poller)
     }
 
     events = watch_pending(poller, fd);
-    quiet = atomic_load_explicit(&watch.nwriting, memory_order_relaxed) != 0;
+    quiet = atomic_load_explicit(&watch.nwriting, memory_order_relaxed) != 0
+            || atomic_load_explicit(&watch.resyncing, memory_order_relaxed);
     if (!events && !quiet
         && !atomic_load_explicit(&watch.applying, memory_order_acquire))
     {
@@ -1282,6 +1341,9 @@ mrb_file_watch_poll(mrb_file_watch_poller *poller)
         }
         if (watch.fd >= 0) {
             watch_quiet_locked(watch_now_ms());
+        }
+        if (watch.resyncing) {
+            watch_resync_slice_locked();
         }
     }
     pthread_mutex_unlock(&watch.lock);
@@ -1338,7 +1400,7 @@ mrb_file_watch_stop_driving(void)
 long
 mrb_file_watch_process(void)
 {
-    long  rc = MRB_FILE_WATCH_IDLE;
+    long  rc = MRB_FILE_WATCH_GONE;
     int   more = 0;
 
     pthread_mutex_lock(&watch.lock);
@@ -1347,6 +1409,9 @@ mrb_file_watch_process(void)
     }
     if (watch.fd >= 0) {
         rc = watch_quiet_locked(watch_now_ms());
+        if (watch.resyncing) {
+            more |= watch_resync_slice_locked();
+        }
     }
     pthread_mutex_unlock(&watch.lock);
 

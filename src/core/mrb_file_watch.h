@@ -121,14 +121,19 @@ int mrb_file_watch_start(char *why, size_t whylen);
 
 /* What mrb_file_watch_process leaves for later. */
 #define MRB_FILE_WATCH_IDLE  -1L   /* nothing: wait for the descriptor */
-#define MRB_FILE_WATCH_MORE  -2L   /* events left: call again soon */
+#define MRB_FILE_WATCH_MORE  -2L   /* events or work left: call again
+                                      soon, readable or not */
+#define MRB_FILE_WATCH_GONE  -3L   /* the queue failed and is closed: runs
+                                      stat() from now on, stop reading */
 
 /*
  * Reads one batch of events (a few hundred at most, so that a deploy
  * rewriting every script is spread over many calls) and applies it, then
- * takes the writes quiet for long enough.  Returns MRB_FILE_WATCH_MORE,
- * MRB_FILE_WATCH_IDLE, or the milliseconds until the next quiet interval
- * ends (call again then).
+ * takes the writes quiet for long enough, and after a queue overflow
+ * watches a slice of the paths again.  Each call stays within a few
+ * milliseconds whatever the number of paths.  Returns MRB_FILE_WATCH_MORE,
+ * MRB_FILE_WATCH_IDLE, MRB_FILE_WATCH_GONE, or the milliseconds until the
+ * next quiet interval ends (call again then).
  */
 long mrb_file_watch_process(void);
 

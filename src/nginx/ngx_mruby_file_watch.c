@@ -19,7 +19,9 @@
  *
  * The descriptor is level-triggered and one call reads one batch, so a
  * deploy that rewrites every script is read in slices between which the
- * worker serves its other connections.
+ * worker serves its other connections; what is left after a call (a
+ * batch, or the paths to watch again after the queue overflowed) is taken
+ * up in the next pass of the loop (ngx_posted_next_events).
  */
 
 #include "ngx_mruby.h"
@@ -28,7 +30,8 @@
 #include "mrb_file_watch.h"
 
 
-static ngx_event_t  ngx_mruby_file_watch_timer;
+static ngx_event_t        ngx_mruby_file_watch_timer;
+static ngx_connection_t  *ngx_mruby_file_watch_conn;
 
 
 static void
@@ -37,10 +40,16 @@ ngx_mruby_file_watch_process(ngx_event_t *ev)
     long  next = mrb_file_watch_process();
 
     if (next == MRB_FILE_WATCH_MORE) {
-        return;      /* still readable: epoll reports it again */
+        /* the next slice in the next pass of the loop, after the
+         * connections ready now (the queue may be empty: epoll would not
+         * report it) */
+        ngx_post_event(ngx_mruby_file_watch_conn->read,
+                       &ngx_posted_next_events);
+        return;
     }
 
-    if (next == MRB_FILE_WATCH_IDLE) {
+    if (next == MRB_FILE_WATCH_IDLE || next == MRB_FILE_WATCH_GONE) {
+        /* gone: the descriptor is closed, and with it its epoll entry */
         if (ngx_mruby_file_watch_timer.timer_set) {
             ngx_del_timer(&ngx_mruby_file_watch_timer);
         }
@@ -72,6 +81,7 @@ ngx_mruby_file_watch_init(ngx_cycle_t *cycle)
 
     c->read->handler = ngx_mruby_file_watch_process;
     c->read->log = cycle->log;
+    ngx_mruby_file_watch_conn = c;
 
     if (ngx_add_event(c->read, NGX_READ_EVENT, NGX_LEVEL_EVENT) != NGX_OK) {
         ngx_free_connection(c);
