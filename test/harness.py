@@ -361,6 +361,41 @@ class Server:
         with concurrent.futures.ThreadPoolExecutor(concurrency) as ex:
             return list(ex.map(one, range(count)))
 
+    # Whether an edit of a `stat` script may be missed for a moment by a
+    # request sent right after it: an Apache child's watcher thread reads
+    # the event when it is scheduled (docs/apache.md); nginx reads it before
+    # any request sent after the edit (docs/nginx.md).
+    edit_window = False
+
+    def get_edited(self, path, expect, timeout=10.0, **kw):
+        """The answer of path just after an edit: where the server has an
+        edit window, the requests go on until expect (the body, or a
+        predicate of the response) holds or timeout ends, and each answer
+        before it must be what expect rejects for being the old version
+        (the caller's next assertion says so); elsewhere the next request
+        is the answer.  Returns the last response."""
+        holds = expect if callable(expect) else lambda r: r.text == expect
+        deadline = time.monotonic() + timeout
+        while True:
+            r = self.get(path, **kw)
+            if holds(r) or not self.edit_window \
+                    or time.monotonic() > deadline:
+                return r
+            time.sleep(0.005)
+
+    def get_spread_edited(self, path, expect, count=16, timeout=10.0,
+                          **kw):
+        """get_spread once every answer holds expect (see get_edited):
+        each worker process sees an edit when it has read its event."""
+        holds = expect if callable(expect) else lambda r: r.text == expect
+        deadline = time.monotonic() + timeout
+        while True:
+            rs = self.get_spread(path, count=count, **kw)
+            if all(holds(r) for r in rs) or not self.edit_window \
+                    or time.monotonic() > deadline:
+                return rs
+            time.sleep(0.005)
+
     def post(self, path="/", **kw):
         return self.request("POST", path, **kw)
 
@@ -494,6 +529,7 @@ class Apache(Server):
     """
 
     name = "apache"
+    edit_window = True
 
     def __init__(self, conf="", mpm="event", modules=(), name=None,
                  mruby=True, mpm_conf=None, keepalive=True, loglevel="info",

@@ -141,6 +141,12 @@ void ap_mrb_srv_conf_inherit(server_rec *main_server);
 
 /* file watch: logs what the configuration's `stat` scripts need of inotify. */
 void ap_mrb_file_watch_limits(server_rec *s);
+/* Starts the child's watcher thread when `stat` scripts may run; it stops
+ * with pchild (joined when the MPM is threaded). */
+void ap_mrb_file_watch_child_init(apr_pool_t *pchild, server_rec *s,
+    int threaded);
+/* Set by mrubyHandlerEnable On: files named at request time may run. */
+extern int ap_mrb_handler_files;
 
 /* hooks: registration, and runs in an interpreter lent by the process */
 void ap_mrb_register_request_hooks(void);

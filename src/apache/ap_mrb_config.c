@@ -425,6 +425,7 @@ ap_mrb_cmd_handler_enable(cmd_parms *cmd, void *mconfig, int on)
 
     dconf->handler_enable = on;
     dconf->used = 1;
+    ap_mrb_handler_files |= on;
     return NULL;
 }
 

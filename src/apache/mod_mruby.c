@@ -129,6 +129,7 @@ static int
 ap_mrb_pre_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp)
 {
     mrb_shdict_config_begin();
+    ap_mrb_handler_files = 0;
     return OK;
 }
 
@@ -232,8 +233,11 @@ ap_mrb_child_init(apr_pool_t *pchild, server_rec *s)
     {
         apr_pool_cleanup_register(pchild, NULL, ap_mrb_child_exit,
                                   apr_pool_cleanup_null);
+        ap_mrb_file_watch_child_init(pchild, s, 1);
         return;
     }
+
+    ap_mrb_file_watch_child_init(pchild, s, 0);
 
     if (ap_mrb_has_scripts(s, AP_MRB_CHILD_INIT)) {
         interp = ap_mrb_interp_take(NULL);

@@ -138,7 +138,7 @@ def test_stat_script_missing_then_created(apache, mpm):
     assert r.status_code == 500
     a.wait_log(f"mrubyHandlerMiddle: {a.dir}/later.rb: cannot")
     a.write("later.rb", 'Apache.rputs "now here"')
-    assert a.get("/s").text == "now here"
+    assert a.get_edited("/s", "now here").text == "now here"
 
 
 @pytest.mark.parametrize("mpm", MPMS)
@@ -151,13 +151,13 @@ def test_stat_syntax_error_then_fixed(apache, mpm):
     assert a.get("/s").text == "v1"
     # no pause: the watch sees a rewrite within the same mtime tick
     a.write("s.rb", "Apache.rputs('broken'\n\n")
-    r = a.get("/s")
+    r = a.get_edited("/s", lambda r: r.status_code == 500)
     assert r.status_code == 500
     assert "broken" not in r.text
     a.wait_log(f"{a.dir}/s.rb:")
     assert "syntax error" in a.error_log()
     a.write("s.rb", "Apache.rputs 'fixed, v2'")
-    assert a.get("/s").text == "fixed, v2"
+    assert a.get_edited("/s", "fixed, v2").text == "fixed, v2"
 
 
 def test_configtest_ok(apache):

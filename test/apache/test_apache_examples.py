@@ -137,7 +137,7 @@ def test_seed003_handler_with_and_without_cache(apache, tmpdir_www):
 
     with open(script, "w") as f:
         f.write('Apache.rputs "edited"\n')
-    assert a.get("/seed003_handler/").text == "edited"
+    assert a.get_edited("/seed003_handler/", "edited").text == "edited"
     assert a.get("/seed003_handler/cached/").text.startswith(
         "Hello from test.rb")
 

@@ -70,4 +70,5 @@ def test_worker_mpm_serves_and_follows_edits(apache):
                                    '$seen = 1'})
     assert {r.text for r in a.get_spread("/w", count=12)} == {"one nil"}
     a.write("w.rb", 'Apache.rputs "two"')
-    assert {r.text for r in a.get_spread("/w", count=12)} == {"two"}
+    assert {r.text for r in a.get_spread_edited("/w", "two", count=12)} \
+        == {"two"}

@@ -300,6 +300,9 @@ def test_stat_script_edited_while_threads_run_it(apache):
                 r = f.result()
                 assert r.status_code == 200, a.error_log()[-2000:]
                 seen.add(r.text)
+        # each child serves the last version once its watcher thread has
+        # read the rename (docs/apache.md)
+        a.get_spread_edited("/e", f"version {versions}")
         last = [r.text for r in pool.map(fetch, range(64))]
     assert seen <= {f"version {v}" for v in range(versions + 1)}
     assert last == [f"version {versions}"] * 64
