@@ -32,6 +32,7 @@
 #include <mruby.h>
 #include <mruby/array.h>
 #include <mruby/class.h>
+#include <mruby/error.h>
 #include <mruby/irep.h>
 #include <mruby/object.h>
 #include <mruby/proc.h>
@@ -319,6 +320,10 @@ wait_slot_context(mrb_state *mrb, mrb_wait_slot *slot)
     f->cxt = c;
     c->fib = f;
 
+    /* until it has its frames: the GC neither marks nor unwinds it, should
+     * an allocation below run it or raise */
+    c->status = MRB_FIBER_TERMINATED;
+
     /* as stack_init does; the GC frees them with the fiber */
     c->stbase = mrb_calloc(mrb, WAIT_STACK_INIT, sizeof(mrb_value));
     c->stend = c->stbase + WAIT_STACK_INIT;
@@ -334,11 +339,41 @@ wait_slot_context(mrb_state *mrb, mrb_wait_slot *slot)
 }
 
 
+typedef struct {
+    mrb_wait_state  *st;
+    mrb_wait_slot   *slot;
+} wait_slot_new_args;
+
+
+/* The Ruby objects of a new slot; it is in st->keeps when none raised. */
+static mrb_value
+wait_slot_new_body(mrb_state *mrb, void *p)
+{
+    wait_slot_new_args  *a = p;
+    mrb_wait_slot       *slot = a->slot;
+
+    wait_slot_context(mrb, slot);
+    slot->keep = mrb_ary_new_capa(mrb, 8);
+    mrb_ary_push(mrb, slot->keep, mrb_obj_value(slot->fiber));
+    mrb_ary_push(mrb, slot->keep, mrb_ary_new(mrb));
+    mrb_ary_push(mrb, slot->keep, mrb_cptr_value(mrb, slot));
+    slot->keep_index = RARRAY_LEN(a->st->keeps);
+    mrb_ary_push(mrb, a->st->keeps, slot->keep);
+    return mrb_nil_value();
+}
+
+
+/*
+ * An idle slot, or a new one; NULL when out of memory.  The caller is
+ * not under a protect frame yet: what raises here is caught, and the
+ * objects made before it are left to the GC.
+ */
 static mrb_wait_slot *
 wait_slot_take(mrb_state *mrb, mrb_wait_state *st)
 {
-    mrb_wait_slot  *slot = st->idle;
-    int             ai;
+    mrb_wait_slot       *slot = st->idle;
+    wait_slot_new_args   args;
+    mrb_bool             failed;
 
     if (slot != NULL) {
         st->idle = slot->next_idle;
@@ -353,15 +388,14 @@ wait_slot_take(mrb_state *mrb, mrb_wait_state *st)
 
     memset(slot, 0, offsetof(mrb_wait_slot, run.error));
 
-    ai = mrb_gc_arena_save(mrb);
-    wait_slot_context(mrb, slot);
-    slot->keep = mrb_ary_new_capa(mrb, 8);
-    mrb_ary_push(mrb, slot->keep, mrb_obj_value(slot->fiber));
-    mrb_ary_push(mrb, slot->keep, mrb_ary_new(mrb));
-    mrb_ary_push(mrb, slot->keep, mrb_cptr_value(mrb, slot));
-    slot->keep_index = RARRAY_LEN(st->keeps);
-    mrb_ary_push(mrb, st->keeps, slot->keep);
-    mrb_gc_arena_restore(mrb, ai);
+    args.st = st;
+    args.slot = slot;
+    mrb_protect_error(mrb, wait_slot_new_body, &args, &failed);
+    if (failed) {
+        free(slot);
+        return NULL;
+    }
+
     return slot;
 }
 

@@ -1,6 +1,11 @@
 /*
  * Dir (iij/mruby-dir's and CRuby's class methods): the C calls; Dir.open,
  * each and foreach are in dir.rb over Dir.entries.
+ *
+ * Dir.entries and Dir.glob make a String a name while an open directory
+ * or glob(3)'s list is held, and any of them may raise NoMemoryError: the
+ * handle lives in a data object made before it is opened, so that the
+ * garbage collector closes what a raise left open.
  */
 
 #include <dirent.h>
@@ -13,6 +18,7 @@
 
 #include <mruby.h>
 #include <mruby/array.h>
+#include <mruby/data.h>
 #include <mruby/string.h>
 
 #include "mrb_api.h"
@@ -29,27 +35,46 @@ dir_path(mrb_state *mrb)
 }
 
 
+static void
+dir_handle_free(mrb_state *mrb, void *d)
+{
+    if (d != NULL) {
+        closedir(d);
+    }
+}
+
+
+static const struct mrb_data_type  dir_handle_type = {
+    "Dir handle", dir_handle_free
+};
+
+
 /* Dir.entries(path): every name in it, "." and ".." too. */
 static mrb_value
 dir_entries(mrb_state *mrb, mrb_value self)
 {
     const char     *path = dir_path(mrb);
     mrb_value       ary = mrb_ary_new(mrb);
+    struct RData   *handle;
     DIR            *d;
     struct dirent  *e;
     int             ai;
 
+    handle = mrb_data_object_alloc(mrb, mrb->object_class, NULL,
+                                   &dir_handle_type);
     d = opendir(path);
     if (d == NULL) {
         mrb_lib_sys_fail(mrb, path);
     }
+    handle->data = d;
 
-    /* nothing may raise while d is open but running out of memory */
     ai = mrb_gc_arena_save(mrb);
     while ((e = readdir(d)) != NULL) {
         mrb_ary_push(mrb, ary, mrb_str_new_cstr(mrb, e->d_name));
         mrb_gc_arena_restore(mrb, ai);
     }
+
+    handle->data = NULL;
     closedir(d);
     return ary;
 }
@@ -115,23 +140,48 @@ dir_rmdir(mrb_state *mrb, mrb_value self)
 }
 
 
+static void
+dir_glob_free(mrb_state *mrb, void *g)
+{
+    if (g != NULL) {
+        globfree(g);
+        mrb_free(mrb, g);
+    }
+}
+
+
+static const struct mrb_data_type  dir_glob_type = {
+    "Dir glob", dir_glob_free
+};
+
+
 /* Dir.glob(pattern): the matching paths, sorted (glob(3), no "**"). */
 static mrb_value
 dir_glob(mrb_state *mrb, mrb_value self)
 {
-    const char  *pattern = dir_path(mrb);
-    mrb_value    ary = mrb_ary_new(mrb);
-    glob_t       g;
-    size_t       i;
-    int          rc;
+    const char    *pattern = dir_path(mrb);
+    mrb_value      ary = mrb_ary_new(mrb);
+    struct RData  *handle;
+    glob_t        *g;
+    size_t         i;
+    int            rc, ai;
 
-    rc = glob(pattern, 0, NULL, &g);
+    handle = mrb_data_object_alloc(mrb, mrb->object_class, NULL,
+                                   &dir_glob_type);
+    g = mrb_calloc(mrb, 1, sizeof(glob_t));
+    handle->data = g;
+
+    rc = glob(pattern, 0, NULL, g);
     if (rc == 0) {
-        for (i = 0; i < g.gl_pathc; i++) {
-            mrb_ary_push(mrb, ary, mrb_str_new_cstr(mrb, g.gl_pathv[i]));
+        ai = mrb_gc_arena_save(mrb);
+        for (i = 0; i < g->gl_pathc; i++) {
+            mrb_ary_push(mrb, ary, mrb_str_new_cstr(mrb, g->gl_pathv[i]));
+            mrb_gc_arena_restore(mrb, ai);
         }
     }
-    globfree(&g);
+
+    handle->data = NULL;
+    dir_glob_free(mrb, g);
 
     if (rc == GLOB_NOSPACE) {
         mrb_raise(mrb, E_RUNTIME_ERROR, "Dir.glob: out of memory");

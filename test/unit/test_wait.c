@@ -8,10 +8,12 @@
 #include <stdio.h>
 #include <string.h>
 #include <mruby.h>
+#include "mrb_alloc.h"
 #include "mrb_interp.h"
 #include "mrb_script.h"
 #include "mrb_wait.h"
 #include "unit.h"
+#include "unit_oom.h"
 
 
 static char      wait_out[2048];
@@ -511,6 +513,71 @@ TEST(wait_a_cancelled_run_cannot_arm_a_timer_again)
     mrb_wait_counts(interp, &live, &idle);
     CHECK_EQ(live, 0);
 
+    mrb_script_free(s);
+    mrb_interp_close(interp);
+}
+
+
+/*
+ * Out of memory for a new run's context, at each allocation in turn: the
+ * run fails with an error instead of aborting the process (nothing above
+ * it catches a raise yet), and the slot it took is freed.
+ */
+TEST(wait_out_of_memory_for_a_new_context_fails_the_run)
+{
+    mrb_interp  *interp = wait_interp();
+    mrb_script  *s = wait_script("Nginx::Async.sleep(1)\n"
+                                 "Nginx.rputs 'x'\n");
+    mrb_state   *mrb;
+    mrb_run      held, run;
+    size_t       before;
+    long         n, failures;
+    int          i;
+
+    REQUIRE(interp != NULL && s != NULL);
+    mrb = mrb_interp_state(interp);
+
+    /* loaded and scanned; the slot stays held, so that none is idle */
+    REQUIRE(wait_start(interp, s, &held) == MRB_RUN_WAITING);
+
+    /* the allocations a new run makes, each failing in turn */
+    for (failures = 0; failures < 1000; failures++) {
+        mrb_run_init(&run, (void *) 1, 0);
+        run.may_wait = 1;
+        unit_oom_after(mrb, failures);
+        if (mrb_script_run(interp, s, &run) == MRB_RUN_WAITING) {
+            break;
+        }
+        unit_oom_end(mrb);
+        CHECK(strstr(run.error, "out of memory") != NULL);
+    }
+    unit_oom_end(mrb);
+    REQUIRE(run.waiting != NULL);
+    CHECK(failures > 3);
+
+    /* the same failures 100 times more: nothing stays but what the
+     * interpreter's allocator keeps (mrb_alloc.h: at most 64 kB) */
+    mrb_full_gc(mrb);
+    before = unit_heap_bytes();
+    for (i = 0; i < 100; i++) {
+        for (n = 0; n < failures; n++) {
+            mrb_run_init(&run, (void *) 1, 0);
+            run.may_wait = 1;
+            unit_oom_after(mrb, n);
+            CHECK_EQ(mrb_script_run(interp, s, &run), -1);
+            unit_oom_end(mrb);
+        }
+    }
+    mrb_full_gc(mrb);
+
+    /* a slot left behind is over a kilobyte, on each of the failures */
+    if (unit_heap_bytes() > before + MRB_ALLOC_KEEP_BYTES) {
+        unit_fail(__FILE__, __LINE__, "the heap grew by %zu bytes in %ld "
+                  "failures", unit_heap_bytes() - before, failures);
+    }
+
+    CHECK_EQ(mrb_wait_resume(interp, held.waiting, &held), 0);
+    CHECK(strcmp(wait_out, "x") == 0);
     mrb_script_free(s);
     mrb_interp_close(interp);
 }

@@ -1,0 +1,85 @@
+/*
+ * The helpers of unit_oom.h.
+ */
+
+#include <dirent.h>
+#include <malloc.h>
+
+#include "unit_oom.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+/* AddressSanitizer's (gcc installs no header for it) */
+size_t __sanitizer_get_current_allocated_bytes(void);
+#endif
+
+static mrb_allocf  oom_allocf;
+static void       *oom_ud;
+static long        oom_left;
+static int         oom_failed;
+
+
+static void *
+oom_failing_allocf(mrb_state *mrb, void *p, size_t size, void *ud)
+{
+    if (size != 0 && oom_left-- <= 0) {
+        oom_failed = 1;
+        return NULL;
+    }
+    return oom_allocf(mrb, p, size, oom_ud);
+}
+
+
+void
+unit_oom_after(mrb_state *mrb, long n)
+{
+    oom_allocf = mrb->allocf;
+    oom_ud = mrb->allocf_ud;
+    oom_left = n;
+    oom_failed = 0;
+    mrb->allocf = oom_failing_allocf;
+}
+
+
+void
+unit_oom_end(mrb_state *mrb)
+{
+    mrb->allocf = oom_allocf;
+    mrb->allocf_ud = oom_ud;
+}
+
+
+int
+unit_oom_failed(void)
+{
+    return oom_failed;
+}
+
+
+int
+unit_open_fds(void)
+{
+    DIR  *d = opendir("/proc/self/fd");
+    int   n = 0;
+
+    if (d == NULL) {
+        return -1;
+    }
+    while (readdir(d) != NULL) {
+        n++;
+    }
+    closedir(d);
+
+    /* ".", ".." and d's own */
+    return n - 3;
+}
+
+
+size_t
+unit_heap_bytes(void)
+{
+#if defined(__SANITIZE_ADDRESS__)
+    return __sanitizer_get_current_allocated_bytes();
+#else
+    return mallinfo2().uordblks;
+#endif
+}

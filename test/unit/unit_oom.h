@@ -1,0 +1,27 @@
+/*
+ * Running out of memory on purpose: an interpreter's allocator that fails
+ * from a chosen allocation on, so that mruby raises NoMemoryError at each
+ * place in turn, and the counts that show what such a raise left behind.
+ */
+
+#ifndef UNIT_OOM_H
+#define UNIT_OOM_H
+
+#include <stddef.h>
+#include <mruby.h>
+
+/* After n more allocations every one of mrb fails (frees do not) until
+ * unit_oom_end; one interpreter at a time. */
+void unit_oom_after(mrb_state *mrb, long n);
+void unit_oom_end(mrb_state *mrb);
+
+/* Whether an allocation failed since unit_oom_after. */
+int unit_oom_failed(void);
+
+/* The process's open file descriptors. */
+int unit_open_fds(void);
+
+/* Bytes of the process's heap in use (AddressSanitizer's count under it). */
+size_t unit_heap_bytes(void);
+
+#endif /* UNIT_OOM_H */
