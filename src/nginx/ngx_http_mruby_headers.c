@@ -260,30 +260,33 @@ ngx_http_mruby_header_values(mrb_state *mrb, ngx_list_t *list,
 
 
 /*
- * Stores one header value through set (a NULL value, from nil, deletes);
- * set answers NGX_DECLINED to an invalid Content-Length.  Name and value
- * go through the wire check and into the pool before anything else runs.
+ * Name and value through the wire check and into the pool (a NULL value
+ * data, from nil, deletes), before anything else runs.
  */
 static void
-ngx_http_mruby_header_store(mrb_state *mrb, ngx_http_request_t *r,
-    mrb_value k, mrb_value v, ngx_http_mruby_header_set_pt set)
+ngx_http_mruby_header_checked(mrb_state *mrb, ngx_http_request_t *r,
+    mrb_value k, mrb_value v, ngx_str_t *key, ngx_str_t *value)
 {
-    ngx_int_t     rc;
-    ngx_str_t     key, value;
     mrb_http_str  name, val;
 
     mrb_http_check_header(mrb, k, v, &name, &val);
-    ngx_http_mruby_copy_checked(mrb, r, &name, &key, "[]=");
+    ngx_http_mruby_copy_checked(mrb, r, &name, key, "[]=");
 
+    value->data = NULL;
+    value->len = 0;
     if (val.data != NULL) {
-        ngx_http_mruby_copy_checked(mrb, r, &val, &value, "[]=");
+        ngx_http_mruby_copy_checked(mrb, r, &val, value, "[]=");
     }
+}
 
-    rc = set(r, &key, val.data != NULL ? &value : NULL);
 
+/* Raises for what set answered: NGX_DECLINED an invalid Content-Length. */
+static void
+ngx_http_mruby_header_stored(mrb_state *mrb, ngx_int_t rc, ngx_str_t *value)
+{
     if (rc == NGX_DECLINED) {
         mrb_raisef(mrb, E_ARGUMENT_ERROR, "invalid Content-Length: %v",
-                   ngx_http_mruby_str(mrb, &value));
+                   ngx_http_mruby_str(mrb, value));
     }
 
     if (rc != NGX_OK) {
@@ -295,30 +298,56 @@ ngx_http_mruby_header_store(mrb_state *mrb, ngx_http_request_t *r,
 /*
  * headers[key] = value with set; an Array value replaces every header of
  * that name with one per element (nil elements skipped), through add.
+ * Every element is checked and copied before the old values go, so that
+ * a bad one raises as it would alone and leaves the header as it was;
+ * valid (or NULL) is what set would decline.
  */
 static mrb_value
 ngx_http_mruby_headers_assign(mrb_state *mrb,
-    ngx_http_mruby_header_set_pt set, ngx_http_mruby_header_set_pt add)
+    ngx_http_mruby_header_set_pt set, ngx_http_mruby_header_set_pt add,
+    ngx_http_mruby_header_set_pt valid)
 {
-    mrb_int              i;
+    mrb_int              i, n, m;
     mrb_value            k, v, e;
+    ngx_str_t            key, value, *values;
     ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
 
     mrb_get_args(mrb, "oo", &k, &v);
 
     if (!mrb_array_p(v)) {
-        ngx_http_mruby_header_store(mrb, r, k, v, set);
+        ngx_http_mruby_header_checked(mrb, r, k, v, &key, &value);
+        ngx_http_mruby_header_stored(mrb,
+            set(r, &key, value.data != NULL ? &value : NULL), &value);
         return v;
     }
 
-    ngx_http_mruby_header_store(mrb, r, k, mrb_nil_value(), set);
+    ngx_http_mruby_header_checked(mrb, r, k, mrb_nil_value(), &key, &value);
 
-    for (i = 0; i < RARRAY_LEN(v); i++) {
+    /* a to_s may change the array: at most the elements it had */
+    n = RARRAY_LEN(v);
+    values = ngx_palloc(r->pool, (n ? n : 1) * sizeof(ngx_str_t));
+    if (values == NULL) {
+        mrb_raise(mrb, E_RUNTIME_ERROR, "[]=: out of memory");
+    }
+
+    for (i = 0, m = 0; i < RARRAY_LEN(v) && m < n; i++) {
         e = mrb_ary_ref(mrb, v, i);
 
         if (!mrb_nil_p(e)) {
-            ngx_http_mruby_header_store(mrb, r, k, e, add);
+            ngx_http_mruby_header_checked(mrb, r, k, e, &key, &values[m]);
+            if (valid != NULL) {
+                ngx_http_mruby_header_stored(mrb, valid(r, &key, &values[m]),
+                                             &values[m]);
+            }
+            m++;
         }
+    }
+
+    ngx_http_mruby_header_stored(mrb, set(r, &key, NULL), NULL);
+
+    for (i = 0; i < m; i++) {
+        ngx_http_mruby_header_stored(mrb, add(r, &key, &values[i]),
+                                     &values[i]);
     }
 
     return v;
@@ -528,7 +557,7 @@ static mrb_value
 ngx_http_mruby_headers_in_set(mrb_state *mrb, mrb_value self)
 {
     return ngx_http_mruby_headers_assign(mrb, ngx_http_mruby_header_in_set,
-                                         ngx_http_mruby_header_in_add);
+                                         ngx_http_mruby_header_in_add, NULL);
 }
 
 
@@ -602,6 +631,22 @@ ngx_http_mruby_header_out_delete(ngx_http_request_t *r, ngx_str_t *key)
             h->hash = 0;
         }
     }
+}
+
+
+/* NGX_DECLINED for a response header value nginx cannot keep: a
+ * Content-Length that is not a number. */
+static ngx_int_t
+ngx_http_mruby_headers_out_valid(ngx_http_request_t *r, ngx_str_t *key,
+    ngx_str_t *value)
+{
+    if (ngx_http_mruby_key_is(key, "content-length")
+        && ngx_atoof(value->data, value->len) == NGX_ERROR)
+    {
+        return NGX_DECLINED;
+    }
+
+    return NGX_OK;
 }
 
 
@@ -746,7 +791,8 @@ static mrb_value
 ngx_http_mruby_headers_out_set_m(mrb_state *mrb, mrb_value self)
 {
     return ngx_http_mruby_headers_assign(mrb, ngx_http_mruby_headers_out_set,
-                                         ngx_http_mruby_headers_out_add);
+                                         ngx_http_mruby_headers_out_add,
+                                         ngx_http_mruby_headers_out_valid);
 }
 
 
@@ -754,7 +800,8 @@ static mrb_value
 ngx_http_mruby_headers_out_add_m(mrb_state *mrb, mrb_value self)
 {
     return ngx_http_mruby_headers_assign(mrb, ngx_http_mruby_headers_out_add,
-                                         ngx_http_mruby_headers_out_add);
+                                         ngx_http_mruby_headers_out_add,
+                                         ngx_http_mruby_headers_out_valid);
 }
 
 

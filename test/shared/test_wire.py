@@ -99,6 +99,63 @@ def test_setters_refuse_what_would_split_the_response(kind, apache, nginx):
     assert b"X-Smuggled" not in resp
 
 
+# An Array replaces every header of its name, one per element: a bad
+# element anywhere raises as it would alone, and the old values stay.
+ARRAY_SETTERS = r'''
+r = Nginx::Request.new
+out, inp = r.headers_out, r.headers_in
+out["X-A"] = "old"
+out.add("X-B", "old1")
+out.add("X-B", "old2")
+out["Content-Length"] = "2"
+inp["X-In"] = "old"
+tries = [
+  -> { out["X-A"] = "a\r\nSet-Cookie: x=1" },
+  -> { out["X-A"] = ["new", "a\r\nSet-Cookie: x=1"] },
+  -> { out["X-B"] = ["new", nil, "a\0b"] },
+  -> { out.add("X-B", ["new", "a\nb"]) },
+  -> { out["Content-Length"] = "abc" },
+  -> { out["Content-Length"] = ["3", "abc"] },
+  -> { inp["X-In"] = ["new", "a\nX-Smuggled: 1"] },
+]
+msgs = tries.map do |set|
+  begin
+    set.call
+    "accepted"
+  rescue ArgumentError => e
+    e.message
+  end
+end
+msgs << [out["X-A"], out["X-B"], out["Content-Length"], inp["X-In"]].inspect
+out.delete("Content-Length")
+Nginx.rputs msgs.join("\n")
+'''
+
+
+def test_nginx_array_header_with_a_bad_element_keeps_the_old_values(nginx):
+    n = nginx("location /t { mruby_content_handler {dir}/t.rb; }",
+              files={"t.rb": ARRAY_SETTERS})
+    resp = get_raw(n)
+    head, _, body = resp.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), resp[:300]
+    lines = body.decode().split("\n")
+    single_a, array_a, array_b, add_b, single_cl, array_cl, array_in = \
+        lines[:7]
+    assert single_a.startswith("invalid value for header X-A"), single_a
+    assert array_a == single_a
+    assert array_b == single_a.replace("X-A", "X-B")
+    assert add_b == array_b
+    assert single_cl == "invalid Content-Length: abc"
+    assert array_cl == single_cl
+    assert array_in == single_a.replace("X-A", "X-In")
+    assert lines[7] == '["old", ["old1", "old2"], "2", "old"]'
+    headers = head.decode().split("\r\n")
+    assert "X-A: old" in headers
+    assert [h for h in headers if h.startswith("X-B")] == [
+        "X-B: old1", "X-B: old2"]
+    assert b"Set-Cookie" not in head
+
+
 @pytest.mark.parametrize("kind", SERVERS)
 def test_return_of_1xx_is_a_500_not_a_final_status(kind, apache, nginx):
     """Apache sent "100 Continue" and then the body; nginx sent nothing and
