@@ -37,117 +37,108 @@ ngx_http_mruby_request_args(mrb_state *mrb, mrb_value self)
 }
 
 
+/* What a setter's value is checked as (mrb_http_check.h's signature). */
+typedef void (*ngx_http_mruby_check_pt)(mrb_state *mrb, const char *what,
+    mrb_value value, mrb_http_str *out);
+
+
+/* A method: an RFC 9110 token, as a header name is. */
+static void
+ngx_http_mruby_check_method(mrb_state *mrb, const char *what,
+    mrb_value value, mrb_http_str *out)
+{
+    mrb_value  v = mrb_obj_as_string(mrb, value);
+
+    if (!mrb_http_valid_header_name(RSTRING_PTR(v), RSTRING_LEN(v))) {
+        mrb_raisef(mrb, E_ARGUMENT_ERROR, "invalid %s (want an RFC 9110 "
+                   "token)", what);
+    }
+
+    out->data = RSTRING_PTR(v);
+    out->len = RSTRING_LEN(v);
+}
+
+
 /*
- * r.uri = "/new": in a rewrite phase the location is looked up again for
- * the new URI, as after nginx's "rewrite ... last".
+ * The setters of what nginx keeps of the request line: the value checked,
+ * copied to the pool and stored in the request's field.
+ *
+ * uri= and args= change what nginx serves and forwards, and make its
+ * unparsed URI stale; uri= in the rewrite phase also has the location
+ * looked up again, the request internal, as after nginx's "rewrite ...
+ * last".  request_line=, unparsed_uri=, method= and protocol= overwrite
+ * what logs and $request show; the request is not parsed again.  The
+ * checks are those of the wire check: a URI and a request line have no
+ * control characters, an unparsed URI is a target, a method a token, a
+ * protocol a header value.
  */
+typedef struct {
+    const char               *what;
+    ngx_http_mruby_check_pt   check;
+    size_t                    field;       /* offset of an ngx_str_t */
+    unsigned                  stale:1;     /* r->unparsed_uri no longer */
+    unsigned                  relocate:1;  /* the location is looked up */
+} ngx_http_mruby_line_setter_t;
+
+
 static mrb_value
-ngx_http_mruby_request_set_uri(mrb_state *mrb, mrb_value self)
+ngx_http_mruby_request_set_line(mrb_state *mrb, mrb_value self,
+    const ngx_http_mruby_line_setter_t *set)
 {
     mrb_run                    *run;
-    mrb_http_str                uri;
+    ngx_str_t                  *field;
+    mrb_http_str                value;
     ngx_http_request_t         *r = ngx_http_mruby_request(mrb);
     ngx_http_mruby_run_data_t  *data;
 
-    mrb_http_check_uri(mrb, "uri=", mrb_get_arg1(mrb), &uri);
-    ngx_http_mruby_copy_checked(mrb, r, &uri, &r->uri, "uri=");
+    set->check(mrb, set->what, mrb_get_arg1(mrb), &value);
+    field = (ngx_str_t *) ((char *) r + set->field);
+    ngx_http_mruby_copy_checked(mrb, r, &value, field, set->what);
 
-    run = mrb_interp_run(mrb);
-    data = run->data;
+    if (set->relocate) {
+        run = mrb_interp_run(mrb);
+        data = run->data;
 
-    /* in the rewrite phase: the location is looked up again, and the
-       request is internal, as after nginx's "rewrite" */
-
-    if (data != NULL && data->phase == NGX_HTTP_MRUBY_REWRITE) {
-        r->uri_changed = 1;
-        r->internal = 1;
+        if (data != NULL && data->phase == NGX_HTTP_MRUBY_REWRITE) {
+            r->uri_changed = 1;
+            r->internal = 1;
+        }
     }
 
-    r->valid_unparsed_uri = 0;
-
-    return self;
-}
-
-
-static mrb_value
-ngx_http_mruby_request_set_args(mrb_state *mrb, mrb_value self)
-{
-    mrb_http_str         args;
-    ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
-
-    mrb_http_check_args(mrb, "args=", mrb_get_arg1(mrb), &args);
-    ngx_http_mruby_copy_checked(mrb, r, &args, &r->args, "args=");
-    r->valid_unparsed_uri = 0;
-
-    return self;
-}
-
-
-/*
- * request_line=, unparsed_uri=, method= and protocol= overwrite what nginx
- * keeps of the request line (what logs and $request show); the request is
- * not parsed again.  The values are checked as the wire check knows them:
- * a request line and a URI have no control characters, a method is a
- * token, a protocol a header value.
- */
-static mrb_value
-ngx_http_mruby_request_set_request_line(mrb_state *mrb, mrb_value self)
-{
-    mrb_http_str         line;
-    ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
-
-    mrb_http_check_uri(mrb, "request_line=", mrb_get_arg1(mrb), &line);
-    ngx_http_mruby_copy_checked(mrb, r, &line, &r->request_line,
-                                "request_line=");
-    return self;
-}
-
-
-static mrb_value
-ngx_http_mruby_request_set_unparsed_uri(mrb_state *mrb, mrb_value self)
-{
-    mrb_http_str         uri;
-    ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
-
-    mrb_http_check_target(mrb, "unparsed_uri=", mrb_get_arg1(mrb), &uri);
-    ngx_http_mruby_copy_checked(mrb, r, &uri, &r->unparsed_uri,
-                                "unparsed_uri=");
-    return self;
-}
-
-
-static mrb_value
-ngx_http_mruby_request_set_method(mrb_state *mrb, mrb_value self)
-{
-    mrb_value            v = mrb_obj_as_string(mrb, mrb_get_arg1(mrb));
-    mrb_http_str         method;
-    ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
-
-    if (!mrb_http_valid_header_name(RSTRING_PTR(v), RSTRING_LEN(v))) {
-        mrb_raise(mrb, E_ARGUMENT_ERROR, "invalid method= (want an RFC 9110 "
-                  "token)");
+    if (set->stale) {
+        r->valid_unparsed_uri = 0;
     }
 
-    method.data = RSTRING_PTR(v);
-    method.len = RSTRING_LEN(v);
-    ngx_http_mruby_copy_checked(mrb, r, &method, &r->method_name,
-                                "method=");
     return self;
 }
 
 
-static mrb_value
-ngx_http_mruby_request_set_protocol(mrb_state *mrb, mrb_value self)
-{
-    mrb_http_str         protocol;
-    ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
+/* name= storing into r->field: its table entry and its method */
+#define ngx_http_mruby_line_setter(name, check, field, stale, relocate)       \
+    static const ngx_http_mruby_line_setter_t                                 \
+        ngx_http_mruby_set_##name = {                                         \
+            #name "=", check, offsetof(ngx_http_request_t, field),            \
+            stale, relocate                                                   \
+        };                                                                    \
+                                                                              \
+    static mrb_value                                                          \
+    ngx_http_mruby_request_set_##name(mrb_state *mrb, mrb_value self)         \
+    {                                                                         \
+        return ngx_http_mruby_request_set_line(mrb, self,                     \
+                                               &ngx_http_mruby_set_##name);   \
+    }
 
-    mrb_http_check_header_value(mrb, "protocol=", mrb_get_arg1(mrb),
-                                &protocol);
-    ngx_http_mruby_copy_checked(mrb, r, &protocol, &r->http_protocol,
-                                "protocol=");
-    return self;
-}
+/* name, check, field, stale, relocate */
+ngx_http_mruby_line_setter(uri, mrb_http_check_uri, uri, 1, 1)
+ngx_http_mruby_line_setter(args, mrb_http_check_args, args, 1, 0)
+ngx_http_mruby_line_setter(request_line, mrb_http_check_uri, request_line,
+                           0, 0)
+ngx_http_mruby_line_setter(unparsed_uri, mrb_http_check_target, unparsed_uri,
+                           0, 0)
+ngx_http_mruby_line_setter(method, ngx_http_mruby_check_method, method_name,
+                           0, 0)
+ngx_http_mruby_line_setter(protocol, mrb_http_check_header_value,
+                           http_protocol, 0, 0)
 
 
 /* The original's read_body: kept for its scripts, as the body is read by

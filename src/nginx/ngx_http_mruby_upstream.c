@@ -114,16 +114,13 @@ static mrb_value
 ngx_http_mruby_upstream_init(mrb_state *mrb, mrb_value self)
 {
     char                            *name;
-    size_t                           len;
-    ngx_uint_t                       i;
     ngx_cycle_t                     *cycle;
     ngx_http_mruby_upstream_t       *u;
     ngx_http_upstream_rr_peers_t    *peers;
-    ngx_http_upstream_srv_conf_t   **uscfp, *uscf;
+    ngx_http_upstream_srv_conf_t    *uscf;
     ngx_http_upstream_main_conf_t   *umcf;
 
     mrb_get_args(mrb, "z", &name);
-    len = ngx_strlen(name);
 
     u = DATA_PTR(self);
     if (u != NULL) {
@@ -132,15 +129,8 @@ ngx_http_mruby_upstream_init(mrb_state *mrb, mrb_value self)
 
     mrb_data_init(self, NULL, &ngx_http_mruby_upstream_type);
 
-    /*
-     * The upstreams a worker proxies with are its cycle's.  While nginx
-     * (re)reads its configuration, ngx_cycle is still the cycle being
-     * replaced, and the new one's servers are not set up yet.
-     */
-    cycle = (ngx_cycle_t *) ngx_cycle;
-
-    umcf = (ngx_process == NGX_PROCESS_MASTER || cycle->conf_ctx == NULL
-            || ngx_mruby_conf_running() != NULL)
+    cycle = ngx_mruby_upstream_cycle();
+    umcf = (cycle == NULL)
            ? NULL
            : ngx_http_cycle_get_module_main_conf(cycle,
                                                  ngx_http_upstream_module);
@@ -149,46 +139,22 @@ ngx_http_mruby_upstream_init(mrb_state *mrb, mrb_value self)
                   "(a request script or an init-worker script)");
     }
 
-    uscfp = umcf->upstreams.elts;
-    uscf = NULL;
-
-    for (i = 0; i < umcf->upstreams.nelts; i++) {
-        if ((uscfp[i]->flags & NGX_HTTP_UPSTREAM_CREATE)
-            && uscfp[i]->host.len == len
-            && ngx_strncasecmp(uscfp[i]->host.data, (u_char *) name, len)
-               == 0)
-        {
-            uscf = uscfp[i];
-            break;
-        }
-    }
-
-    if (uscf == NULL) {
-        mrb_raisef(mrb, E_ARGUMENT_ERROR, "Nginx::Upstream: no upstream "
-                   "block \"%s\"", name);
-    }
+    uscf = ngx_mruby_upstream_find(mrb, "Nginx::Upstream", "upstream",
+               &umcf->upstreams,
+               offsetof(ngx_http_upstream_srv_conf_t, host),
+               offsetof(ngx_http_upstream_srv_conf_t, flags),
+               NGX_HTTP_UPSTREAM_CREATE, name);
 
     peers = uscf->peer.data;
-
-    if (peers == NULL) {
-        mrb_raisef(mrb, E_RUNTIME_ERROR, "Nginx::Upstream: upstream \"%s\" is "
-                   "not set up before nginx has read its configuration", name);
-    }
-
-    if (peers->number != 1 || (peers->next && peers->next->number)) {
-        mrb_raisef(mrb, E_ARGUMENT_ERROR, "Nginx::Upstream: upstream \"%s\" "
-                   "has %d server addresses, Nginx::Upstream needs exactly one",
-                   name, (int) (peers->number
-                                + (peers->next ? peers->next->number : 0)));
-    }
-
+    ngx_mruby_upstream_check_peers(mrb, "Nginx::Upstream", name, peers,
+        peers ? peers->number : 0,
+        (peers && peers->next) ? peers->next->number : 0,
 #if (NGX_HTTP_UPSTREAM_ZONE)
-    if (peers->shpool) {
-        mrb_raisef(mrb, E_ARGUMENT_ERROR, "Nginx::Upstream: upstream \"%s\" "
-                   "keeps its servers in a shared \"zone\", which a worker "
-                   "cannot re-target alone; remove the zone", name);
-    }
+        peers ? peers->shpool : NULL
+#else
+        NULL
 #endif
+        );
 
     u = mrb_malloc(mrb, sizeof(ngx_http_mruby_upstream_t));
     u->uscf = uscf;
@@ -221,33 +187,17 @@ ngx_http_mruby_upstream_server(mrb_state *mrb, mrb_value self)
 static mrb_value
 ngx_http_mruby_upstream_set_server(mrb_state *mrb, mrb_value self)
 {
-    char                         *text;
     mrb_value                     addr;
-    const char                   *err;
     const ngx_addr_t             *target;
     ngx_http_mruby_upstream_t    *u;
-    ngx_http_upstream_rr_peer_t  *peer;
 
     mrb_get_args(mrb, "S", &addr);
     u = ngx_http_mruby_upstream_get(mrb, self);
-    text = mrb_str_to_cstr(mrb, addr);
 
-    target = ngx_mruby_upstream_target(u->cycle, (u_char *) text,
-                                       ngx_strlen(text), 80, &err);
-    if (target == NULL) {
-        mrb_raisef(mrb, E_ARGUMENT_ERROR, "Nginx::Upstream#server=: \"%s\" %s",
-                   text, err);
-    }
+    target = ngx_mruby_upstream_target_arg(mrb, "Nginx::Upstream#server=",
+                                           u->cycle, addr, 80);
 
-    peer = ngx_http_mruby_upstream_peer(u);
-
-    peer->sockaddr = target->sockaddr;
-    peer->socklen = target->socklen;
-    peer->name = target->name;
-
-    /* failures of the old server say nothing about the new one */
-    peer->fails = 0;
-    peer->checked = 0;
+    ngx_mruby_upstream_retarget(ngx_http_mruby_upstream_peer(u), target);
 
     return addr;
 }

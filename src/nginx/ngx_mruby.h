@@ -215,6 +215,50 @@ void ngx_mruby_wait_end(ngx_mruby_process_t *p, ngx_event_t *wake,
 const ngx_addr_t *ngx_mruby_upstream_target(ngx_cycle_t *cycle, u_char *text,
     size_t len, in_port_t default_port, const char **err);
 
+/*
+ * ngx_mruby_upstream_target for a Ruby argument: raises ArgumentError
+ * "what: \"text\" why" instead of returning NULL.
+ */
+const ngx_addr_t *ngx_mruby_upstream_target_arg(mrb_state *mrb,
+    const char *what, ngx_cycle_t *cycle, mrb_value addr,
+    in_port_t default_port);
+
+/* The cycle whose upstreams a script may re-target, or NULL where none
+ * is: in the master, and while a configuration is read. */
+ngx_cycle_t *ngx_mruby_upstream_cycle(void);
+
+/*
+ * The upstream block called name (any case) among upstreams, an array of
+ * pointers to a module's upstream configurations (http's or stream's:
+ * the offsets of their host and flags, and the flag of a block that
+ * "upstream" made).  Raises ArgumentError "what: no <block> block" when
+ * there is none.
+ */
+void *ngx_mruby_upstream_find(mrb_state *mrb, const char *what,
+    const char *block, ngx_array_t *upstreams, size_t host_offset,
+    size_t flags_offset, ngx_uint_t create, const char *name);
+
+/*
+ * Raises unless the round-robin peer list of upstream name (peers, with
+ * number servers, backups backup servers and shpool its shared zone or
+ * NULL) is one that one worker may re-target: set up, one server, no
+ * zone.
+ */
+void ngx_mruby_upstream_check_peers(mrb_state *mrb, const char *what,
+    const char *name, void *peers, ngx_uint_t number, ngx_uint_t backups,
+    void *shpool);
+
+/* Points a round-robin peer (http's or stream's) at target: failures of
+ * the old server say nothing about the new one. */
+#define ngx_mruby_upstream_retarget(peer, target)                            \
+    do {                                                                      \
+        (peer)->sockaddr = (target)->sockaddr;                                \
+        (peer)->socklen = (target)->socklen;                                  \
+        (peer)->name = (target)->name;                                        \
+        (peer)->fails = 0;                                                    \
+        (peer)->checked = 0;                                                  \
+    } while (0)
+
 
 /* ngx_mruby_file_watch.c */
 

@@ -29,11 +29,9 @@ static mrb_value
 ngx_stream_mruby_conn_init(mrb_state *mrb, mrb_value self)
 {
     char                              *name = NULL;
-    size_t                             len;
-    ngx_uint_t                         i;
     ngx_cycle_t                       *cycle;
     ngx_stream_upstream_rr_peers_t    *peers;
-    ngx_stream_upstream_srv_conf_t   **uscfp, *uscf;
+    ngx_stream_upstream_srv_conf_t    *uscf;
     ngx_stream_upstream_main_conf_t   *umcf;
 
     mrb_get_args(mrb, "|z!", &name);
@@ -44,17 +42,8 @@ ngx_stream_mruby_conn_init(mrb_state *mrb, mrb_value self)
         return self;
     }
 
-    len = ngx_strlen(name);
-
-    /*
-     * The upstreams a worker proxies with are its cycle's.  While nginx
-     * (re)reads its configuration, ngx_cycle is still the cycle being
-     * replaced, and the new one's servers are not set up yet.
-     */
-    cycle = (ngx_cycle_t *) ngx_cycle;
-
-    umcf = (ngx_process == NGX_PROCESS_MASTER || cycle->conf_ctx == NULL
-            || ngx_mruby_conf_running() != NULL)
+    cycle = ngx_mruby_upstream_cycle();
+    umcf = (cycle == NULL)
            ? NULL
            : ngx_stream_cycle_get_module_main_conf(cycle,
                                                    ngx_stream_upstream_module);
@@ -64,49 +53,22 @@ ngx_stream_mruby_conn_init(mrb_state *mrb, mrb_value self)
                   "init-worker script), with a stream block");
     }
 
-    uscfp = umcf->upstreams.elts;
-    uscf = NULL;
-
-    for (i = 0; i < umcf->upstreams.nelts; i++) {
-        if ((uscfp[i]->flags & NGX_STREAM_UPSTREAM_CREATE)
-            && uscfp[i]->host.len == len
-            && ngx_strncasecmp(uscfp[i]->host.data, (u_char *) name, len)
-               == 0)
-        {
-            uscf = uscfp[i];
-            break;
-        }
-    }
-
-    if (uscf == NULL) {
-        mrb_raisef(mrb, E_ARGUMENT_ERROR, "Nginx::Stream::Connection: no "
-                   "stream upstream block \"%s\"", name);
-    }
+    uscf = ngx_mruby_upstream_find(mrb, "Nginx::Stream::Connection",
+               "stream upstream", &umcf->upstreams,
+               offsetof(ngx_stream_upstream_srv_conf_t, host),
+               offsetof(ngx_stream_upstream_srv_conf_t, flags),
+               NGX_STREAM_UPSTREAM_CREATE, name);
 
     peers = uscf->peer.data;
-
-    if (peers == NULL) {
-        mrb_raisef(mrb, E_RUNTIME_ERROR, "Nginx::Stream::Connection: upstream "
-                   "\"%s\" is not set up before nginx has read its "
-                   "configuration", name);
-    }
-
-    if (peers->number != 1 || (peers->next && peers->next->number)) {
-        mrb_raisef(mrb, E_ARGUMENT_ERROR, "Nginx::Stream::Connection: "
-                   "upstream \"%s\" has %d server addresses, it needs "
-                   "exactly one", name,
-                   (int) (peers->number
-                          + (peers->next ? peers->next->number : 0)));
-    }
-
+    ngx_mruby_upstream_check_peers(mrb, "Nginx::Stream::Connection", name,
+        peers, peers ? peers->number : 0,
+        (peers && peers->next) ? peers->next->number : 0,
 #if (NGX_STREAM_UPSTREAM_ZONE)
-    if (peers->shpool) {
-        mrb_raisef(mrb, E_ARGUMENT_ERROR, "Nginx::Stream::Connection: "
-                   "upstream \"%s\" keeps its servers in a shared \"zone\", "
-                   "which a worker cannot re-target alone; remove the zone",
-                   name);
-    }
+        peers ? peers->shpool : NULL
+#else
+        NULL
 #endif
+        );
 
     /* the upstream lives as long as the worker: no copy to free */
     mrb_data_init(self, uscf, &ngx_stream_mruby_conn_type);
@@ -153,31 +115,18 @@ ngx_stream_mruby_conn_upstream_server(mrb_state *mrb, mrb_value self)
 static mrb_value
 ngx_stream_mruby_conn_set_upstream_server(mrb_state *mrb, mrb_value self)
 {
-    char                           *text;
     mrb_value                       addr;
-    const char                     *err;
     const ngx_addr_t               *target;
     ngx_stream_upstream_rr_peer_t  *peer;
 
     mrb_get_args(mrb, "S", &addr);
     peer = ngx_stream_mruby_conn_peer(mrb, self);
-    text = mrb_str_to_cstr(mrb, addr);
 
-    target = ngx_mruby_upstream_target((ngx_cycle_t *) ngx_cycle,
-                                       (u_char *) text, ngx_strlen(text), 0,
-                                       &err);
-    if (target == NULL) {
-        mrb_raisef(mrb, E_ARGUMENT_ERROR, "Nginx::Stream::Connection#"
-                   "upstream_server=: \"%s\" %s", text, err);
-    }
+    target = ngx_mruby_upstream_target_arg(mrb,
+                 "Nginx::Stream::Connection#upstream_server=",
+                 (ngx_cycle_t *) ngx_cycle, addr, 0);
 
-    peer->sockaddr = target->sockaddr;
-    peer->socklen = target->socklen;
-    peer->name = target->name;
-
-    /* failures of the old server say nothing about the new one */
-    peer->fails = 0;
-    peer->checked = 0;
+    ngx_mruby_upstream_retarget(peer, target);
 
     return addr;
 }
