@@ -177,6 +177,21 @@ def make_www_dir(prefix):
     return d
 
 
+def read_until_closed(sock):
+    """All the server sends until it closes the connection; a reset
+    counts as closing (a stream server that denies resets)."""
+    data = b""
+    while True:
+        try:
+            chunk = sock.recv(65536)
+        except ConnectionResetError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
 def port_open(port, host="127.0.0.1"):
     try:
         with socket.create_connection((host, port), timeout=0.5):
@@ -340,6 +355,14 @@ class Server:
         kw.setdefault("timeout", HTTP_TIMEOUT)
         kw.setdefault("allow_redirects", False)
         return self.session.request(method, self.url(path, port), **kw)
+
+    def raw(self, request, port=None, timeout=10):
+        """Sends raw bytes (what requests cannot send, or would mend) and
+        returns all the server answers until it closes the connection."""
+        with socket.create_connection((self.host, port or self.port),
+                                      timeout=timeout) as s:
+            s.sendall(request)
+            return read_until_closed(s)
 
     def get(self, path="/", **kw):
         return self.request("GET", path, **kw)

@@ -226,19 +226,6 @@ h["X-Once"] = "2"
     assert r.cookies["a"] == "1" and r.cookies["b"] == "2"
 
 
-def raw_request(port, request, timeout=10):
-    """Sends raw bytes, returns the raw response (Connection: close)."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
-        s.sendall(request)
-        chunks = []
-        while True:
-            data = s.recv(65536)
-            if not data:
-                break
-            chunks.append(data)
-    return b"".join(chunks)
-
-
 def test_binary_header_values(apache):
     """Bytes 0x80-0xff pass through headers_in and headers_out unchanged."""
     a = handler(apache, """\
@@ -249,8 +236,8 @@ r.content_type = "application/octet-stream"
 Apache.rputs "#{v.bytesize}:" + v
 """)
     value = bytes(range(0x80, 0x100)) + b"\tok!"
-    resp = raw_request(a.port, b"GET /t HTTP/1.1\r\nHost: x\r\nX-Bin: " +
-                       value + b"\r\nConnection: close\r\n\r\n")
+    resp = a.raw(b"GET /t HTTP/1.1\r\nHost: x\r\nX-Bin: " + value +
+                 b"\r\nConnection: close\r\n\r\n")
     head, _, body = resp.partition(b"\r\n\r\n")
     assert b"\r\nX-Echo: " + value + b"\r\n" in head + b"\r\n"
     assert body == str(len(value)).encode() + b":" + value

@@ -1,7 +1,6 @@
 """Errors as a user meets them: a raising script, syntax errors, missing
 files, wrong directive arguments."""
 
-import socket
 
 import pytest
 
@@ -56,14 +55,7 @@ def test_raise_after_output_started_truncates(apache):
     mrubyHandlerMiddleCode 'Apache.rputs "x" * 100000; raise "too late"'
 </Location>
 """)
-    with socket.create_connection(("127.0.0.1", a.port), timeout=10) as s:
-        s.sendall(b"GET /late HTTP/1.1\r\nHost: x\r\n\r\n")
-        resp = b""
-        while True:
-            data = s.recv(65536)
-            if not data:
-                break
-            resp += data
+    resp = a.raw(b"GET /late HTTP/1.1\r\nHost: x\r\n\r\n")
     head, _, body = resp.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200")
     assert b"Transfer-Encoding: chunked" in head

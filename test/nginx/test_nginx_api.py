@@ -3,7 +3,7 @@
 import json
 import socket
 
-from nginx_client import read_until_closed
+from harness import read_until_closed
 
 
 def ruby_json(n, path, **kw):

@@ -302,7 +302,7 @@ def test_mruby_stack_size_out_of_range_fails_the_config_test(nginx):
 
 
 def test_stream_scripts_sleep_without_blocking_the_worker(nginx):
-    from nginx_client import read_until_closed
+    from harness import read_until_closed
     stream = """
 server {
     listen 127.0.0.1:{port2};

@@ -64,7 +64,7 @@ def test_repeated_headers_as_arrays(nginx):
     n = nginx("location / { mruby_content_handler {dir}/h.rb; }",
               files={"h.rb": HEADERS})
     import socket
-    from nginx_client import read_until_closed
+    from harness import read_until_closed
     with socket.create_connection(("127.0.0.1", n.port), timeout=10) as s:
         s.sendall(b"GET / HTTP/1.0\r\nX-Rep: 1\r\nX-Rep: 2\r\nX-One: o\r\n"
                   b"User-Agent: ua/1\r\n\r\n")

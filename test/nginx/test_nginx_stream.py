@@ -3,7 +3,7 @@
 import re
 import socket
 
-from nginx_client import read_until_closed
+from harness import read_until_closed
 
 
 def talk(port):

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from nginx_client import read_until_closed
+from harness import read_until_closed
 
 
 def make_cert(server, name):

@@ -5,32 +5,15 @@ another control character raise ArgumentError naming the header, and
 nothing of them reaches the client or a backend.  Also the Rack helper's
 repeated headers, and the nginx setters that read a Ruby value twice."""
 
-import socket
 
 import pytest
 
 SERVERS = ["apache", "nginx"]
 
 
-def raw(port, request, timeout=10):
-    """Sends raw bytes, returns the raw response (the server closes)."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
-        s.sendall(request)
-        chunks = []
-        while True:
-            try:
-                data = s.recv(65536)
-            except ConnectionResetError:
-                break
-            if not data:
-                break
-            chunks.append(data)
-    return b"".join(chunks)
-
-
 def get_raw(server, path="/t"):
-    return raw(server.port, f"GET {path} HTTP/1.1\r\nHost: x\r\n"
-                            f"Connection: close\r\n\r\n".encode())
+    return server.raw(f"GET {path} HTTP/1.1\r\nHost: x\r\n"
+                      f"Connection: close\r\n\r\n".encode())
 
 
 def content(kind, apache, nginx, script, extra=""):
