@@ -4,6 +4,9 @@
  * (a compiled pattern, a digest context) is made when first used.
  */
 
+#include <stdint.h>
+#include <string.h>
+
 #include <mruby.h>
 #include <mruby/data.h>
 #include <mruby/variable.h>
@@ -111,13 +114,27 @@ mrb_lib_utf8_len(const char *s, const char *end)
 }
 
 
+/* Eight bytes at a time while they are ASCII (URIs, keys, most text):
+ * a byte at a time cost ~9 instructions, a tenth of a routing match. */
 int
 mrb_lib_utf8_valid(const char *s, size_t len)
 {
     const char  *end = s + len;
+    uint64_t     w;
     int          n;
 
     while (s < end) {
+        if (end - s >= 8) {
+            memcpy(&w, s, 8);
+            if ((w & 0x8080808080808080ull) == 0) {
+                s += 8;
+                continue;
+            }
+        }
+        if ((unsigned char) *s < 0x80) {
+            s++;
+            continue;
+        }
         n = mrb_lib_utf8_len(s, end);
         if (n == 0) {
             return 0;

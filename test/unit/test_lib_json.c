@@ -81,6 +81,35 @@ static const lib_case  json_cases[] = {
       "\"[0.1,0.30000000000000004,1.5e-07]\"" },
     { "x = JSON.parse('[8.0333333333333333]'); "
       "JSON.parse(JSON.generate(x)) == x", "true" },
+    /* the short form when it reads back as the same mruby Float: a word
+     * boxed Float drops low bits, so the value that "9.67" reads as was
+     * written as 9.669999999999995 (16 digits).  (mruby's own literals
+     * are read by another routine than strtod: 0.85 in Ruby code is not
+     * the Float JSON's "0.85" is.) */
+    { "JSON.generate(JSON.parse('[9.67, 8.92, -9.1, 73359.646, 0.0001, "
+      "1.5e-4, 100.0, 1.0e14, 187.45, 0.85]'))",
+      "\"[9.67,8.92,-9.1,73359.646,0.0001,0.00015,100.0,"
+      "100000000000000.0,187.45,0.85]\"" },
+    { "a = (1..400).map { |i| i / 7.0 } + (1..400).map { |i| i * 1.37 }; "
+      "JSON.parse(JSON.generate(a)) == a", "true" },
+    /* numbers read without strtod when exact, and with it when not */
+    { "JSON.generate(JSON.parse('[1e22, 1e23, 0.1e1, 1E-22, 123.456, -0.0, "
+      "123456789012345678, 1234567890123456789, 0.000001234, "
+      "1234567890.12345, 1234567890.123456]'))",
+      "\"[1.0e+22,1.0e+23,1.0,1.0e-22,123.456,-0.0,123456789012345678,"
+      "1234567890123456789,1.234e-06,1234567890.12345,1234567890.123456]\"" },
+    /* keys are frozen Strings, as a Hash makes them; values are not */
+    { "h = JSON.parse('{\"a\":\"b\",\"c\\n\":[\"d\"]}'); "
+      "[h.keys.map(&:frozen?), h['a'].frozen?, h[\"c\\n\"][0].frozen?]",
+      "[[true, true], false, false]" },
+    /* a to_json that changes the Hash being written: the rest is written
+     * by the keys it has then (run under ASan too) */
+    { "class Mut; def initialize(h); @h = h; end; "
+      "def to_json(*); 20.times { |i| @h[\"k#{i}\"] = i }; '\"m\"'; end; "
+      "end; h = {'a' => 1}; h['b'] = Mut.new(h); h['c'] = 3; "
+      "JSON.generate(h) == '{\"a\":1,\"b\":\"m\",\"c\":3,' + "
+      "(0..19).map { |i| \"\\\"k#{i}\\\":#{i}\" }.join(',') + '}'",
+      "true" },
     { "JSON.generate({1 => 2, nil => 3})", "\"{\\\"1\\\":2,\\\"\\\":3}\"" },
     { "JSON.generate(:sym)", "\"\\\"sym\\\"\"" },
     { "JSON.generate([])", "\"[]\"" },
