@@ -190,6 +190,17 @@ static const lib_case  regexp_cases[] = {
       ":bad" },
     { "begin; \"a\\xe3\".gsub(/a/, 'b'); rescue ArgumentError; :bad; end",
       ":bad" },
+    /* the arguments, read without mrb_get_args in the common calls */
+    { "[->{ Regexp.new }, ->{ Regexp.new('a', nil, nil, 1) }, "
+      "->{ /a/.=~('a', 1) }, ->{ /a/ === ['a', 1] }, ->{ /a/.match }, "
+      "->{ /a/.match?('a', 0, 1) }].map { |f| "
+      "begin; f.call; rescue ArgumentError; :argument_error; end }",
+      "[:argument_error, :argument_error, :argument_error, false, "
+      ":argument_error, :argument_error]" },
+    { "[/b/.match('abcb') { |m| m.begin(0) }, /b/.match('abcb', 2).begin(0), "
+      "/b/.match?('abcb', 2), /b/.match?('abc', 2), Regexp.new('x', 'i').options, "
+      "Regexp.new('x', nil, 'n').options, Regexp.new(/y/).source]",
+      "[1, 3, true, false, 1, 32, \"y\"]" },
     { NULL, NULL }
 };
 
