@@ -35,18 +35,55 @@ dir_path(mrb_state *mrb)
 }
 
 
+/* What Dir.entries or Dir.glob holds while it makes Strings. */
+typedef struct {
+    DIR       *dir;
+    glob_t     glob;
+    unsigned   globbed:1;
+} dir_held;
+
+
 static void
-dir_handle_free(mrb_state *mrb, void *d)
+dir_held_free(mrb_state *mrb, void *p)
 {
-    if (d != NULL) {
-        closedir(d);
+    dir_held  *h = p;
+
+    if (h == NULL) {
+        return;
     }
+    if (h->dir != NULL) {
+        closedir(h->dir);
+    }
+    if (h->globbed) {
+        globfree(&h->glob);
+    }
+    mrb_free(mrb, h);
 }
 
 
-static const struct mrb_data_type  dir_handle_type = {
-    "Dir handle", dir_handle_free
+static const struct mrb_data_type  dir_held_type = {
+    "Dir held", dir_held_free
 };
+
+
+/* An empty holder, the GC's until dir_held_release. */
+static dir_held *
+dir_held_new(mrb_state *mrb, struct RData **holder)
+{
+    *holder = mrb_data_object_alloc(mrb, mrb->object_class, NULL,
+                                    &dir_held_type);
+    (*holder)->data = mrb_calloc(mrb, 1, sizeof(dir_held));
+    return (*holder)->data;
+}
+
+
+/* Closes and frees what the holder holds now, not at the next GC. */
+static void
+dir_held_release(mrb_state *mrb, struct RData *holder)
+{
+    dir_held_free(mrb, holder->data);
+    holder->data = NULL;
+}
 
 
 /* Dir.entries(path): every name in it, "." and ".." too. */
@@ -55,27 +92,24 @@ dir_entries(mrb_state *mrb, mrb_value self)
 {
     const char     *path = dir_path(mrb);
     mrb_value       ary = mrb_ary_new(mrb);
-    struct RData   *handle;
-    DIR            *d;
+    dir_held       *h;
+    struct RData   *holder;
     struct dirent  *e;
     int             ai;
 
-    handle = mrb_data_object_alloc(mrb, mrb->object_class, NULL,
-                                   &dir_handle_type);
-    d = opendir(path);
-    if (d == NULL) {
+    h = dir_held_new(mrb, &holder);
+    h->dir = opendir(path);
+    if (h->dir == NULL) {
         mrb_lib_sys_fail(mrb, path);
     }
-    handle->data = d;
 
     ai = mrb_gc_arena_save(mrb);
-    while ((e = readdir(d)) != NULL) {
+    while ((e = readdir(h->dir)) != NULL) {
         mrb_ary_push(mrb, ary, mrb_str_new_cstr(mrb, e->d_name));
         mrb_gc_arena_restore(mrb, ai);
     }
 
-    handle->data = NULL;
-    closedir(d);
+    dir_held_release(mrb, holder);
     return ary;
 }
 
@@ -140,48 +174,31 @@ dir_rmdir(mrb_state *mrb, mrb_value self)
 }
 
 
-static void
-dir_glob_free(mrb_state *mrb, void *g)
-{
-    if (g != NULL) {
-        globfree(g);
-        mrb_free(mrb, g);
-    }
-}
-
-
-static const struct mrb_data_type  dir_glob_type = {
-    "Dir glob", dir_glob_free
-};
-
-
 /* Dir.glob(pattern): the matching paths, sorted (glob(3), no "**"). */
 static mrb_value
 dir_glob(mrb_state *mrb, mrb_value self)
 {
     const char    *pattern = dir_path(mrb);
     mrb_value      ary = mrb_ary_new(mrb);
-    struct RData  *handle;
-    glob_t        *g;
+    dir_held      *h;
+    struct RData  *holder;
     size_t         i;
     int            rc, ai;
 
-    handle = mrb_data_object_alloc(mrb, mrb->object_class, NULL,
-                                   &dir_glob_type);
-    g = mrb_calloc(mrb, 1, sizeof(glob_t));
-    handle->data = g;
+    h = dir_held_new(mrb, &holder);
+    rc = glob(pattern, 0, NULL, &h->glob);
+    h->globbed = 1;
 
-    rc = glob(pattern, 0, NULL, g);
     if (rc == 0) {
         ai = mrb_gc_arena_save(mrb);
-        for (i = 0; i < g->gl_pathc; i++) {
-            mrb_ary_push(mrb, ary, mrb_str_new_cstr(mrb, g->gl_pathv[i]));
+        for (i = 0; i < h->glob.gl_pathc; i++) {
+            mrb_ary_push(mrb, ary,
+                         mrb_str_new_cstr(mrb, h->glob.gl_pathv[i]));
             mrb_gc_arena_restore(mrb, ai);
         }
     }
 
-    handle->data = NULL;
-    dir_glob_free(mrb, g);
+    dir_held_release(mrb, holder);
 
     if (rc == GLOB_NOSPACE) {
         mrb_raise(mrb, E_RUNTIME_ERROR, "Dir.glob: out of memory");
