@@ -1,6 +1,7 @@
 /*
- * Machine-stack coroutines: the stack pool, the switch, and the guard page
- * handler.  See mrb_coro.h for why it works this way.
+ * Machine-stack coroutines: the stack pool, a coroutine's first and last
+ * switch, and the guard page handler (the switch itself is inline, in
+ * mrb_coro_switch.h).  See mrb_coro.h for why it works this way.
  */
 
 #include <pthread.h>
@@ -12,59 +13,6 @@
 #include <unistd.h>
 
 #include "mrb_coro.h"
-
-/*
- * AddressSanitizer must be told of each switch, or it takes the other
- * stack for an overflow of this one (a longjmp on a coroutine, the
- * exceptions of mruby, is where it looks).
- */
-#if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/common_interface_defs.h>
-#define coro_asan_start(save, bottom, size)                                   \
-    __sanitizer_start_switch_fiber(save, bottom, size)
-#define coro_asan_finish(save, bottom, size)                                  \
-    __sanitizer_finish_switch_fiber(save, bottom, size)
-#else
-#define coro_asan_start(save, bottom, size)
-#define coro_asan_finish(save, bottom, size)
-#endif
-
-/*
- * boost.context's switch (Debian libboost-context-dev, linked with
- * -lboost_context), declared here with its fcontext ABI (boost 1.74
- * <boost/context/detail/fcontext.hpp>, whose header is C++ only):
- * jump_fcontext saves the callee-saved registers on the current stack,
- * switches to `to` and returns there the context it came from and a
- * pointer; make_fcontext prepares a context on a stack whose top is sp.
- */
-typedef void  *coro_fcontext;
-
-typedef struct {
-    coro_fcontext   fctx;
-    void           *data;
-} coro_transfer;
-
-extern coro_transfer jump_fcontext(coro_fcontext const to, void *vp);
-extern coro_fcontext make_fcontext(void *sp, size_t size,
-    void (*fn)(coro_transfer));
-
-
-struct mrb_coro_s {
-    coro_fcontext    ctx;        /* where the coroutine goes on */
-    coro_fcontext    caller;     /* where it returns to */
-    mrb_coro_pool   *pool;
-    mrb_coro_fn      fn;
-    void            *arg;
-    char            *map;        /* the mapping: guard page, then stack */
-    char            *limit;      /* lowest usable address (guard's end) */
-    mrb_coro        *outer;      /* the coroutine that resumed this one */
-    mrb_coro        *next_idle;
-    unsigned         finished:1;
-#if defined(__SANITIZE_ADDRESS__)
-    const void      *caller_bottom;  /* the resumer's stack, for ASan */
-    size_t           caller_size;
-#endif
-};
 
 struct mrb_coro_pool_s {
     size_t           stack_size; /* usable, page multiple */
@@ -84,8 +32,9 @@ struct mrb_coro_pool_s {
 
 #define CORO_ALTSTACK_SIZE  (64 * 1024)
 
-static __thread mrb_coro  *coro_running;
-static __thread int        coro_altstack_ready;
+/* the running coroutine and the alternate stack, per thread
+ * (mrb_coro_switch.h) */
+__thread mrb_coro_thread  mrb_coro_tls;
 
 static pthread_once_t      coro_handler_once = PTHREAD_ONCE_INIT;
 static struct sigaction    coro_old_segv;
@@ -200,7 +149,7 @@ coro_put_str(char *p, const char *s)
 static void
 coro_segv(int sig, siginfo_t *si, void *uc)
 {
-    mrb_coro  *coro = coro_running;
+    mrb_coro  *coro = mrb_coro_tls.running;
     char      *addr = si->si_addr;
     char       line[256], *p;
 
@@ -257,8 +206,8 @@ coro_handler_install(void)
  * A fault on a guard page leaves no stack to run the handler on: each
  * thread that runs coroutines gets an alternate signal stack, once.
  */
-static void
-coro_altstack_setup(void)
+void
+mrb_coro_thread_init(void)
 {
     stack_t  ss;
 
@@ -273,26 +222,71 @@ coro_altstack_setup(void)
     ss.ss_size = CORO_ALTSTACK_SIZE;
     ss.ss_flags = 0;
     sigaltstack(&ss, NULL);
-    coro_altstack_ready = 1;
+    mrb_coro_tls.altstack_ready = 1;
 }
 
 
-/* The first switch into a coroutine lands here, on its own stack. */
-static void
-coro_main(coro_transfer t)
+/*
+ * The first switch into a coroutine lands here, on its own stack; the
+ * resumer set mrb_coro_tls.running to it.  It never returns: its last switch
+ * leaves the stack for good.
+ */
+static void __attribute__((noreturn))
+coro_main(void)
 {
-    mrb_coro  *coro = t.data;
+    mrb_coro  *coro = mrb_coro_tls.running;
 
-    coro_asan_finish(NULL, &coro->caller_bottom, &coro->caller_size);
+    mrb_coro_asan_finish(NULL, &coro->caller_bottom, &coro->caller_size);
 
-    coro->caller = t.fctx;
     coro->fn(coro, coro->arg);
     coro->finished = 1;
 
-    coro_asan_start(NULL, coro->caller_bottom, coro->caller_size);
-    jump_fcontext(coro->caller, NULL);
+    mrb_coro_asan_start(NULL, coro->caller_bottom, coro->caller_size);
+    mrb_coro_jump(&coro->ctx, coro->caller);
     abort();  /* a finished coroutine is never resumed */
 }
+
+
+#if defined(MRB_CORO_OWN_SWITCH)
+
+/*
+ * A context for mrb_coro_jump that enters coro_main: below the top of the
+ * stack, what mrb_coro_jump pops (the address to go on at and a frame pointer
+ * of 0, the end of the frame chain), above them a return address of 0:
+ * coro_main starts with the stack aligned as after a call (8 below a
+ * multiple of 16).
+ */
+static void *
+coro_make(char *top)
+{
+    void  **sp = (void **) ((uintptr_t) top & ~(uintptr_t) 15);
+
+    sp -= 3;
+    sp[0] = (void *) coro_main;
+    sp[1] = NULL;
+    sp[2] = NULL;
+    return sp;
+}
+
+#else
+
+static void
+coro_boost_main(mrb_coro_transfer t)
+{
+    *(void **) t.data = t.fctx;
+    coro_main();
+}
+
+
+static void *
+coro_make(char *top)
+{
+    mrb_coro  *coro = (mrb_coro *) top;
+
+    return make_fcontext(top, (size_t) (top - coro->limit), coro_boost_main);
+}
+
+#endif
 
 
 mrb_coro *
@@ -327,16 +321,14 @@ mrb_coro_new(mrb_coro_pool *pool, mrb_coro_fn fn, void *arg)
     coro->fn = fn;
     coro->arg = arg;
     coro->finished = 0;
-    coro->ctx = make_fcontext((char *) coro,
-                              (size_t) ((char *) coro - coro->limit),
-                              coro_main);
+    coro->ctx = coro_make((char *) coro);
     pool->live++;
     return coro;
 }
 
 
-static void
-coro_release(mrb_coro *coro)
+void
+mrb_coro_release(mrb_coro *coro)
 {
     mrb_coro_pool  *pool = coro->pool;
 
@@ -353,76 +345,8 @@ coro_release(mrb_coro *coro)
 }
 
 
-int
-mrb_coro_resume(mrb_coro *coro)
-{
-    coro_transfer  t;
-#if defined(__SANITIZE_ADDRESS__)
-    void          *fake;
-#endif
-
-    if (!coro_altstack_ready) {
-        coro_altstack_setup();
-    }
-
-    coro->outer = coro_running;
-    coro_running = coro;
-
-    coro_asan_start(&fake, coro->limit,
-                    (size_t) ((char *) coro - coro->limit));
-    t = jump_fcontext(coro->ctx, coro);
-    coro_asan_finish(fake, NULL, NULL);
-
-    coro_running = coro->outer;
-
-    if (coro->finished) {
-        coro_release(coro);
-        return 0;
-    }
-
-    coro->ctx = t.fctx;
-    return 1;
-}
-
-
-void
-mrb_coro_suspend(mrb_coro *coro)
-{
-    coro_transfer  t;
-#if defined(__SANITIZE_ADDRESS__)
-    void          *fake;
-#endif
-
-    coro_asan_start(&fake, coro->caller_bottom, coro->caller_size);
-    t = jump_fcontext(coro->caller, coro);
-    coro_asan_finish(fake, &coro->caller_bottom, &coro->caller_size);
-    coro->caller = t.fctx;
-}
-
-
 void
 mrb_coro_drop(mrb_coro *coro)
 {
-    coro_release(coro);
-}
-
-
-mrb_coro *
-mrb_coro_current(void)
-{
-    return coro_running;
-}
-
-
-size_t
-mrb_coro_stack_left(void)
-{
-    mrb_coro  *coro = coro_running;
-    char      *sp = __builtin_frame_address(0);
-
-    if (coro == NULL) {
-        return (size_t) -1;
-    }
-
-    return sp > coro->limit ? (size_t) (sp - coro->limit) : 0;
+    mrb_coro_release(coro);
 }

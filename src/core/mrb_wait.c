@@ -90,6 +90,8 @@ struct mrb_wait_slot_s {
     int                  resumer_idx;
 
     unsigned             cancelled:1;
+    unsigned             saved:1;    /* arena values in keep */
+    unsigned             stashed:1;  /* the resumer's arena in stash */
     mrb_wait_slot       *next_idle;
 };
 
@@ -431,8 +433,15 @@ wait_slot_give_back(mrb_state *mrb, mrb_wait_state *st, mrb_wait_slot *slot)
 }
 
 
+#if defined(MRB_GC_FIXED_ARENA)
+#define WAIT_ARENA_CAPA(mrb)  MRB_GC_ARENA_SIZE
+#else
+#define WAIT_ARENA_CAPA(mrb)  ((mrb)->gc.arena_capa)
+#endif
+
+
 /* The arena's objects above slot's base, kept in keep while it waits. */
-static void
+static MRB_NOINLINE void
 wait_arena_save(mrb_state *mrb, mrb_wait_slot *slot)
 {
     int  i;
@@ -440,6 +449,84 @@ wait_arena_save(mrb_state *mrb, mrb_wait_slot *slot)
     for (i = slot->arena_base; i < mrb->gc.arena_idx; i++) {
         mrb_ary_push(mrb, slot->keep, mrb_obj_value(mrb->gc.arena[i]));
     }
+
+    slot->saved = 1;
+}
+
+
+/* Puts back what wait_arena_save kept, above the base. */
+static MRB_NOINLINE void
+wait_arena_restore(mrb_state *mrb, mrb_wait_slot *slot)
+{
+    mrb_int  i, n = RARRAY_LEN(slot->keep);
+
+    for (i = WAIT_KEEP_ARENA; i < n; i++) {
+        mrb_gc_protect(mrb, RARRAY_PTR(slot->keep)[i]);
+    }
+
+    mrb_ary_resize(mrb, slot->keep, WAIT_KEEP_ARENA);
+    slot->saved = 0;
+}
+
+
+/* The resumer's arena above slot's base, kept in stash while slot runs. */
+static MRB_NOINLINE void
+wait_stash_resumer(mrb_state *mrb, mrb_wait_slot *slot)
+{
+    mrb_value  stash = RARRAY_PTR(slot->keep)[WAIT_KEEP_STASH];
+    int        i;
+
+    for (i = slot->arena_base; i < mrb->gc.arena_idx; i++) {
+        mrb_ary_push(mrb, stash, mrb_obj_value(mrb->gc.arena[i]));
+    }
+
+    mrb->gc.arena_idx = slot->arena_base;
+    slot->stashed = 1;
+}
+
+
+/* Puts the resumer's stashed arena back, from the base up. */
+static MRB_NOINLINE void
+wait_unstash_resumer(mrb_state *mrb, mrb_wait_slot *slot)
+{
+    mrb_value  stash = RARRAY_PTR(slot->keep)[WAIT_KEEP_STASH];
+    mrb_int    i, n = RARRAY_LEN(stash);
+
+    mrb->gc.arena_idx = slot->arena_base;
+    for (i = 0; i < n; i++) {
+        mrb_gc_protect(mrb, RARRAY_PTR(stash)[i]);
+    }
+
+    mrb_ary_resize(mrb, stash, 0);
+    slot->stashed = 0;
+}
+
+
+/*
+ * A resumer below slot's base: the arena up to the base is filled with an
+ * object that is alive anyway (the GC reads those entries, and nothing
+ * else does).  Stored directly, not one mrb_gc_protect call per entry
+ * (most of a resume's cost, as most resumes come from an event loop that
+ * is below the base the run started at).
+ */
+static void
+wait_arena_fill(mrb_state *mrb, int base)
+{
+    struct RBasic  *alive = (struct RBasic *) mrb->object_class;
+    int             i;
+
+    if (base > WAIT_ARENA_CAPA(mrb)) {
+        while (mrb->gc.arena_idx < base) {
+            mrb_gc_protect(mrb, mrb_obj_value(mrb->object_class));
+        }
+        return;
+    }
+
+    for (i = mrb->gc.arena_idx; i < base; i++) {
+        mrb->gc.arena[i] = alive;
+    }
+
+    mrb->gc.arena_idx = base;
 }
 
 
@@ -452,8 +539,6 @@ static int
 wait_switch_in(mrb_state *mrb, mrb_wait_state *st, mrb_wait_slot *slot)
 {
     mrb_interp_head  *head = (mrb_interp_head *) slot->interp;
-    mrb_value         stash = RARRAY_PTR(slot->keep)[WAIT_KEEP_STASH];
-    mrb_int           i, n;
     int               idx = mrb->gc.arena_idx;
 
     slot->resumer_c = mrb->c;
@@ -463,24 +548,14 @@ wait_switch_in(mrb_state *mrb, mrb_wait_state *st, mrb_wait_slot *slot)
     slot->resumer_idx = idx;
 
     if (idx > slot->arena_base) {
-        for (i = slot->arena_base; i < idx; i++) {
-            mrb_ary_push(mrb, stash, mrb_obj_value(mrb->gc.arena[i]));
-        }
-        mrb->gc.arena_idx = slot->arena_base;
+        wait_stash_resumer(mrb, slot);
 
-    } else {
-        /* below the base: fill with what is alive anyway */
-        while (mrb->gc.arena_idx < slot->arena_base) {
-            mrb_gc_protect(mrb, mrb_obj_value(mrb->object_class));
-        }
+    } else if (idx < slot->arena_base) {
+        wait_arena_fill(mrb, slot->arena_base);
     }
 
-    n = RARRAY_LEN(slot->keep);
-    if (n > WAIT_KEEP_ARENA) {
-        for (i = WAIT_KEEP_ARENA; i < n; i++) {
-            mrb_gc_protect(mrb, RARRAY_PTR(slot->keep)[i]);
-        }
-        mrb_ary_resize(mrb, slot->keep, WAIT_KEEP_ARENA);
+    if (slot->saved) {
+        wait_arena_restore(mrb, slot);
     }
 
     mrb->c = slot->c;
@@ -502,14 +577,14 @@ wait_switch_out(mrb_state *mrb, mrb_wait_state *st, mrb_wait_slot *slot,
     int suspending)
 {
     mrb_interp_head  *head = (mrb_interp_head *) slot->interp;
-    mrb_value         stash = RARRAY_PTR(slot->keep)[WAIT_KEEP_STASH];
-    mrb_int           i, n;
 
     if (suspending) {
         slot->c = mrb->c;
         slot->jmp = mrb->jmp;
         slot->head_run = head->run;
-        wait_arena_save(mrb, slot);
+        if (mrb->gc.arena_idx > slot->arena_base) {
+            wait_arena_save(mrb, slot);
+        }
         slot->ctx->status = MRB_FIBER_SUSPENDED;
 
         /* contexts changed since the GC last marked them */
@@ -519,14 +594,8 @@ wait_switch_out(mrb_state *mrb, mrb_wait_state *st, mrb_wait_slot *slot,
         mrb_write_barrier(mrb, (struct RBasic *) slot->fiber);
     }
 
-    mrb->gc.arena_idx = slot->arena_base;
-
-    n = RARRAY_LEN(stash);
-    if (n > 0) {
-        for (i = 0; i < n; i++) {
-            mrb_gc_protect(mrb, RARRAY_PTR(stash)[i]);
-        }
-        mrb_ary_resize(mrb, stash, 0);
+    if (slot->stashed) {
+        wait_unstash_resumer(mrb, slot);
     }
 
     mrb->gc.arena_idx = slot->resumer_idx;
@@ -598,6 +667,8 @@ mrb_wait_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run)
     slot->interp = interp;
     slot->proc = proc;
     slot->cancelled = 0;
+    slot->saved = 0;
+    slot->stashed = 0;
     wait_slot_reset(mrb, slot);
     slot->c = slot->ctx;
     slot->jmp = NULL;
