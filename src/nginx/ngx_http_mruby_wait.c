@@ -33,10 +33,7 @@ ngx_http_mruby_wake_after(mrb_run *run, mrb_int msec)
     ev->data = r;
     ev->log = r->connection->log;
 
-    /* from now, not from the event loop's cached time, which may be
-     * some milliseconds old: a sleep is never shorter than asked */
-    ngx_time_update();
-    ngx_add_timer(ev, (ngx_msec_t) msec);
+    ngx_mruby_wake_timer(ev, msec);
     return 0;
 }
 

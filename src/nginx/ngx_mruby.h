@@ -199,6 +199,10 @@ ngx_int_t ngx_mruby_run(ngx_mruby_process_t *p, ngx_mruby_script_t *s,
  * a timeout, the worker's end): the wake timer goes and the script ends
  * now; *waiting becomes NULL.
  */
+/* Arms wake to fire msec milliseconds from now, never sooner
+ * (Async.sleep's timer, http and stream). */
+void ngx_mruby_wake_timer(ngx_event_t *wake, mrb_int msec);
+
 void ngx_mruby_wait_end(ngx_mruby_process_t *p, ngx_event_t *wake,
     mrb_run **waiting);
 

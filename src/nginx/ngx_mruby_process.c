@@ -182,6 +182,21 @@ ngx_mruby_interp(ngx_mruby_process_t *p, ngx_log_t *log)
 }
 
 
+/*
+ * From the time read now, not the event loop's cached time, which may be
+ * some milliseconds old; and one millisecond more, because nginx's timers
+ * count whole milliseconds of a clock read once per loop: a timer set at
+ * 1000.9 ms for 3 ms is due at 1003, 2.1 ms later, and fires then if the
+ * loop wakes for something else.
+ */
+void
+ngx_mruby_wake_timer(ngx_event_t *wake, mrb_int msec)
+{
+    ngx_time_update();
+    ngx_add_timer(wake, (ngx_msec_t) (msec > 0 ? msec + 1 : 0));
+}
+
+
 void
 ngx_mruby_wait_end(ngx_mruby_process_t *p, ngx_event_t *wake,
     mrb_run **waiting)

@@ -72,10 +72,7 @@ ngx_stream_mruby_wake_after(mrb_run *run, mrb_int msec)
     ctx->wake.data = ctx;
     ctx->wake.log = ctx->session->connection->log;
 
-    /* from now, not from the event loop's cached time, which may be
-     * some milliseconds old: a sleep is never shorter than asked */
-    ngx_time_update();
-    ngx_add_timer(&ctx->wake, (ngx_msec_t) msec);
+    ngx_mruby_wake_timer(&ctx->wake, msec);
     return 0;
 }
 

@@ -107,6 +107,26 @@ def test_1000_concurrent_sleeping_requests_on_one_worker(nginx):
     assert len(n.worker_pids()) == 1
 
 
+def test_a_sleep_is_never_shorter_than_asked_while_others_wake_the_worker(
+        nginx):
+    """nginx's timers count whole milliseconds of a clock read once per
+    loop: one set at 1000.9 ms for 3 ms was due at 1003, 2.1 ms later,
+    and fired then whenever the loop woke for something else; twenty
+    requests sleeping at once keep waking it.  Load only makes a sleep
+    longer."""
+    n = nginx(loc("/", "mruby_content_handler_code",
+                  "short = 0\n"
+                  "10.times do\n"
+                  "  t = Time.now\n"
+                  "  Nginx::Async.sleep 3\n"
+                  "  short += 1 if Time.now - t < 0.003\n"
+                  "end\n"
+                  "Nginx.rputs short.to_s"))
+    with concurrent.futures.ThreadPoolExecutor(20) as pool:
+        out = list(pool.map(lambda _: n.get("/").text, range(40)))
+    assert out == ["0"] * 40
+
+
 def test_an_exception_after_a_wait_is_a_500_with_file_line(nginx):
     n = nginx(loc("/", "mruby_content_handler", "{dir}/late.rb"),
               files={"late.rb": "Nginx::Async.sleep 10\n"
