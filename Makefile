@@ -223,7 +223,7 @@ run: deps
 bench: deps
 	$(MAKE) all venv
 	$(PYTHON) bench/run.py
-	$(MAKE) $(BUILD)/coro_bench
+	$(MAKE) $(BUILD)/coro_bench $(BUILD)/test_core
 	$(PYTHON) bench/coro.py
 
 # the file watch with 1,000 to 100,000 stat scripts (bench/watch_scale.py)

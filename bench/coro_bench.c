@@ -14,6 +14,14 @@
  *   echo CONNS        a coroutine per connection echoing lines over
  *                     socketpairs, CONNS connections, 200,000 round trips
  *                     (Fig. 11): round trips per second
+ *   count KIND N      N operations of one kind and nothing else, for
+ *                     callgrind (bench/coro.py runs it for two N and
+ *                     divides the difference): switch (a resume and a
+ *                     suspend in C), create (a coroutine from the pool run
+ *                     to its end), wait (`Async.sleep 0` from Ruby in a
+ *                     `times` loop: suspend + resume), call (the same loop
+ *                     calling a C method that does not wait), fiber (a
+ *                     Fiber#resume + Fiber.yield in the same loop)
  *
  * Each prints one JSON object: {"exp": ..., "ours": x, "fiber": y, ...}.
  * bench/coro.py runs them and renders docs/benchmarks.md's section.
@@ -537,6 +545,80 @@ exp_echo(int conns, long trips)
 }
 
 
+static void
+count_ping(mrb_coro *coro, void *arg)
+{
+    for ( ;; ) {
+        mrb_coro_suspend(coro);
+    }
+}
+
+
+static void
+count_nothing(mrb_coro *coro, void *arg)
+{
+}
+
+
+static void
+exp_count(const char *kind, long n)
+{
+    mrb_coro_pool  *pool;
+    mrb_coro       *coro;
+    mrb_interp     *interp;
+    mrb_script     *s;
+    mrb_run         run;
+    char            code[256];
+    long            i;
+    int             rc;
+
+    if (strcmp(kind, "switch") == 0) {
+        pool = mrb_coro_pool_new(0, 16);
+        coro = mrb_coro_new(pool, count_ping, NULL);
+        for (i = 0; i <= n; i++) {
+            mrb_coro_resume(coro);
+        }
+        return;
+    }
+
+    if (strcmp(kind, "create") == 0) {
+        pool = mrb_coro_pool_new(0, 16);
+        for (i = 0; i < n; i++) {
+            mrb_coro_resume(mrb_coro_new(pool, count_nothing, NULL));
+        }
+        return;
+    }
+
+    if (strcmp(kind, "wait") == 0) {
+        snprintf(code, sizeof(code), "%ld.times { Bench::Async.sleep 0 }",
+                 n);
+    } else if (strcmp(kind, "call") == 0) {
+        snprintf(code, sizeof(code), "%ld.times { Bench::Async.nil? }", n);
+    } else if (strcmp(kind, "fiber") == 0) {
+        snprintf(code, sizeof(code),
+                 "f = Fiber.new { loop { Fiber.yield } }\n"
+                 "%ld.times { f.resume }", n);
+    } else {
+        fprintf(stderr, "count: switch, create, wait, call or fiber\n");
+        exit(2);
+    }
+
+    interp = bench_interp();
+    s = bench_script(code);
+    rc = bench_start(interp, s, &run, (void *) 1);
+    while (rc == MRB_RUN_WAITING) {
+        rc = mrb_wait_resume(interp, run.waiting, &run);
+    }
+    if (rc != 0) {
+        fprintf(stderr, "%s\n", run.error);
+        exit(1);
+    }
+
+    mrb_script_free(s);
+    mrb_interp_close(interp);
+}
+
+
 int
 main(int argc, char **argv)
 {
@@ -549,9 +631,12 @@ main(int argc, char **argv)
         exp_max(atoi(argv[2]));
     } else if (argc >= 3 && strcmp(argv[1], "echo") == 0) {
         exp_echo(atoi(argv[2]), argc > 3 ? atol(argv[3]) : 200000);
+    } else if (argc >= 4 && strcmp(argv[1], "count") == 0) {
+        exp_count(argv[2], atol(argv[3]));
     } else {
         fprintf(stderr, "usage: coro_bench switch DEPTH [COUNT] | create "
-                "SIZE POOL [TOTAL] | max STACK_KB | echo CONNS [TRIPS]\n");
+                "SIZE POOL [TOTAL] | max STACK_KB | echo CONNS [TRIPS] | count "
+                "KIND N\n");
         return 2;
     }
 

@@ -4,6 +4,7 @@
  */
 
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -309,21 +310,33 @@ ping(mrb_coro *coro, void *arg)
 }
 
 
+/*
+ * The benches report the fastest of CORO_BENCH_REPS repetitions: on a
+ * shared machine the others are the same work plus time other programs
+ * took, so the fastest is the closest to the work alone.
+ */
+#define CORO_BENCH_REPS  10
+
+
 BENCH(bench_coro_switch)
 {
     mrb_coro_pool  *pool = mrb_coro_pool_new(0, 1);
     mrb_coro       *coro = mrb_coro_new(pool, ping, NULL);
-    uint64_t        t0;
-    int             i, n = 10000000;
+    uint64_t        t0, t, best = UINT64_MAX;
+    int             i, r, n = 1000000;
 
     mrb_coro_resume(coro);
-    t0 = unit_now_ns();
-    for (i = 0; i < n; i++) {
-        mrb_coro_resume(coro);
+    for (r = 0; r < CORO_BENCH_REPS; r++) {
+        t0 = unit_now_ns();
+        for (i = 0; i < n; i++) {
+            mrb_coro_resume(coro);
+        }
+        t = unit_now_ns() - t0;
+        best = t < best ? t : best;
     }
 
     /* a resume is two switches: in and back */
-    unit_report("switch, one way", (double) (unit_now_ns() - t0) / n / 2,
+    unit_report("switch, one way (fastest of 10)", (double) best / n / 2,
                 "ns");
 }
 
@@ -337,19 +350,23 @@ nothing(mrb_coro *coro, void *arg)
 BENCH(bench_coro_create_first_switch_from_pool)
 {
     mrb_coro_pool  *pool = mrb_coro_pool_new(0, 16);
-    uint64_t        t0;
-    int             i, n = 5000000;
+    uint64_t        t0, t, best = UINT64_MAX;
+    int             i, r, n = 500000;
 
     mrb_coro_resume(mrb_coro_new(pool, nothing, NULL));
 
-    t0 = unit_now_ns();
-    for (i = 0; i < n; i++) {
-        mrb_coro_resume(mrb_coro_new(pool, nothing, NULL));
+    for (r = 0; r < CORO_BENCH_REPS; r++) {
+        t0 = unit_now_ns();
+        for (i = 0; i < n; i++) {
+            mrb_coro_resume(mrb_coro_new(pool, nothing, NULL));
+        }
+        t = unit_now_ns() - t0;
+        best = t < best ? t : best;
     }
 
     /* create, switch in, run to the end, switch out, stack back */
-    unit_report("create + first switch + finish, from the pool",
-                (double) (unit_now_ns() - t0) / n, "ns");
+    unit_report("create + first switch + finish, from the pool "
+                "(fastest of 10)", (double) best / n, "ns");
 
     pool = mrb_coro_pool_new(0, 0);
     n = 20000;

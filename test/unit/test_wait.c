@@ -371,20 +371,26 @@ TEST(wait_inside_a_scripts_own_fiber)
 BENCH(bench_wait_suspend_resume_from_ruby)
 {
     mrb_interp  *interp = wait_interp();
-    mrb_script  *s = wait_script("200000.times { Nginx::Async.sleep(0) }");
+    mrb_script  *s = wait_script("20000.times { Nginx::Async.sleep(0) }");
     mrb_run      run;
-    uint64_t     t0;
-    int          rc, n = 0;
+    uint64_t     t0, t, best = UINT64_MAX;
+    int          rc, r, n = 0;
 
-    t0 = unit_now_ns();
-    rc = wait_start(interp, s, &run);
-    while (rc == MRB_RUN_WAITING) {
-        n++;
-        rc = mrb_wait_resume(interp, run.waiting, &run);
+    /* the fastest of 10 runs of 20,000 (see test_coro.c's benches) */
+    for (r = 0; r < 10; r++) {
+        n = 0;
+        t0 = unit_now_ns();
+        rc = wait_start(interp, s, &run);
+        while (rc == MRB_RUN_WAITING) {
+            n++;
+            rc = mrb_wait_resume(interp, run.waiting, &run);
+        }
+        t = unit_now_ns() - t0;
+        best = t < best ? t : best;
     }
 
-    unit_report("Async.sleep(0) from Ruby: suspend + resume",
-                (double) (unit_now_ns() - t0) / n, "ns");
+    unit_report("Async.sleep(0) from Ruby: suspend + resume (fastest of 10)",
+                (double) best / n, "ns");
 
     t0 = unit_now_ns();
     mrb_script_free(s);
