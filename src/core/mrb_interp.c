@@ -61,6 +61,7 @@ struct mrb_interp_s {
     struct RClass      *server_class;
     mrb_toplevel       *toplevel;   /* what runs leave as they found */
     unsigned            redis_dirty:1;  /* mrb_interp_redis_dirty */
+    unsigned            startup_leaves:1;   /* mrb_toplevel_startup_leaves */
 };
 
 
@@ -70,7 +71,8 @@ mrb_interp_seal(mrb_interp *interp)
     mrb_state  *mrb = interp->head.mrb;
 
     mrb_toplevel_free(mrb, interp->toplevel);
-    interp->toplevel = mrb_toplevel_record(mrb, interp->server_class);
+    interp->toplevel = mrb_toplevel_record(mrb, interp->server_class,
+                                           interp->startup_leaves);
 
     if (interp->toplevel == NULL) {
         mrb_interp_log(interp, MRB_LOG_ERR,
@@ -310,6 +312,13 @@ mrb_interp_toplevel_restores(mrb_interp *interp)
 }
 
 
+unsigned long
+mrb_interp_toplevel_compares(mrb_interp *interp)
+{
+    return mrb_toplevel_compares(interp->toplevel);
+}
+
+
 static mrb_value
 interp_top_run(mrb_state *mrb, void *proc)
 {
@@ -419,7 +428,7 @@ mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run)
     struct REnv         *env;
     mrb_value            ret;
     int                  ai = mrb_gc_arena_save(mrb);
-    int                  rc;
+    int                  rc, what;
 
     if (run->may_wait && c == mrb->root_c && c->ci == c->cibase
         && mrb_wait_wanted(interp, proc))
@@ -429,7 +438,12 @@ mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run)
 
     if (run->startup) {
         mrb_wait_note_startup(interp, proc);
+        if (mrb_toplevel_startup_leaves(mrb, proc)) {
+            interp->startup_leaves = 1;
+        }
     }
+
+    what = mrb_toplevel_run_begin(interp->toplevel, proc);
 
     run->prev = interp->head.run;
     interp->head.run = run;
@@ -471,6 +485,7 @@ mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run)
     }
 
     interp->head.run = run->prev;
+    mrb_toplevel_run_end(interp->toplevel, what);
 
     if (run->prev == NULL) {
         mrb_lib_run_end(mrb);

@@ -45,6 +45,10 @@ void mrb_interp_global_removed(mrb_interp *interp);
  * (mrb_toplevel.h): a test's way to see that a plain run changes none. */
 unsigned long mrb_interp_toplevel_restores(mrb_interp *interp);
 
+/* How many runs' ends compared the values of the top-level tables: those
+ * whose bytecode could change them (mrb_toplevel_scan.c). */
+unsigned long mrb_interp_toplevel_compares(mrb_interp *interp);
+
 /* Tells interp that the current request left a Redis connection in a state
  * of its own: mrb_redis_run_end runs when the request's run ends. */
 void mrb_interp_redis_dirty(mrb_interp *interp);

@@ -3,12 +3,14 @@
  * mrb_toplevel.h for what is put back and what is not).
  *
  * Most runs change none of it, so the check after a run must cost next to
- * nothing: the sizes of the globals and of the main object's instance
- * variables, five frozen flags, and one memcmp per recorded table of
- * constants or methods against a copy of its values.  Only a run that
- * changed something pays for the names and values to be compared one by
- * one, and that part runs under mrb_protect_error: it may raise (out of
- * memory), and a raise there, with no handler, would abort the process.
+ * nothing: the sizes of every recorded table and the frozen flags.  The
+ * values of the constant and method tables are compared (a memcmp each
+ * against a copy, ~830 instructions of nginx's hello world) only after a
+ * run whose bytecode could change them (mrb_toplevel_scan.c).  Only a
+ * run that changed something pays for the names and values to be
+ * compared one by one, and that part runs under mrb_protect_error: it
+ * may raise (out of memory), and a raise there, with no handler, would
+ * abort the process.
  */
 
 #include <stdint.h>
@@ -88,6 +90,13 @@ struct mrb_toplevel_s {
     mrb_value        keep;        /* the recorded values and procs, for GC */
     unsigned         removed:1;   /* a run removed a global */
     unsigned long    restores;
+
+    /* which runs compare the tables' values (mrb_toplevel_run_begin) */
+    mrb_toplevel_names  *names;
+    unsigned         always:1;    /* after every run, from now on */
+    unsigned         dirty:1;     /* a run that could change them ended */
+    unsigned         changing;    /* such runs begun and not ended */
+    unsigned long    compares;    /* restores that compared the values */
 };
 
 
@@ -301,7 +310,7 @@ tl_add(mrb_toplevel *tl, tl_kind kind, struct RClass *owner, mrb_value self)
 
 
 mrb_toplevel *
-mrb_toplevel_record(mrb_state *mrb, struct RClass *server_class)
+mrb_toplevel_record(mrb_state *mrb, struct RClass *server_class, int always)
 {
     mrb_toplevel   *tl;
     struct RClass  *server_meta;
@@ -309,6 +318,13 @@ mrb_toplevel_record(mrb_state *mrb, struct RClass *server_class)
 
     tl = calloc(1, sizeof(mrb_toplevel));
     if (tl == NULL) {
+        return NULL;
+    }
+
+    tl->always = always != 0;
+    tl->names = mrb_toplevel_names_new(mrb, 0);
+    if (tl->names == NULL) {
+        free(tl);
         return NULL;
     }
 
@@ -358,6 +374,8 @@ mrb_toplevel_free(mrb_state *mrb, mrb_toplevel *tl)
         mrb_gc_unregister(mrb, tl->keep);
     }
 
+    mrb_toplevel_names_free(tl->names);
+
     for (i = 0; i < tl->ntables; i++) {
         free(tl->tables[i].copy);
         free(tl->tables[i].syms);
@@ -369,8 +387,9 @@ mrb_toplevel_free(mrb_state *mrb, mrb_toplevel *tl)
 }
 
 
+/* full: compare the values of the constant and method tables too */
 static int
-tl_unchanged(mrb_state *mrb, const mrb_toplevel *tl)
+tl_unchanged(mrb_state *mrb, const mrb_toplevel *tl, int full)
 {
     const tl_table  *t;
     int              i;
@@ -388,7 +407,7 @@ tl_unchanged(mrb_state *mrb, const mrb_toplevel *tl)
     for (i = 0; i < tl->ntables; i++) {
         t = &tl->tables[i];
 
-        if (t->kind < TL_CONSTANTS) {
+        if (t->kind < TL_CONSTANTS || !full) {
             struct tl_tbl  *h = tl_current(mrb, t);
 
             if ((h != NULL ? h->size : 0) != t->size) {
@@ -460,6 +479,16 @@ tl_remove_added(mrb_state *mrb, tl_table *t)
 }
 
 
+static int
+tl_sym_is_variable(mrb_state *mrb, mrb_sym sym)
+{
+    mrb_int      len;
+    const char  *name = mrb_sym_name_len(mrb, sym, &len);
+
+    return name != NULL && len > 0 && name[0] == '@';
+}
+
+
 static void
 tl_restore_recorded(mrb_state *mrb, tl_table *t)
 {
@@ -469,6 +498,13 @@ tl_restore_recorded(mrb_state *mrb, tl_table *t)
 
     for (i = 0; i < t->n; i++) {
         if (t->kind == TL_CONSTANTS) {
+            /* an instance or class variable keeps its new value, as a
+             * global does: only a run that could change constants has
+             * its values compared */
+            if (tl_sym_is_variable(mrb, t->syms[i])) {
+                continue;
+            }
+
             if (!mrb_iv_defined(mrb, t->self, t->syms[i])
                 || !mrb_obj_eq(mrb, mrb_iv_get(mrb, t->self, t->syms[i]),
                                t->values[i]))
@@ -528,8 +564,17 @@ mrb_toplevel_restore(mrb_state *mrb, mrb_toplevel *tl, char *err,
 {
     mrb_bool   failed;
     mrb_value  exc;
+    int        full;
 
-    if (tl == NULL || tl_unchanged(mrb, tl)) {
+    if (tl == NULL) {
+        return 0;
+    }
+
+    full = tl->always || tl->dirty || tl->changing != 0;
+    tl->dirty = 0;
+    tl->compares += full;
+
+    if (tl_unchanged(mrb, tl, full)) {
         return 0;
     }
 
@@ -546,6 +591,45 @@ mrb_toplevel_restore(mrb_state *mrb, mrb_toplevel *tl, char *err,
 }
 
 
+int
+mrb_toplevel_run_begin(mrb_toplevel *tl, const struct RProc *proc)
+{
+    int  what;
+
+    if (tl == NULL) {
+        return 0;
+    }
+
+    what = mrb_toplevel_scan(tl->names, proc);
+    if (what != 0) {
+        tl->changing++;
+    }
+
+    return what;
+}
+
+
+/*
+ * A run that waits is counted from its beginning to its end: runs that end
+ * meanwhile compare the values too (as before, what it changed before it
+ * waited is put back then), and so does its own end.
+ */
+void
+mrb_toplevel_run_end(mrb_toplevel *tl, int what)
+{
+    if (tl == NULL || what == 0) {
+        return;
+    }
+
+    tl->changing--;
+    tl->dirty = 1;
+
+    if (what & MRB_TOPLEVEL_LEAVES) {
+        tl->always = 1;
+    }
+}
+
+
 void
 mrb_toplevel_global_removed(mrb_toplevel *tl)
 {
@@ -559,4 +643,11 @@ unsigned long
 mrb_toplevel_restores(const mrb_toplevel *tl)
 {
     return tl != NULL ? tl->restores : 0;
+}
+
+
+unsigned long
+mrb_toplevel_compares(const mrb_toplevel *tl)
+{
+    return tl != NULL ? tl->compares : 0;
 }

@@ -9,7 +9,9 @@
  *     a startup global is how scripts share on purpose);
  *   - top-level constants (Object's) and the server class's constants are
  *     as they were: added ones removed, reassigned or removed ones restored
- *     (`Nginx = 5` cannot break the next request);
+ *     (`Nginx = 5` cannot break the next request); instance and class
+ *     variables of those two classes (kept in the same tables) are
+ *     removed when added, and keep new values as globals do;
  *   - Kernel's methods and the server class's own (singleton) methods are
  *     as they were: added ones removed, redefined or removed ones restored;
  *   - the main object, Object, Kernel and the server class are unfrozen if
@@ -30,25 +32,63 @@ typedef struct mrb_toplevel_s  mrb_toplevel;
 
 /*
  * Records the state of mrb as it is now; server_class is the adapter's
- * class (Apache, Nginx).  Returns NULL when out of memory.  Freed with
- * mrb_toplevel_free before mrb_close.
+ * class (Apache, Nginx); always: compare the tables after every run (a
+ * startup script left code that may change them).  Returns NULL when out
+ * of memory.  Freed with mrb_toplevel_free before mrb_close.
  */
-mrb_toplevel *mrb_toplevel_record(mrb_state *mrb, struct RClass *server_class);
+mrb_toplevel *mrb_toplevel_record(mrb_state *mrb, struct RClass *server_class,
+    int always);
 void mrb_toplevel_free(mrb_state *mrb, mrb_toplevel *tl);
 
 /*
- * Puts back what a run changed.  Cheap when the run changed nothing (a few
- * loads and compares, a memcmp per recorded table); otherwise it runs
+ * After an outermost run: puts back what the runs changed.  Cheap when
+ * they changed nothing (a few loads and compares; a memcmp per recorded
+ * table when a run could have changed one); otherwise it runs
  * protected: returns 0, or -1 with a message in err when restoring raised
  * (then the interpreter should not be reused).
  */
 int mrb_toplevel_restore(mrb_state *mrb, mrb_toplevel *tl, char *err,
     size_t errlen);
 
+/*
+ * Which runs restore (mrb_toplevel_scan.c).  Sizes and frozen flags are
+ * compared after every run; the values of the constant and method tables
+ * only after runs whose bytecode could change them (or could have left
+ * code that does: then after every later run of the interpreter too).
+ */
+#define MRB_TOPLEVEL_CHANGES  1   /* the run could change the tables */
+#define MRB_TOPLEVEL_LEAVES   2   /* ... or leave code that changes them */
+
+typedef struct mrb_toplevel_names_s  mrb_toplevel_names;
+
+/* The method names the scan looks for in mrb; startup: without those
+ * that only shape a class at startup (attr_reader, include, ...). */
+mrb_toplevel_names *mrb_toplevel_names_new(mrb_state *mrb, int startup);
+void mrb_toplevel_names_free(mrb_toplevel_names *names);
+
+/* What proc's bytecode could do: MRB_TOPLEVEL_* bits, kept in its ireps'
+ * flags after the first scan. */
+int mrb_toplevel_scan(const mrb_toplevel_names *names,
+    const struct RProc *proc);
+
+/* Whether the methods or blocks a startup script leaves could change the
+ * tables when a request calls them (then every run restores). */
+int mrb_toplevel_startup_leaves(mrb_state *mrb, const struct RProc *proc);
+
+/*
+ * Around every run (nested ones too): begin returns what the run's
+ * bytecode could do, to be given to end when the run ends.
+ */
+int mrb_toplevel_run_begin(mrb_toplevel *tl, const struct RProc *proc);
+void mrb_toplevel_run_end(mrb_toplevel *tl, int what);
+
 /* Tells the next restore that a global was removed: sizes then lie. */
 void mrb_toplevel_global_removed(mrb_toplevel *tl);
 
 /* How many restores found something to put back (for tests). */
 unsigned long mrb_toplevel_restores(const mrb_toplevel *tl);
+
+/* How many restores compared the values of the tables (for tests). */
+unsigned long mrb_toplevel_compares(const mrb_toplevel *tl);
 
 #endif /* MRB_TOPLEVEL_H */

@@ -304,11 +304,186 @@ TEST(interp_plain_runs_restore_nothing)
     }
 
     CHECK_EQ(mrb_interp_toplevel_restores(interp), 0);
+    CHECK_EQ(mrb_interp_toplevel_compares(interp), 0);
 
     CHECK_EQ(interp_run_code(interp, "Made = 1", &run), 0);
     CHECK_EQ(mrb_interp_toplevel_restores(interp), 1);
+    CHECK_EQ(mrb_interp_toplevel_compares(interp), 1);
     CHECK_EQ(interp_run_code(interp, "Apache.rputs 'a'", &run), 0);
     CHECK_EQ(mrb_interp_toplevel_restores(interp), 1);
+    CHECK_EQ(mrb_interp_toplevel_compares(interp), 1);
+    mrb_interp_close(interp);
+}
+
+
+/*
+ * Runs that do not name what changes the top level skip the comparison of
+ * its tables' values (mrb_toplevel_scan.c; an added or removed name shows
+ * in the sizes, compared after every run).  Each of these reassigns or
+ * redefines something that exists, in a way the bytecode shows only as a
+ * method name, and must still be put back before the probe runs.
+ */
+static const char  *const  interp_probe =
+    "s = get_server_class\n"
+    "s.rputs [Object.const_get(:Apache).to_s, s::HTTP_OK, server_name, "
+    "Object.const_defined?(:Leak)].inspect";
+
+#define INTERP_PROBE_CLEAN  "[\"Apache\", 200, \"Test\", false]"
+
+
+/* Runs code in a new interpreter, then the probe; 0 if the probe saw the
+ * interpreter as it was sealed. */
+static int
+interp_leaks(mrb_interp *interp, const char *code)
+{
+    if (interp_run_then(interp, code, interp_probe) != 0
+        || strcmp(interp_out, INTERP_PROBE_CLEAN) != 0)
+    {
+        fprintf(stderr, "  after %s: %s\n", code, interp_out);
+        return 1;
+    }
+
+    return 0;
+}
+
+
+TEST(interp_reflective_changes_are_restored)
+{
+    static const char  *const  hostile[] = {
+        "Kernel.send(:define_method, :server_name) { 'x' }",
+        "Kernel.__send__(:define_method, :server_name) { 'x' }",
+        "Object.const_set(:Apache, 5)",
+        "Apache.const_set(:HTTP_OK, 1)",
+        "eval('Apache = 5')",
+        "Object.class_eval('Apache = 5')",
+        "Kernel.module_eval('def server_name; \"x\"; end')",
+        "Kernel.instance_eval { define_method(:server_name) { 'x' } }",
+        "Apache.define_singleton_method(:rputs) { |s| }",
+        "Object.__send__(('const_' + 'set').to_sym, :Apache, 5)",
+        "Object.method(:const_set).call(:Apache, 5)",
+        "[[:Apache, 5]].each { |a| Object.const_set(*a) }",
+        NULL
+    };
+    mrb_interp  *interp;
+    int          i;
+
+    for (i = 0; hostile[i] != NULL; i++) {
+        interp = interp_sealed();
+        REQUIRE(interp != NULL);
+        CHECK_EQ(interp_leaks(interp, hostile[i]), 0);
+        mrb_interp_close(interp);
+    }
+}
+
+
+/*
+ * What one run leaves (a method in another class, an alias, a block or a
+ * Method in a shared object) can change the top level when a later run
+ * that names nothing calls it: from then on every run compares.
+ */
+TEST(interp_code_left_by_a_run_is_watched_in_later_runs)
+{
+    static const char  *const  steps[][2] = {
+        { "class Module; alias cs const_set; end", "Object.cs(:Apache, 5)" },
+        { "def Object.mk; const_set(:Apache, 5); end", "Object.mk" },
+        { "class String; def mk; Object.const_set(:Apache, 5); end; end",
+          "'a'.mk" },
+        { "Userdata.new.f = -> { Object.const_set(:Apache, 5) }",
+          "Userdata.new.f.call" },
+        { "Userdata.new.m = Object.method(:const_set)",
+          "Userdata.new.m.call(:Apache, 5)" },
+    };
+    mrb_interp  *interp;
+    mrb_run      run;
+    size_t       i;
+
+    for (i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
+        interp = interp_sealed();
+        REQUIRE(interp != NULL);
+        CHECK_EQ(interp_run_code(interp, steps[i][0], &run), 0);
+        CHECK_EQ(interp_leaks(interp, steps[i][1]), 0);
+        mrb_interp_close(interp);
+    }
+}
+
+
+/* A sealed interpreter whose startup script was code. */
+static mrb_interp *
+interp_with_startup(const char *code)
+{
+    char         err[256];
+    mrb_interp  *interp = mrb_interp_open(&interp_server, NULL, err,
+                                          sizeof(err));
+    mrb_script  *s;
+    mrb_run      run;
+
+    if (interp == NULL) {
+        return NULL;
+    }
+
+    s = mrb_script_from_code(code, strlen(code), "startup", 1, err,
+                             sizeof(err));
+    if (s != NULL) {
+        mrb_run_init(&run, NULL, 0);
+        run.startup = 1;
+        mrb_script_run(interp, s, &run);
+        mrb_script_free(s);
+    }
+
+    mrb_interp_seal(interp);
+    interp_out[0] = '\0';
+    return interp;
+}
+
+
+TEST(interp_code_a_startup_script_left_is_watched)
+{
+    static const char  *const  startup[] = {
+        "def Apache.mk; Object.const_set(:Apache, 5); end",
+        "class Helper; def self.mk; eval('Object::Apache = 5'); end; end\n"
+        "def Apache.mk; Helper.mk; end",
+        "MK = -> { Object.const_set(:Apache, 5) }\n"
+        "def Apache.mk; MK.call; end",
+        "class Module; alias cs const_set; end\n"
+        "def Apache.mk; Object.cs(:Apache, 5); end",
+        "class Helper; extend Forwardable; def obj; Object; end\n"
+        "def_delegator :obj, :const_set, :mk; end\n"
+        "def Apache.mk; Helper.new.mk(:Apache, 5); end",
+    };
+    mrb_interp  *interp;
+    size_t       i;
+
+    for (i = 0; i < sizeof(startup) / sizeof(startup[0]); i++) {
+        interp = interp_with_startup(startup[i]);
+        REQUIRE(interp != NULL);
+        CHECK_EQ(interp_leaks(interp, "Apache.mk"), 0);
+        mrb_interp_close(interp);
+    }
+}
+
+
+/* A startup script that only defines classes, methods, constants and
+ * accessors leaves nothing that changes the top level: its requests skip
+ * the comparison. */
+TEST(interp_plain_startup_code_keeps_runs_cheap)
+{
+    mrb_interp  *interp = interp_with_startup(
+        "class Counter\n"
+        "  attr_reader :n\n"
+        "  include Comparable\n"
+        "  LIMIT = 10\n"
+        "  def initialize; @n = 0; end\n"
+        "  def bump; @n += 1; [1, 2].each { |x| @n += x }; self; end\n"
+        "  alias to_s inspect\n"
+        "end\n"
+        "COUNTER = Counter.new\n");
+    mrb_run      run;
+
+    REQUIRE(interp != NULL);
+    CHECK_EQ(interp_run_code(interp, "Apache.rputs COUNTER.bump.n.to_s",
+                             &run), 0);
+    CHECK(strcmp(interp_out, "4") == 0);
+    CHECK_EQ(mrb_interp_toplevel_compares(interp), 0);
     mrb_interp_close(interp);
 }
 
