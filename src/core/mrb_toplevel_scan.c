@@ -33,7 +33,8 @@
  * name the code sends and every symbol literal.  The answer for each irep
  * is kept in its flags (mruby 3.1.0 uses bits 0x01 and 0x02, mrb_wait.c
  * 0x40 and 0x80; none is dumped), so a script is scanned once per
- * interpreter that loads it.
+ * interpreter that loads it (a static irep, compiled into C, is read-only:
+ * never cached, and never a script).
  */
 
 #include <stdint.h>
@@ -321,14 +322,18 @@ scan_irep(const mrb_toplevel_names *names, mrb_irep *irep)
         pc += in.len;
     }
 
-    for (i = 0; i < irep->rlen; i++) {
+    /* mruby's call_irep (Proc#call) counts a child it does not have */
+    for (i = 0; irep->reps != NULL && i < irep->rlen; i++) {
         cf = scan_irep(names, (mrb_irep *) irep->reps[i]);
         if (cf & SCAN_IREP_CHANGES) {
             f |= SCAN_IREP_CHANGES | SCAN_IREP_LEAVES;
         }
     }
 
-    irep->flags |= SCAN_IREP_DONE | f;
+    /* a static irep (C data: mruby's gems) is read-only */
+    if (!(irep->flags & MRB_IREP_NO_FREE)) {
+        irep->flags |= SCAN_IREP_DONE | f;
+    }
     return f;
 }
 
@@ -371,7 +376,7 @@ scan_callable(const mrb_toplevel_names *names, const mrb_irep *irep)
         pc += in.len;
     }
 
-    for (i = 0; i < irep->rlen; i++) {
+    for (i = 0; irep->reps != NULL && i < irep->rlen; i++) {
         if (scan_callable(names, irep->reps[i])) {
             return 1;
         }
@@ -413,7 +418,7 @@ scan_startup(const mrb_toplevel_names *all, const mrb_toplevel_names *top,
             }
             break;
         case OP_EXEC:
-            if (in.b >= irep->rlen
+            if (in.b >= irep->rlen || irep->reps == NULL
                 || scan_startup(all, top, irep->reps[in.b], depth + 1))
             {
                 return 1;
@@ -422,7 +427,8 @@ scan_startup(const mrb_toplevel_names *all, const mrb_toplevel_names *top,
         case OP_METHOD:
         case OP_LAMBDA:
         case OP_BLOCK:
-            if (in.b >= irep->rlen || scan_callable(all, irep->reps[in.b])) {
+            if (in.b >= irep->rlen || irep->reps == NULL
+                || scan_callable(all, irep->reps[in.b])) {
                 return 1;
             }
             break;
