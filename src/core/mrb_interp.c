@@ -485,7 +485,9 @@ mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run)
     }
 
     interp->head.run = run->prev;
-    mrb_toplevel_run_end(interp->toplevel, what);
+    if (what != 0) {
+        mrb_toplevel_run_end(interp->toplevel, what);
+    }
 
     if (run->prev == NULL) {
         mrb_lib_run_end(mrb);

@@ -60,6 +60,7 @@ typedef enum {
 /* One recorded table. */
 typedef struct {
     tl_kind          kind;
+    void           **head;      /* where the table's head is kept */
     struct RClass   *owner;     /* TL_CONSTANTS, TL_METHODS */
     mrb_value        self;      /* TL_IVARS, TL_CONSTANTS: whose ivs */
 
@@ -103,15 +104,23 @@ struct mrb_toplevel_s {
 static struct tl_tbl *
 tl_current(mrb_state *mrb, const tl_table *t)
 {
+    return *t->head;
+}
+
+
+/* Where t's table head is kept: the pointer field of mrb or its owner. */
+static void **
+tl_head(mrb_state *mrb, const tl_table *t)
+{
     switch (t->kind) {
     case TL_GLOBALS:
-        return (struct tl_tbl *) mrb->globals;
+        return (void **) &mrb->globals;
     case TL_IVARS:
-        return (struct tl_tbl *) mrb_obj_ptr(t->self)->iv;
+        return (void **) &mrb_obj_ptr(t->self)->iv;
     case TL_CONSTANTS:
-        return (struct tl_tbl *) t->owner->iv;
+        return (void **) &t->owner->iv;
     default:
-        return (struct tl_tbl *) t->owner->mt;
+        return (void **) &t->owner->mt;
     }
 }
 
@@ -298,13 +307,15 @@ tl_add_frozen(mrb_toplevel *tl, struct RBasic *obj)
 
 
 static tl_table *
-tl_add(mrb_toplevel *tl, tl_kind kind, struct RClass *owner, mrb_value self)
+tl_add(mrb_state *mrb, mrb_toplevel *tl, tl_kind kind, struct RClass *owner,
+    mrb_value self)
 {
     tl_table  *t = &tl->tables[tl->ntables++];
 
     t->kind = kind;
     t->owner = owner;
     t->self = self;
+    t->head = tl_head(mrb, t);
     return t;
 }
 
@@ -335,13 +346,13 @@ mrb_toplevel_record(mrb_state *mrb, struct RClass *server_class, int always)
     server_meta = mrb_class_ptr(mrb_singleton_class(mrb,
                                     mrb_obj_value(server_class)));
 
-    tl_add(tl, TL_GLOBALS, NULL, mrb_nil_value());
-    tl_add(tl, TL_IVARS, NULL, mrb_obj_value(mrb->top_self));
-    tl_add(tl, TL_CONSTANTS, mrb->object_class,
+    tl_add(mrb, tl, TL_GLOBALS, NULL, mrb_nil_value());
+    tl_add(mrb, tl, TL_IVARS, NULL, mrb_obj_value(mrb->top_self));
+    tl_add(mrb, tl, TL_CONSTANTS, mrb->object_class,
            mrb_obj_value(mrb->object_class));
-    tl_add(tl, TL_CONSTANTS, server_class, mrb_obj_value(server_class));
-    tl_add(tl, TL_METHODS, mrb->kernel_module, mrb_nil_value());
-    tl_add(tl, TL_METHODS, server_meta, mrb_nil_value());
+    tl_add(mrb, tl, TL_CONSTANTS, server_class, mrb_obj_value(server_class));
+    tl_add(mrb, tl, TL_METHODS, mrb->kernel_module, mrb_nil_value());
+    tl_add(mrb, tl, TL_METHODS, server_meta, mrb_nil_value());
 
     for (i = 0; i < tl->ntables; i++) {
         if (tl_table_record(mrb, tl, &tl->tables[i]) != 0) {
@@ -408,7 +419,7 @@ tl_unchanged(mrb_state *mrb, const mrb_toplevel *tl, int full)
         t = &tl->tables[i];
 
         if (t->kind < TL_CONSTANTS || !full) {
-            struct tl_tbl  *h = tl_current(mrb, t);
+            struct tl_tbl  *h = *t->head;
 
             if ((h != NULL ? h->size : 0) != t->size) {
                 return 0;

@@ -331,7 +331,7 @@ scan_irep(const mrb_toplevel_names *names, mrb_irep *irep)
     }
 
     /* a static irep (C data: mruby's gems) is read-only */
-    if (!(irep->flags & MRB_IREP_NO_FREE)) {
+    if ((irep->flags & MRB_IREP_STATIC) != MRB_IREP_STATIC) {
         irep->flags |= SCAN_IREP_DONE | f;
     }
     return f;
@@ -347,7 +347,10 @@ mrb_toplevel_scan(const mrb_toplevel_names *names, const struct RProc *proc)
         return 0;
     }
 
-    f = scan_irep(names, (mrb_irep *) proc->body.irep);
+    f = proc->body.irep->flags;
+    if (!(f & SCAN_IREP_DONE)) {
+        f = scan_irep(names, (mrb_irep *) proc->body.irep);
+    }
     return ((f & SCAN_IREP_CHANGES) ? MRB_TOPLEVEL_CHANGES : 0)
            | ((f & SCAN_IREP_LEAVES) ? MRB_TOPLEVEL_LEAVES : 0);
 }

@@ -7,6 +7,8 @@
  * flag, so that a new one is read before it ships.
  */
 
+#define _GNU_SOURCE   /* qsort_r */
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
