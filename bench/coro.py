@@ -8,6 +8,7 @@ lua-nginx-module's ngx.sleep in the same run.
     python3 bench/coro.py --render     # docs from bench/coro_results.json
     python3 bench/coro.py --counts     # only the callgrind counts and the
                                        # unit benches, into the results
+    python3 bench/coro.py --nginx      # only the nginx sleep run, into them
 
 build/coro_bench (bench/coro_bench.c) runs the experiments; every figure
 of a pair comes from the same process.  Results go to
@@ -264,7 +265,9 @@ def render(res):
                              f"{ns[name]['p99_ms']:.0f} |")
         lines.append("")
         lines.append("wrk, 1 thread, 1,000 connections, 6 s after a 2 s "
-                     "warm-up; the limit is 10,000 requests/s.")
+                     "warm-up; the limit is 10,000 requests/s"
+                     + (f" ({res['nginx_note']})" if res.get("nginx_note")
+                        else "") + ".")
     sw0 = sw[0]["ours"]
     unit = res.get("unit", {})
     counts = res.get("counts")
@@ -353,14 +356,22 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--render", action="store_true")
     ap.add_argument("--counts", action="store_true")
+    ap.add_argument("--nginx", action="store_true")
     ap.add_argument("--no-nginx", action="store_true")
     ap.add_argument("--note", default="")
     args = ap.parse_args()
     if args.render:
         res = json.load(open(RESULTS))
-    elif args.counts:
+    elif args.counts or args.nginx:
         res = json.load(open(RESULTS))
-        res.update(counts_and_unit())
+        if args.counts:
+            res.update(counts_and_unit())
+        if args.nginx:
+            before = load_note()
+            res["nginx"] = nginx_sleep()
+            res["nginx_note"] = (f"run alone {datetime.date.today()}: "
+                                 f"{before} before it, "
+                                 f"{os.getloadavg()[0]:.1f} after")
         json.dump(res, open(RESULTS, "w"), indent=1)
     else:
         res = experiments()
