@@ -114,8 +114,12 @@ typedef enum {
     AP_MRB_RUN_AUTHN
 } ap_mrb_run_kind;
 
+/* A content handler's script waiting on the event MPM (ap_mrb_wait.c). */
+typedef struct ap_mrb_waiter_s  ap_mrb_waiter;
+
 /* What a request keeps for its scripts (request_config, request pool). */
 typedef struct {
+    ap_mrb_waiter *waiter;       /* its handler's script waits, or did */
     char        *body;           /* the request body, once read */
     apr_size_t   body_len;
     int          body_status;    /* why reading the body failed (413) */
@@ -160,6 +164,23 @@ int ap_mrb_run_script(request_rec *r, mrb_script *script, void *data,
     mrb_int default_result, const char *what);
 void ap_mrb_run_startup_scripts(mrb_interp *interp, server_rec *s,
     ap_mrb_proc_phase phase);
+/* What the hook returns to Apache for a run that ended with rc (0 or -1):
+ * the script's answer, or the error's status after logging it. */
+int ap_mrb_run_result(request_rec *r, mrb_script *script, mrb_run *run,
+    int rc, mrb_int default_result, const char *what);
+
+/* wait: content handlers that give their thread back while they wait */
+void ap_mrb_register_wait_hooks(void);
+/* Asks the MPM whether it can suspend a request (the event MPM). */
+void ap_mrb_wait_child_init(apr_pool_t *pchild);
+/* Whether a content handler of r may suspend (run.may_wait). */
+int ap_mrb_wait_possible(request_rec *r);
+/* mrb_server.wake_after */
+int ap_mrb_wake_after(mrb_run *run, mrb_int msec);
+/* After MRB_RUN_WAITING from a handler run in interp (given back already):
+ * keeps what the callback needs; returns SUSPENDED for the handler. */
+int ap_mrb_wait_begin(request_rec *r, mrb_interp *interp, mrb_run *run,
+    mrb_script *script, const char *what);
 
 /* filters and authn provider */
 void ap_mrb_register_filters(void);

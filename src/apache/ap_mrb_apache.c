@@ -19,6 +19,7 @@
 #include <mruby/string.h>
 
 #include "ap_mrb.h"
+#include "mrb_wait.h"
 
 
 request_rec *
@@ -89,7 +90,9 @@ ap_mrb_sleep(mrb_state *mrb, mrb_value self)
                    "seconds from 0 to %d", sec, (int) AP_MRB_SLEEP_MAX);
     }
 
-    apr_sleep((apr_interval_time_t) (sec * APR_USEC_PER_SEC));
+    /* a content handler on the event MPM gives its thread back while it
+     * waits (ap_mrb_wait.c); elsewhere this blocks the thread */
+    mrb_wait_sleep(mrb, (mrb_int) (sec * 1000.0 + 0.5), "sleep");
     return mrb_int_value(mrb, (mrb_int) sec);
 }
 

@@ -17,6 +17,7 @@
 #include <http_request.h>
 
 #include "ap_mrb.h"
+#include "mrb_wait.h"
 
 APLOG_USE_MODULE(mruby);
 
@@ -152,13 +153,33 @@ ap_mrb_answered(request_rec *r, mrb_script *script, mrb_run *run,
 }
 
 
+int
+ap_mrb_run_result(request_rec *r, mrb_script *script, mrb_run *run, int rc,
+    mrb_int default_result, const char *what)
+{
+    if (rc == 0 && ap_mrb_valid_result(run->result)) {
+        if (run->wrote && run->data == NULL
+            && (run->result == DECLINED || run->result == OK))
+        {
+            return ap_mrb_answered(r, script, run, default_result, what);
+        }
+
+        return (int) run->result;
+    }
+
+    return ap_mrb_run_failed(r, script, run, rc, default_result, what);
+}
+
+
 /*
  * Runs one script for request r; what names it in error lines.  data is
- * the filter of a filter script, NULL in a request phase.
+ * the filter of a filter script, NULL in a request phase.  A content
+ * handler (may_wait) that waits on the event MPM returns SUSPENDED
+ * (ap_mrb_wait.c).
  */
-int
-ap_mrb_run_script(request_rec *r, mrb_script *script, void *data,
-    mrb_int default_result, const char *what)
+static int
+ap_mrb_run(request_rec *r, mrb_script *script, void *data,
+    mrb_int default_result, const char *what, int may_wait)
 {
     mrb_interp       *interp;
     mrb_run           run;
@@ -175,21 +196,32 @@ ap_mrb_run_script(request_rec *r, mrb_script *script, void *data,
     mrb_run_init(&run, r, default_result);
     run.data = data;
     run.stat_on_error_fail = sconf->stat_on_error_fail == 1;
+    run.may_wait = may_wait && ap_mrb_wait_possible(r);
 
     rc = mrb_script_run(interp, script, &run);
     mrb_interp_give_back(interp);
 
-    if (rc == 0 && ap_mrb_valid_result(run.result)) {
-        if (run.wrote && data == NULL
-            && (run.result == DECLINED || run.result == OK))
-        {
-            return ap_mrb_answered(r, script, &run, default_result, what);
-        }
-
-        return (int) run.result;
+    if (rc == MRB_RUN_WAITING) {
+        return ap_mrb_wait_begin(r, interp, &run, script, what);
     }
 
-    return ap_mrb_run_failed(r, script, &run, rc, default_result, what);
+    return ap_mrb_run_result(r, script, &run, rc, default_result, what);
+}
+
+
+int
+ap_mrb_run_script(request_rec *r, mrb_script *script, void *data,
+    mrb_int default_result, const char *what)
+{
+    return ap_mrb_run(r, script, data, default_result, what, 0);
+}
+
+
+/* A content handler's script: it may wait without holding its thread. */
+static int
+ap_mrb_run_handler(request_rec *r, mrb_script *script, const char *what)
+{
+    return ap_mrb_run(r, script, NULL, OK, what, 1);
 }
 
 
@@ -232,8 +264,9 @@ ap_mrb_run_phase(request_rec *r, ap_mrb_phase phase, ap_mrb_order order,
         return DECLINED;
     }
 
-    return ap_mrb_run_script(r, script, NULL, default_result,
-                             ap_mrb_hook_names[phase][order]);
+    return ap_mrb_run(r, script, NULL, default_result,
+                      ap_mrb_hook_names[phase][order],
+                      phase == AP_MRB_HANDLER);
 }
 
 
@@ -297,8 +330,7 @@ ap_mrb_native_handler(request_rec *r, ap_mrb_dir_conf *dconf)
         return HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    return ap_mrb_run_script(r, dconf->handler_code, NULL, OK,
-                             "mrubyHandlerCode");
+    return ap_mrb_run_handler(r, dconf->handler_code, "mrubyHandlerCode");
 }
 
 
@@ -337,7 +369,7 @@ ap_mrb_script_handler(request_rec *r, ap_mrb_dir_conf *dconf)
         return HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    return ap_mrb_run_script(r, script, NULL, OK, AP_MRB_HANDLER_SCRIPT);
+    return ap_mrb_run_handler(r, script, AP_MRB_HANDLER_SCRIPT);
 }
 
 

@@ -121,7 +121,9 @@ const mrb_server ap_mrb_server = {
     ap_mrb_define,
     ap_mrb_write,
     ap_mrb_log,
-    ap_mrb_log_enabled
+    ap_mrb_log_enabled,
+    ap_mrb_wake_after,
+    1                       /* a sleep that cannot suspend blocks */
 };
 
 
@@ -228,6 +230,8 @@ ap_mrb_child_init(apr_pool_t *pchild, server_rec *s)
     mrb_interp  *interp;
     int          threaded;
 
+    ap_mrb_wait_child_init(pchild);
+
     if (ap_mpm_query(AP_MPMQ_IS_THREADED, &threaded) != APR_SUCCESS
         || threaded != AP_MPMQ_NOT_SUPPORTED)
     {
@@ -256,6 +260,7 @@ ap_mrb_register_hooks(apr_pool_t *p)
     ap_hook_child_init(ap_mrb_child_init, NULL, NULL, APR_HOOK_MIDDLE);
 
     ap_mrb_register_request_hooks();
+    ap_mrb_register_wait_hooks();
     ap_mrb_register_filters();
     ap_mrb_register_authn_provider(p);
 }

@@ -55,6 +55,8 @@ struct mrb_interp_s {
     mrb_value           procs;
 
     mrb_interp         *next_idle;  /* mrb_interp_take's idle list */
+    unsigned            wanted;     /* threads in mrb_interp_take_this for
+                                       it (under idle_lock) */
     mrb_file_watch_poller  watch;   /* how its runs ask the file watch */
     mrb_wait_state     *wait;       /* its runs on coroutines, or NULL */
 
@@ -186,23 +188,32 @@ mrb_interp_new(const mrb_server *server, void *log_target,
  * idle_hot, so a take and a give-back are one atomic exchange each when
  * runs do not overlap; the others wait in a stack, the one given back
  * last on top.  The lock covers a push or a pop, never a run.
+ *
+ * A thread resuming a run that waits in an interpreter wants that one
+ * (mrb_interp_take_this): idle_wanted counts such threads, and while it is
+ * not zero a give-back goes to the stack and wakes them; takers of any
+ * interpreter leave a wanted one there.
  */
 static _Atomic(mrb_interp *)  idle_hot;
 static pthread_mutex_t        idle_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t         idle_given = PTHREAD_COND_INITIALIZER;
 static mrb_interp            *idle_top;
+static atomic_uint            idle_wanted;
 
 
 static MRB_NOINLINE mrb_interp *
 interp_take_slow(const mrb_server *server, void *log_target,
     mrb_interp_init_pt init, void *arg, char *err, size_t errlen)
 {
-    mrb_interp  *interp;
+    mrb_interp  *interp, **pp;
 
     pthread_mutex_lock(&idle_lock);
 
-    interp = idle_top;
-    if (interp != NULL) {
-        idle_top = interp->next_idle;
+    for (pp = &idle_top; (interp = *pp) != NULL; pp = &interp->next_idle) {
+        if (interp->wanted == 0) {
+            *pp = interp->next_idle;
+            break;
+        }
     }
 
     pthread_mutex_unlock(&idle_lock);
@@ -229,18 +240,78 @@ mrb_interp_take(const mrb_server *server, void *log_target,
 }
 
 
+/* Unlinks interp from the stack (idle_lock held): 1 if it was there. */
+static int
+interp_unlink_idle(mrb_interp *interp)
+{
+    mrb_interp  **pp;
+
+    for (pp = &idle_top; *pp != NULL; pp = &(*pp)->next_idle) {
+        if (*pp == interp) {
+            *pp = interp->next_idle;
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+
+void
+mrb_interp_take_this(mrb_interp *interp)
+{
+    mrb_interp  *hot = interp;
+
+    if (atomic_compare_exchange_strong(&idle_hot, &hot, NULL)) {
+        return;
+    }
+
+    pthread_mutex_lock(&idle_lock);
+    interp->wanted++;
+    atomic_fetch_add(&idle_wanted, 1);
+
+    for ( ;; ) {
+        hot = interp;
+        if (atomic_compare_exchange_strong(&idle_hot, &hot, NULL)
+            || interp_unlink_idle(interp))
+        {
+            break;
+        }
+
+        pthread_cond_wait(&idle_given, &idle_lock);
+    }
+
+    atomic_fetch_sub(&idle_wanted, 1);
+    interp->wanted--;
+    pthread_mutex_unlock(&idle_lock);
+}
+
+
 void
 mrb_interp_give_back(mrb_interp *interp)
 {
     mrb_interp  *none = NULL;
 
-    if (atomic_compare_exchange_strong(&idle_hot, &none, interp)) {
-        return;
+    if (atomic_load(&idle_wanted) == 0) {
+        if (atomic_compare_exchange_strong(&idle_hot, &none, interp)) {
+            if (atomic_load(&idle_wanted) == 0) {
+                return;
+            }
+
+            /* a thread began to wait meanwhile, maybe for this one */
+            pthread_mutex_lock(&idle_lock);
+            pthread_cond_broadcast(&idle_given);
+            pthread_mutex_unlock(&idle_lock);
+            return;
+        }
     }
 
     pthread_mutex_lock(&idle_lock);
     interp->next_idle = idle_top;
     idle_top = interp;
+    if (atomic_load(&idle_wanted) != 0) {
+        pthread_cond_broadcast(&idle_given);
+    }
     pthread_mutex_unlock(&idle_lock);
 }
 

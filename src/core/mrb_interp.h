@@ -60,6 +60,10 @@ struct mrb_server_s {
      * server's event loop; returns 0, or -1 if it cannot.  NULL: the
      * server cannot suspend a run, and sleeps block (mrb_wait.h). */
     int        (*wake_after)(mrb_run *run, mrb_int msec);
+
+    /* 1: a sleep where the run cannot wait blocks the thread instead of
+     * raising (Apache: only content handlers on the event MPM wait). */
+    int          sleep_blocks;
 };
 
 /*
@@ -145,6 +149,15 @@ mrb_interp *mrb_interp_new(const mrb_server *server, void *log_target,
 mrb_interp *mrb_interp_take(const mrb_server *server, void *log_target,
     mrb_interp_init_pt init, void *arg, char *err, size_t errlen);
 void mrb_interp_give_back(mrb_interp *interp);
+
+/*
+ * Takes interp itself, for a run waiting in it (mrb_wait_resume): at once
+ * when it is idle, else when the thread running a script in it gives it
+ * back.  The caller holds no interpreter (so no two threads wait for each
+ * other); mrb_interp_take leaves an interpreter that someone waits for to
+ * the waiter.
+ */
+void mrb_interp_take_this(mrb_interp *interp);
 
 /* Closes the idle interpreters, when the process exits. */
 void mrb_interp_close_idle(void);

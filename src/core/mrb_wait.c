@@ -817,6 +817,17 @@ mrb_wait(mrb_state *mrb)
 }
 
 
+/* Whether the current run could wait now (wait_slot_check would pass). */
+static int
+wait_can(mrb_state *mrb)
+{
+    mrb_wait_state  *st = *mrb_interp_wait_state(mrb_interp_from_state(mrb));
+
+    return st != NULL && st->current != NULL
+           && mrb_interp_run(mrb) == &st->current->run;
+}
+
+
 void
 mrb_wait_sleep(mrb_state *mrb, mrb_int msec, const char *what)
 {
@@ -829,7 +840,9 @@ mrb_wait_sleep(mrb_state *mrb, mrb_int msec, const char *what)
                    "%s: milliseconds must be 0 to 86400000", what);
     }
 
-    if (server->wake_after == NULL) {
+    if (server->wake_after == NULL
+        || (server->sleep_blocks && !wait_can(mrb)))
+    {
         ts.tv_sec = msec / 1000;
         ts.tv_nsec = (msec % 1000) * 1000000;
         while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {

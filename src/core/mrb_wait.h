@@ -55,8 +55,9 @@ void mrb_wait(mrb_state *mrb);
 
 /*
  * Waits msec milliseconds: on a server that can wake a run
- * (mrb_server.wake_after), suspends the run, or raises where it cannot
- * wait; on the others, blocks the thread.
+ * (mrb_server.wake_after), suspends the run, or where it cannot wait
+ * raises (nginx) or blocks the thread (mrb_server.sleep_blocks, Apache);
+ * on the others, blocks the thread.
  */
 void mrb_wait_sleep(mrb_state *mrb, mrb_int msec, const char *what);
 

@@ -83,7 +83,9 @@ typedef struct {
         write,                                                                \
         log,                                                                  \
         log_enabled,                                                          \
-        wake_after                                                            \
+        wake_after,                                                           \
+        0                                  /* a sleep that cannot wait     \
+                                              raises */                       \
     }
 
 

@@ -201,15 +201,21 @@ mrubyCodeCache forever
 
 
 def rendezvous(n):
-    """A handler that answers "together" once n requests run it at the same
-    time (counted in the shared dictionary "meet"), or "alone" after 20 s
-    of waiting: requests that must overlap are shown to, without timing
-    them."""
-    return ("mrubySharedDict meet 1m\n<Location /meet>\nmrubyHandlerMiddleCode"
+    """A location that answers "together" once n requests run its script at
+    the same time (counted in the shared dictionary "meet"), or "alone"
+    after 20 s of waiting: requests that must overlap are shown to, without
+    timing them.  The script waits in the fixups phase, where a sleep holds
+    its thread and interpreter (a content handler's would give them back on
+    the event MPM); the handler prints what it found."""
+    return ("mrubySharedDict meet 1m\n<Location /meet>\nmrubyFixupsMiddleCode"
             " 'd = Apache::SharedDict.new(\"meet\"); d.incr(\"in\", 1, "
             "init: 0); t = Time.now + 20; Apache.sleep 0.01 while "
-            f"d[\"in\"] < {n} && Time.now < t; Apache.rputs(d[\"in\"] >= "
-            f"{n} ? \"together\" : \"alone\")'\n</Location>\n")
+            f"d[\"in\"] < {n} && Time.now < t; "
+            "Apache::Request.new.notes[\"meet\"] = (d[\"in\"] >= "
+            f"{n} ? \"together\" : \"alone\")'\n"
+            "mrubyHandlerMiddleCode "
+            "'Apache.rputs Apache::Request.new.notes[\"meet\"]'\n"
+            "</Location>\n")
 
 
 def test_64_scripts_run_at_once(apache):

@@ -6,9 +6,11 @@
  */
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/syscall.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <mruby.h>
@@ -540,4 +542,112 @@ TEST(interp_descriptors_of_a_failed_run_are_given_back)
     REQUIRE(pid > 0);
     REQUIRE(waitpid(pid, &status, 0) == pid);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+
+/*
+ * mrb_interp_take_this (Apache: a callback resuming a run that waits in an
+ * interpreter another thread is using): it waits for the interpreter to be
+ * given back, and while it waits nobody else is lent that one.
+ */
+typedef struct {
+    mrb_interp       *want;
+    pid_t             tid;
+    volatile int      got;
+} interp_taker;
+
+
+static void *
+interp_take_this_main(void *arg)
+{
+    interp_taker  *t = arg;
+
+    t->tid = (pid_t) syscall(SYS_gettid);
+    mrb_interp_take_this(t->want);
+    t->got = 1;
+    return NULL;
+}
+
+
+/* Whether thread tid of this process sleeps (in the condition wait). */
+static int
+interp_thread_sleeps(pid_t tid)
+{
+    char   path[64], buf[256], *p;
+    FILE  *f;
+    int    sleeps = 0;
+
+    snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int) tid);
+    f = fopen(path, "r");
+    if (f != NULL) {
+        if (fgets(buf, sizeof(buf), f) != NULL
+            && (p = strrchr(buf, ')')) != NULL)
+        {
+            sleeps = p[2] == 'S';
+        }
+        fclose(f);
+    }
+
+    return sleeps;
+}
+
+
+static int
+interp_wait_sleeping(interp_taker *t)
+{
+    uint64_t  deadline = unit_now_ns() + 10ull * 1000000000;
+
+    while (unit_now_ns() < deadline) {
+        if (t->tid != 0 && interp_thread_sleeps(t->tid)) {
+            return 1;
+        }
+        usleep(1000);
+    }
+
+    return 0;
+}
+
+
+TEST(interp_take_this_waits_for_the_interpreter_and_keeps_it)
+{
+    char           err[256];
+    mrb_interp    *a, *b, *x;
+    interp_taker   t;
+    pthread_t      thread;
+
+    a = mrb_interp_take(&interp_server, NULL, NULL, NULL, err, sizeof(err));
+    b = mrb_interp_take(&interp_server, NULL, NULL, NULL, err, sizeof(err));
+    REQUIRE(a != NULL && b != NULL && a != b);
+
+    /* idle: taken at once */
+    mrb_interp_give_back(b);
+    mrb_interp_take_this(b);
+
+    /* lent (a is ours): the taker waits */
+    memset(&t, 0, sizeof(t));
+    t.want = a;
+    REQUIRE(pthread_create(&thread, NULL, interp_take_this_main, &t) == 0);
+    REQUIRE(interp_wait_sleeping(&t));
+    CHECK(!t.got);
+
+    /* another interpreter given back wakes it, and it waits on */
+    mrb_interp_give_back(b);
+    REQUIRE(interp_wait_sleeping(&t));
+    CHECK(!t.got);
+    x = mrb_interp_take(&interp_server, NULL, NULL, NULL, err, sizeof(err));
+    CHECK(x == b);
+
+    /* the wanted one goes to the taker, not to the next mrb_interp_take */
+    mrb_interp_give_back(a);
+    pthread_join(thread, NULL);
+    CHECK(t.got);
+    x = mrb_interp_take(&interp_server, NULL, NULL, NULL, err, sizeof(err));
+    CHECK(x != a);
+
+    mrb_interp_give_back(x);
+    mrb_interp_give_back(a);
+    if (x != b) {
+        mrb_interp_give_back(b);
+    }
+    mrb_interp_close_idle();
 }

@@ -1,0 +1,138 @@
+"""Content handlers that sleep give their thread back on the event MPM
+(SUSPENDED and a timed callback, as httpd's mod_dialup); elsewhere a sleep
+blocks the thread as before.
+
+The tests wait for conditions, not for time: requests that must be asleep
+together show it by meeting in a shared dictionary while the server has
+fewer threads than sleepers."""
+
+import concurrent.futures
+import socket
+import time
+
+import requests
+
+# One event child with 4 threads; AsyncRequestWorkerFactor lets it accept
+# more connections than threads (the MPM's own limit, as for keep-alive).
+FOUR_THREADS = ("StartServers 1\nServerLimit 1\nThreadsPerChild 4\n"
+                "ThreadLimit 4\nMinSpareThreads 1\nMaxSpareThreads 4\n"
+                "MaxRequestWorkers 4\nAsyncRequestWorkerFactor 100\n"
+                "MaxConnectionsPerChild 0\n")
+
+SLEEPERS = 40
+
+# /sleep counts itself in, then sleeps in small steps until /go (or 60 s);
+# /count and /go answer at once.
+MEET = """\
+mrubySharedDict meet 1m
+<Location /sleep>
+    mrubyHandlerMiddleCode 'd = Apache::SharedDict.new("meet"); \
+d.incr("in", 1, init: 0); t = Time.now + 60; \
+sleep 0.05 until d["go"] || Time.now > t; \
+Apache.rputs(d["go"] ? "woke" : "timed out")'
+</Location>
+<Location /count>
+    mrubyHandlerMiddleCode 'Apache.rputs Apache::SharedDict.new("meet")["in"].to_i'
+</Location>
+<Location /go>
+    mrubyHandlerMiddleCode 'Apache::SharedDict.new("meet")["go"] = 1; Apache.rputs "go"'
+</Location>
+"""
+
+
+def wait_for(what, check, timeout=60.0):
+    """Polls check() until it returns true; each poll is bounded."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+            if last:
+                return last
+        except requests.RequestException as e:
+            last = e
+        time.sleep(0.05)
+    raise AssertionError(f"{what}: not after {timeout} s (last: {last!r})")
+
+
+def test_more_sleepers_than_threads_all_sleep_at_once(apache):
+    """40 handlers asleep at the same moment in a child of 4 threads, and
+    a request that does not sleep is answered meanwhile: a sleeping script
+    holds no thread.  (With sleeps that block, /count is not answered
+    while 4 sleepers hold the 4 threads.)"""
+    a = apache(MEET, mpm="event", mpm_conf=FOUR_THREADS)
+    with concurrent.futures.ThreadPoolExecutor(SLEEPERS) as pool:
+        sleepers = [pool.submit(requests.get, a.url("/sleep"), timeout=120)
+                    for _ in range(SLEEPERS)]
+        wait_for("all sleepers in", lambda: int(
+            requests.get(a.url("/count"), timeout=2).text) == SLEEPERS)
+        assert requests.get(a.url("/go"), timeout=10).text == "go"
+        rs = [f.result() for f in sleepers]
+    assert [r.status_code for r in rs] == [200] * SLEEPERS
+    assert {r.text for r in rs} == {"woke"}
+    # the MPM cannot take a suspended connection back (httpd 2.4): the
+    # response that waited ends its connection, and says so
+    assert {r.headers.get("Connection") for r in rs} == {"close"}
+
+
+def test_sleeps_that_cannot_suspend_block_as_before(apache):
+    """prefork, and phases other than the content handler on event: the
+    script sleeps on its thread (Kernel#sleep, usleep, Apache.sleep,
+    Apache::Async.sleep) and the connection stays open."""
+    script = ("t = Time.now; sleep 0.05; usleep 20_000; Apache.sleep 0.02; "
+              "Apache::Async.sleep 10; Apache.rputs(Time.now - t >= 0.1)")
+    conf = ("<Location /t>\n    mrubyHandlerMiddleCode '" + script + "'\n"
+            "</Location>\n<Location /a>\n    mrubyAccessCheckerMiddleCode "
+            "'sleep 0.05; Apache.return Apache::DECLINED'\n"
+            "    mrubyHandlerMiddleCode 'Apache.rputs \"after access\"'\n"
+            "</Location>\n")
+    pre = apache(conf, mpm="prefork")
+    s = requests.Session()
+    r = s.get(pre.url("/t"), timeout=30)
+    assert (r.status_code, r.text) == (200, "true"), pre.error_log()[-2000:]
+    assert r.headers.get("Connection") != "close"
+    assert s.get(pre.url("/t"), timeout=30).text == "true"
+
+    ev = apache(conf, mpm="event")
+    r = requests.get(ev.url("/a"), timeout=30)
+    assert (r.status_code, r.text) == (200, "after access")
+    assert r.headers.get("Connection") != "close"
+    # the handler's sleeps suspend on event, and add up the same
+    r = requests.get(ev.url("/t"), timeout=30)
+    assert (r.status_code, r.text) == (200, "true"), ev.error_log()[-2000:]
+
+
+def test_exception_after_the_resume_is_a_500_with_file_and_line(apache):
+    a = apache("<Location /t>\n    mrubyHandlerMiddle {dir}/t.rb\n"
+               "</Location>\n", mpm="event", mpm_conf=FOUR_THREADS,
+               files={"t.rb": "Apache.rputs 'never sent'\nsleep 0.05\n"
+                              "raise 'broken after the wait'\n"})
+    r = requests.get(a.url("/t"), timeout=30)
+    assert r.status_code == 500
+    assert "never sent" not in r.text and "broken" not in r.text
+    log = a.wait_log("broken after the wait")
+    line = [l for l in log.splitlines() if "broken after the wait" in l][0]
+    assert "RuntimeError" in line and "t.rb:3" in line, line
+    # the thread and interpreter it ran in serve on
+    assert requests.get(a.url("/t"), timeout=30).status_code == 500
+
+
+def test_client_that_leaves_mid_sleep_frees_its_coroutine(apache):
+    """The script is cancelled (its ensure runs) within the second the
+    waiting request looks at its socket, long before its 30 s sleep ends,
+    and no coroutine is left alive."""
+    a = apache("<Location /long>\n    mrubyHandlerMiddleCode 'begin; "
+               "Apache.errlogger Apache::APLOG_NOTICE, \"asleep\"; sleep 30; "
+               "ensure; Apache.errlogger Apache::APLOG_NOTICE, "
+               "\"ensure ran\"; end'\n</Location>\n"
+               "<Location /stats>\n    mrubyHandlerMiddleCode "
+               "'Apache.rputs Apache::Async.coroutines.inspect'\n"
+               "</Location>\n", mpm="event", mpm_conf=FOUR_THREADS)
+    with socket.create_connection(("127.0.0.1", a.port), timeout=10) as s:
+        s.sendall(b"GET /long HTTP/1.1\r\nHost: t\r\n\r\n")
+        a.wait_log("asleep", timeout=30)
+    log = a.wait_log("ensure ran", timeout=15)
+    assert "the client went away while the script waited" in log
+    # the interpreter given back last is the one the script waited in: its
+    # one live coroutine is the one /stats runs on (its code names Async)
+    assert requests.get(a.url("/stats"), timeout=10).text.startswith("[1,")
