@@ -50,7 +50,8 @@
  * changes them (mruby has no binding for fesetround), and reloading them
  * is a third of boost's switch.
  *
- * Elsewhere: boost.context's jump_fcontext (Debian libboost-context-dev,
+ * Elsewhere, or built with -DMRB_CORO_BOOST (how the unit tests check that
+ * path on x86-64): boost.context's jump_fcontext (Debian libboost-context-dev,
  * linked with -lboost_context), declared here with its fcontext ABI
  * (boost 1.74 <boost/context/detail/fcontext.hpp>, whose header is C++
  * only): it saves the callee-saved registers on the current stack,
@@ -58,7 +59,7 @@
  * pointer passed; the side that lands stores the former through the
  * latter.
  */
-#if defined(__x86_64__)
+#if defined(__x86_64__) && !defined(MRB_CORO_BOOST)
 
 #define MRB_CORO_OWN_SWITCH  1
 
