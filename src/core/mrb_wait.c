@@ -101,12 +101,15 @@ struct mrb_wait_slot_s {
  */
 static const char *const  wait_names[] = {
     "sleep", "usleep", "Async", "sub_request",
+    "lock", "synchronize", "try_lock_loop",       /* a global Mutex's wait */
     "send", "__send__", "public_send", "method", "eval", "instance_eval",
     "instance_exec", "class_eval", "class_exec", "module_eval", "module_exec",
     NULL
 };
 
-#define WAIT_NAMES_MAX  16
+#define WAIT_NAMES_MAX  24
+_Static_assert(sizeof(wait_names) / sizeof(wait_names[0]) - 1
+               <= WAIT_NAMES_MAX, "wait_names outgrew WAIT_NAMES_MAX");
 #define WAIT_SYM_BITS   8192   /* a bit per symbol below it */
 
 /*

@@ -34,11 +34,13 @@ class Mutex
     @locked = true
   end
 
-  # waits (blocking the worker, as the original did) until the lock is had
+  # waits until the lock is had: a global one tries every millisecond,
+  # suspending the request in between where it can wait (nginx), blocking
+  # the thread where it cannot (Apache, as the original did everywhere)
   def lock
     until try_lock
       raise ThreadError, "deadlock; recursive locking" if @locked
-      IO.select(nil, nil, nil, 0.001)
+      __pause
     end
     self
   end
@@ -48,7 +50,7 @@ class Mutex
     deadline = timeout && Time.now + timeout
     until try_lock
       return false if deadline && Time.now > deadline
-      IO.select(nil, nil, nil, 0.001)
+      __pause
     end
     true
   end
@@ -75,6 +77,16 @@ class Mutex
     ensure
       unlock
     end
+  end
+
+  # a millisecond between two tries of a global lock held elsewhere:
+  # usleep suspends the request where the run can wait (nginx), blocks
+  # the thread on Apache, and raises where a run of nginx cannot wait (the
+  # log phase, startup scripts), which then blocks as the original did
+  def __pause
+    usleep(1000)
+  rescue RuntimeError
+    IO.select(nil, nil, nil, 0.001)
   end
 
   def __dead?(pid)

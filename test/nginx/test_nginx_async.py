@@ -10,6 +10,7 @@ import socket
 import time
 
 import pytest
+import requests
 
 import harness
 
@@ -384,3 +385,72 @@ Nginx.rputs "#{res.status} #{res.body}"
     r = n.get("/")
     assert (r.status_code, r.text) == (200, "200 /echo/" + "b" * 60), \
         n.error_log()[-2000:]
+
+
+MUTEX_HOLD = r'''
+d = Nginx::SharedDict.new("mruby_mutex")
+m = Mutex.new(global: true, key: "k")
+m.lock
+d["held"] = "1"
+i = 0
+until d["release"] || i > 3000
+  sleep 0.01
+  i += 1
+end
+m.unlock
+Nginx.rputs "held"
+'''
+
+MUTEX_WAIT = r'''
+d = Nginx::SharedDict.new("mruby_mutex")
+m = Mutex.new(global: true, key: "k")
+d["waiting"] = "1"
+m.synchronize { d["got"] = "1" }
+Nginx.rputs "got it"
+'''
+
+
+def test_a_request_waiting_for_a_global_mutex_does_not_block_the_worker(
+        nginx):
+    # one worker: while /wait waits for the lock /hold has, the worker
+    # still answers /state, /ping and the /release that ends the wait
+    # (the lock used to block the worker until it was had: none of them
+    # was answered, and /hold, suspended in sleep, never let go)
+    n = nginx("""
+mruby_init {dir}/init.rb;
+server {
+    listen 127.0.0.1:{port};
+    location /hold { mruby_content_handler {dir}/hold.rb; }
+    location /wait { mruby_content_handler {dir}/wait.rb; }
+    location /state { mruby_content_handler_code
+        'd = Nginx::SharedDict.new("mruby_mutex")
+         Nginx.rputs "#{d["held"]}#{d["waiting"]}#{d["got"]}"'; }
+    location /release { mruby_content_handler_code
+        'Nginx::SharedDict.new("mruby_mutex")["release"] = "1"
+         Nginx.rputs "released"'; }
+    location /ping { mruby_content_handler_code 'Nginx.rputs "pong"'; }
+}""", files={"init.rb": "Mutex.new(global: true)\n",
+             "hold.rb": MUTEX_HOLD, "wait.rb": MUTEX_WAIT})
+
+    def get(path):
+        return requests.get(n.url(path), timeout=harness.HTTP_TIMEOUT)
+
+    def state_becomes(want):
+        deadline = time.monotonic() + harness.HTTP_TIMEOUT
+        while time.monotonic() < deadline:
+            if get("/state").text == want:
+                return True
+            time.sleep(0.05)
+        return False
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        hold = pool.submit(get, "/hold")
+        assert state_becomes("1")
+        wait = pool.submit(get, "/wait")
+        assert state_becomes("11")
+        assert get("/ping").text == "pong"
+        assert get("/state").text == "11"       # still waiting
+        assert get("/release").text == "released"
+        assert hold.result().text == "held"
+        assert wait.result().text == "got it"
+    assert get("/state").text == "111"
