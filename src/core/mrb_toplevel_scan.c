@@ -101,31 +101,34 @@ static const char *const  scan_startup_names_ok[] = {
     "public_class_method", NULL
 };
 
+/*
+ * Symbols below SCAN_SYM_BITS (mruby's preset ones and most interned
+ * names) are a bit each; larger ones (mruby 3.1 packs some short names
+ * into the symbol itself: "load" is 222306624) are in a short list.
+ */
+#define SCAN_SYM_BITS   8192
+#define SCAN_NAMES_MAX  96
+
 struct mrb_toplevel_names_s {
-    uint8_t  *bits;         /* a bit per symbol up to max */
-    mrb_sym   max;
+    uint8_t   bits[SCAN_SYM_BITS / 8];
+    mrb_sym   large[SCAN_NAMES_MAX];
+    int       nlarge;
 };
 
 
 static int
 scan_names_add(mrb_toplevel_names *names, mrb_sym sym)
 {
-    uint8_t  *bits;
-    size_t    old, len;
-
-    if (sym > names->max || names->bits == NULL) {
-        old = names->bits != NULL ? names->max / 8 + 1 : 0;
-        len = (size_t) sym / 8 + 1;
-        bits = realloc(names->bits, len);
-        if (bits == NULL) {
-            return -1;
-        }
-        memset(bits + old, 0, len - old);
-        names->bits = bits;
-        names->max = (mrb_sym) (len * 8 - 1);
+    if (sym < SCAN_SYM_BITS) {
+        names->bits[sym / 8] |= (uint8_t) (1 << (sym % 8));
+        return 0;
     }
 
-    names->bits[sym / 8] |= (uint8_t) (1 << (sym % 8));
+    if (names->nlarge == SCAN_NAMES_MAX) {
+        return -1;
+    }
+
+    names->large[names->nlarge++] = sym;
     return 0;
 }
 
@@ -133,8 +136,18 @@ scan_names_add(mrb_toplevel_names *names, mrb_sym sym)
 static void
 scan_names_remove(mrb_toplevel_names *names, mrb_sym sym)
 {
-    if (sym <= names->max) {
+    int  i;
+
+    if (sym < SCAN_SYM_BITS) {
         names->bits[sym / 8] &= (uint8_t) ~(1 << (sym % 8));
+        return;
+    }
+
+    for (i = 0; i < names->nlarge; i++) {
+        if (names->large[i] == sym) {
+            names->large[i] = names->large[--names->nlarge];
+            return;
+        }
     }
 }
 
@@ -142,7 +155,19 @@ scan_names_remove(mrb_toplevel_names *names, mrb_sym sym)
 static int
 scan_names_has(const mrb_toplevel_names *names, mrb_sym sym)
 {
-    return sym <= names->max && (names->bits[sym / 8] & (1 << (sym % 8)));
+    int  i;
+
+    if (sym < SCAN_SYM_BITS) {
+        return (names->bits[sym / 8] & (1 << (sym % 8))) != 0;
+    }
+
+    for (i = 0; i < names->nlarge; i++) {
+        if (names->large[i] == sym) {
+            return 1;
+        }
+    }
+
+    return 0;
 }
 
 
@@ -178,10 +203,7 @@ mrb_toplevel_names_new(mrb_state *mrb, int startup)
 void
 mrb_toplevel_names_free(mrb_toplevel_names *names)
 {
-    if (names != NULL) {
-        free(names->bits);
-        free(names);
-    }
+    free(names);
 }
 
 
