@@ -61,6 +61,10 @@
  * two PATH_MAX buffers); a longer chain is stat()ed instead. */
 #define WATCH_MAX_LINKS  8
 
+/* Names one path may need watched (each directory on the way, those of
+ * its links' targets, the file); a path needing more is stat()ed. */
+#define WATCH_MAX_STEPS  128
+
 /* One read of the queue: about 150 events of a short name.  A batch is
  * what one call of mrb_file_watch_process does before it lets the event
  * loop serve requests again. */
@@ -78,6 +82,7 @@
 typedef struct watch_node_s      watch_node;
 typedef struct watch_name_s      watch_name;
 typedef struct watch_interest_s  watch_interest;
+typedef struct watch_interests_s watch_interests;
 typedef mrb_file_watch_path      watch_path;
 
 /* One inotify watch, shared by every path that needs it. */
@@ -104,21 +109,35 @@ struct watch_name_s {
 struct watch_interest_s {
     watch_name      *name;
     watch_interest  *prev, *next;
-    watch_interest  *path_next;
     watch_path      *path;
 };
+
+/* All the needs of one path, in one allocation: a path in a directory
+ * five levels down needs six names (a list of separate allocations cost
+ * 48 bytes a name, this 32). */
+struct watch_interests_s {
+    size_t           count;
+    watch_interest   item[];
+};
+
+/* The names a walk of a path's lookup found, before they become its
+ * interests. */
+typedef struct {
+    size_t           count;
+    watch_name      *name[WATCH_MAX_STEPS];
+} watch_steps;
 
 struct mrb_file_watch_path_s {
     mrb_file_watch_path_head  head;        /* first: the inline epoch */
     watch_path               *hash_next;
     uint32_t                  hash;
-    watch_interest           *interests;
     unsigned                  watched:1;   /* its watches are in place */
     unsigned                  touched:1;   /* in this batch's list */
     unsigned                  changed:1;   /* a change counts */
     unsigned                  rewatch:1;   /* lookups to watch again */
     unsigned                  writing:1;   /* in the writing list */
     unsigned                  resync:1;    /* events lost: watch again */
+    watch_interests          *interests;   /* NULL when not watched */
     watch_path               *touched_next;
     watch_path               *writing_prev, *writing_next;
     uint64_t                  write_first_ms, write_last_ms;
@@ -197,14 +216,16 @@ watch_table_chain(watch_table *t, uint32_t h)
 
 typedef uint32_t (*watch_rehash_pt)(void *item);
 
-/* Makes room for one more item; returns 0, or -1 out of memory. */
+/* Makes room for one more item; returns 0, or -1 out of memory.  Two
+ * items a bucket on average: tables are searched per event, not per run,
+ * and every path has an entry in three of them. */
 static int
 watch_table_reserve(watch_table *t, watch_rehash_pt rehash)
 {
     void    **grown, *item, *next;
     size_t    size, i;
 
-    if (t->count < t->size) {
+    if (t->count < t->size * 2) {
         return 0;
     }
 
@@ -465,23 +486,26 @@ watch_name_release_locked(watch_name *k)
 }
 
 
-/* Records that p needs the watch wd for name ("" for the file itself). */
+/* Records that the lookup needs the watch wd for name ("" for the file
+ * itself).  Nothing is made when steps is full. */
 static int
-watch_interest_add_locked(watch_path *p, int wd, const char *dir,
+watch_step_add_locked(watch_steps *steps, int wd, const char *dir,
     const char *name)
 {
-    watch_interest  *i = NULL;
-    watch_name      *k = NULL;
-    watch_node      *n;
+    watch_name  *k = NULL;
+    watch_node  *n;
+
+    if (steps->count == WATCH_MAX_STEPS) {
+        if (watch_node_find_locked(wd) == NULL) {
+            inotify_rm_watch(watch.fd, wd);
+        }
+        return watch_fail_locked("more than %d names to watch on the way",
+                                 WATCH_MAX_STEPS);
+    }
 
     n = watch_node_get_locked(wd, dir);
-    if (n == NULL
-        || (k = watch_name_get_locked(n, name)) == NULL
-        || (i = malloc(sizeof(watch_interest))) == NULL)
-    {
-        if (k != NULL) {
-            watch_name_release_locked(k);
-        } else if (n != NULL && n->names == NULL) {
+    if (n == NULL || (k = watch_name_get_locked(n, name)) == NULL) {
+        if (n != NULL && n->names == NULL) {
             watch_table_unlink(&watch.nodes, n, watch_node_rehash(n));
             inotify_rm_watch(watch.fd, n->wd);
             free(n);
@@ -489,30 +513,81 @@ watch_interest_add_locked(watch_path *p, int wd, const char *dir,
         return watch_fail_locked("out of memory");
     }
 
-    i->name = k;
-    i->path = p;
-    i->path_next = p->interests;
-    p->interests = i;
-
-    i->prev = NULL;
-    i->next = k->interests;
-    if (k->interests != NULL) {
-        k->interests->prev = i;
-    }
-    k->interests = i;
+    steps->name[steps->count++] = k;
     return 0;
 }
 
 
-/* Drops a list of interests; what no path needs any more goes. */
+/* Frees the names of steps that nothing needs (a name may be found twice
+ * in one lookup: released at its last). */
 static void
-watch_interests_drop_locked(watch_interest *i)
+watch_steps_release_locked(watch_steps *steps)
 {
-    watch_interest  *path_next;
-    watch_name      *k;
+    size_t  i, j;
 
-    for ( ; i != NULL; i = path_next) {
-        path_next = i->path_next;
+    for (i = 0; i < steps->count; i++) {
+        for (j = i + 1; j < steps->count; j++) {
+            if (steps->name[j] == steps->name[i]) {
+                break;
+            }
+        }
+        if (j == steps->count) {
+            watch_name_release_locked(steps->name[i]);
+        }
+    }
+    steps->count = 0;
+}
+
+
+/* Makes steps p's interests; returns 0, or -1 out of memory (steps are
+ * left as they are). */
+static int
+watch_interests_link_locked(watch_path *p, watch_steps *steps)
+{
+    watch_interests  *a;
+    watch_interest   *i;
+    watch_name       *k;
+    size_t            n;
+
+    a = malloc(sizeof(watch_interests) + steps->count * sizeof(*i));
+    if (a == NULL) {
+        return watch_fail_locked("out of memory");
+    }
+
+    a->count = steps->count;
+    for (n = 0; n < a->count; n++) {
+        i = &a->item[n];
+        k = steps->name[n];
+        i->name = k;
+        i->path = p;
+        i->prev = NULL;
+        i->next = k->interests;
+        if (k->interests != NULL) {
+            k->interests->prev = i;
+        }
+        k->interests = i;
+    }
+
+    p->interests = a;
+    steps->count = 0;
+    return 0;
+}
+
+
+/* Drops a path's interests; what no path needs any more goes. */
+static void
+watch_interests_drop_locked(watch_interests *a)
+{
+    watch_interest  *i;
+    watch_name      *k;
+    size_t           n;
+
+    if (a == NULL) {
+        return;
+    }
+
+    for (n = 0; n < a->count; n++) {
+        i = &a->item[n];
         k = i->name;
 
         if (i->prev != NULL) {
@@ -523,10 +598,11 @@ watch_interests_drop_locked(watch_interest *i)
         if (i->next != NULL) {
             i->next->prev = i->prev;
         }
-        free(i);
 
         watch_name_release_locked(k);
     }
+
+    free(a);
 }
 
 
@@ -537,7 +613,7 @@ watch_interests_drop_locked(watch_interest *i)
  * tells when it appears.  Returns 0, or -1 if a change could go unseen.
  */
 static int
-watch_lookup_locked(watch_path *p, const char *path, int links)
+watch_lookup_locked(watch_steps *steps, const char *path, int links)
 {
     char         dir[PATH_MAX], target[PATH_MAX];
     const char  *name, *end;
@@ -580,7 +656,7 @@ watch_lookup_locked(watch_path *p, const char *path, int links)
 
         memcpy(target, name, end - name);
         target[end - name] = '\0';
-        if (watch_interest_add_locked(p, wd, dir, target) != 0) {
+        if (watch_step_add_locked(steps, wd, dir, target) != 0) {
             return -1;
         }
 
@@ -615,7 +691,7 @@ watch_lookup_locked(watch_path *p, const char *path, int links)
             memcpy(target, path, dirlen);
         }
 
-        if (watch_lookup_locked(p, target, links + 1) != 0) {
+        if (watch_lookup_locked(steps, target, links + 1) != 0) {
             return -1;
         }
     }
@@ -633,13 +709,15 @@ watch_lookup_locked(watch_path *p, const char *path, int links)
 static int
 watch_path_locked(watch_path *p)
 {
-    watch_interest  *old = p->interests;
-    int              wd;
+    watch_interests  *old = p->interests;
+    watch_steps       steps;
+    int               wd;
 
+    steps.count = 0;
     p->interests = NULL;
     p->resync = 0;
 
-    if (watch_lookup_locked(p, p->name, 0) != 0) {
+    if (watch_lookup_locked(&steps, p->name, 0) != 0) {
         goto failed;
     }
 
@@ -660,19 +738,21 @@ watch_path_locked(watch_path *p)
         goto failed;
     }
 
-    if (watch_interest_add_locked(p, wd, NULL, "") != 0) {
+    if (watch_step_add_locked(&steps, wd, NULL, "") != 0) {
         goto failed;
     }
 
 done:
+    if (watch_interests_link_locked(p, &steps) != 0) {
+        goto failed;
+    }
     watch_interests_drop_locked(old);
     p->watched = 1;
     return 0;
 
 failed:
+    watch_steps_release_locked(&steps);
     watch_interests_drop_locked(old);
-    watch_interests_drop_locked(p->interests);
-    p->interests = NULL;
     p->watched = 0;
     atomic_store_explicit(&p->head.epoch, 0, memory_order_release);
     return -1;
@@ -1315,13 +1395,15 @@ watch_pending(mrb_file_watch_poller *poller, int fd)
  * (the lock).  The whole queue is read here, however long: a run that
  * waits for it is the one that must see the change.
  */
-void
-mrb_file_watch_poll(mrb_file_watch_poller *poller)
+static void
+watch_poll(mrb_file_watch_poller *poller, int driven_too)
 {
     int  fd = atomic_load_explicit(&watch.fd, memory_order_acquire);
     int  events, quiet;
 
-    if (fd < 0 || atomic_load_explicit(&watch.driven, memory_order_relaxed)) {
+    if (fd < 0 || (!driven_too && atomic_load_explicit(&watch.driven,
+                                                       memory_order_relaxed)))
+    {
         return;
     }
 
@@ -1350,14 +1432,27 @@ mrb_file_watch_poll(mrb_file_watch_poller *poller)
 }
 
 
+void
+mrb_file_watch_poll(mrb_file_watch_poller *poller)
+{
+    watch_poll(poller, 0);
+}
+
+
+/*
+ * Asks the queue even when a loop reads it: a run that has just read the
+ * file must not wait for the loop to learn of a writer that began
+ * meanwhile (an Apache watcher thread scheduled late would let it compile
+ * half a file).  A system call on the path that reads a file, not on the
+ * path of every run.
+ */
 int
 mrb_file_watch_settled(mrb_file_watch_path *path,
     mrb_file_watch_poller *poller, uint64_t epoch)
 {
     int  settled;
 
-    /* with a loop, what it has not read yet is not known here */
-    mrb_file_watch_poll(poller);
+    watch_poll(poller, 1);
 
     pthread_mutex_lock(&watch.lock);
     settled = !path->writing && mrb_file_watch_path_epoch(path) == epoch;

@@ -71,12 +71,10 @@ int mrb_file_watch_writing(mrb_file_watch_path *path, long *ms);
 
 /*
  * Whether nothing has changed path since its epoch was `epoch`: the queue
- * read (through poller, unless a loop reads it), no write in progress and
- * the same epoch.  A run that read the file after seeing `epoch` calls
+ * read (through poller, even when a loop reads it), no write in progress
+ * and the same epoch.  A run that read the file after seeing `epoch` calls
  * this before it trusts what it read: a writer that began meanwhile is
- * caught, if its first event has been read (always when runs ask the
- * queue; with a loop, a writer that began during the read itself is seen
- * only at its close, which moves the epoch again).
+ * caught, its first event being queued before its first write returns.
  */
 struct mrb_file_watch_poller_s;
 int mrb_file_watch_settled(mrb_file_watch_path *path,

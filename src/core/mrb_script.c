@@ -51,21 +51,23 @@ struct mrb_script_version_s {
     _Atomic uint64_t     fresh_at;
 };
 
+/* (Fields of 4 bytes go in pairs: one per script and process, at hosting
+ * scale 10,000 of them.) */
 struct mrb_script_s {
     unsigned          id;          /* index of its proc in each interpreter */
     mrb_cache_policy  policy;
-    unsigned          is_file:1;
     char             *name;        /* the path, or "origin:line" */
     int               line;        /* first line of inline code */
+    unsigned          is_file:1;
 
     pthread_mutex_t   lock;        /* guards what follows */
+    uint32_t          generation;  /* 0: no bytecode; bumps on each compile */
+    unsigned          failure_unread:1; /* failure: it could not be read */
     uint8_t          *bin;         /* bytecode, malloc'd */
     size_t            bin_len;
-    uint32_t          generation;  /* 0: no bytecode; bumps on each compile */
     mrb_file_id       file_id;     /* the file version compiled or failed */
     uint64_t          source_hash; /* and a hash of its content */
     char             *failure;     /* why the file on disk does not run */
-    unsigned          failure_unread:1; /* ... it could not be read */
     time_t            failure_since;
     mrb_file_id       candidate;   /* not watched: a change seen once */
     uint64_t          candidate_ms;
@@ -74,10 +76,10 @@ struct mrb_script_s {
     mrb_script_version *_Atomic  compiled;
     _Atomic int       broken;      /* failure != NULL */
 
-    /* Under `stat`: the file watch's path in this process, or that the
-     * file cannot be watched (mrb_file_watch.h). */
-    mrb_file_watch_path *_Atomic  watch;
+    /* Under `stat`: that the file cannot be watched, or the file watch's
+     * path in this process (mrb_file_watch.h). */
     _Atomic int       unwatchable;
+    mrb_file_watch_path *_Atomic  watch;
 
     mrb_script       *prev, *next; /* the `stat` files of the process */
     mrb_script       *named_next;  /* in the table of mrb_script_for_file */

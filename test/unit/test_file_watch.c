@@ -552,6 +552,36 @@ TEST(file_watch_driven_by_an_event_loop)
 }
 
 
+/*
+ * With a loop reading the queue, a run that has just read the file still
+ * learns of a writer that began meanwhile: settled asks the queue itself
+ * (an Apache watcher thread scheduled late would otherwise let the run
+ * compile half a file).
+ */
+TEST(file_watch_settled_sees_a_writer_the_loop_has_not_read)
+{
+    uint64_t  e;
+    int       fd;
+
+    REQUIRE(watch_setup() == 0);
+    REQUIRE(mrb_file_watch_start(watch_why, sizeof(watch_why)) >= 0);
+    REQUIRE(watch_add(watch_file("current/e.rb")) == 0);
+    watch_process_all();
+    e = watch_epoch();
+    CHECK(e != 0);
+    CHECK(mrb_file_watch_settled(watch_path, &watch_poller, e));
+
+    fd = open(watch_file("current/e.rb"), O_WRONLY | O_TRUNC);
+    REQUIRE(fd >= 0);
+    CHECK_EQ(write(fd, "half", 4), 4);
+    /* the loop has not run: only the queue knows */
+    CHECK(!mrb_file_watch_settled(watch_path, &watch_poller, e));
+    close(fd);
+
+    watch_teardown();
+}
+
+
 /* Paths watched in the overflow test: more than two slices. */
 #define WATCH_OVERFLOW_PATHS  400
 
