@@ -71,12 +71,11 @@ mrb_matchdata_new(mrb_state *mrb, mrb_value regexp, mrb_value str,
 }
 
 
-mrb_value
-mrb_matchdata_group(mrb_state *mrb, mrb_value md, mrb_int n)
+/* Group n of m, a match in str. */
+static mrb_value
+match_group(mrb_state *mrb, mrb_match *m, mrb_value str, mrb_int n)
 {
-    mrb_match  *m = DATA_PTR(md);
-    mrb_value   str = match_string(mrb, md);
-    mrb_int     b, e, len = RSTRING_LEN(str);
+    mrb_int  b, e, len = RSTRING_LEN(str);
 
     if (n < 0 || n >= m->ngroups || m->pos[2 * n] < 0) {
         return mrb_nil_value();
@@ -92,6 +91,13 @@ mrb_matchdata_group(mrb_state *mrb, mrb_value md, mrb_int n)
     }
 
     return mrb_str_new(mrb, RSTRING_PTR(str) + b, e > b ? e - b : 0);
+}
+
+
+mrb_value
+mrb_matchdata_group(mrb_state *mrb, mrb_value md, mrb_int n)
+{
+    return match_group(mrb, DATA_PTR(md), match_string(mrb, md), n);
 }
 
 
@@ -196,15 +202,17 @@ match_end(mrb_state *mrb, mrb_value self)
 }
 
 
+/* The groups from first on, as an Array. */
 static mrb_value
-match_to_a(mrb_state *mrb, mrb_value self)
+match_groups(mrb_state *mrb, mrb_value self, int first)
 {
     mrb_match  *m = match_check(mrb, self);
+    mrb_value   str = match_string(mrb, self);
     mrb_value   ary = mrb_ary_new_capa(mrb, m->ngroups);
     int         i;
 
-    for (i = 0; i < m->ngroups; i++) {
-        mrb_ary_push(mrb, ary, mrb_matchdata_group(mrb, self, i));
+    for (i = first; i < m->ngroups; i++) {
+        mrb_ary_push(mrb, ary, match_group(mrb, m, str, i));
     }
 
     return ary;
@@ -212,17 +220,16 @@ match_to_a(mrb_state *mrb, mrb_value self)
 
 
 static mrb_value
+match_to_a(mrb_state *mrb, mrb_value self)
+{
+    return match_groups(mrb, self, 0);
+}
+
+
+static mrb_value
 match_captures(mrb_state *mrb, mrb_value self)
 {
-    mrb_match  *m = match_check(mrb, self);
-    mrb_value   ary = mrb_ary_new_capa(mrb, m->ngroups);
-    int         i;
-
-    for (i = 1; i < m->ngroups; i++) {
-        mrb_ary_push(mrb, ary, mrb_matchdata_group(mrb, self, i));
-    }
-
-    return ary;
+    return match_groups(mrb, self, 1);
 }
 
 

@@ -183,7 +183,7 @@ regexp_compile(mrb_state *mrb, struct RClass *c, const char *src,
     mrb_regexp    *rx;
     struct RData  *d;
     OnigErrorInfo  einfo;
-    OnigOptionType opt = ONIG_OPTION_CAPTURE_GROUP;
+    OnigOptionType opt = ONIG_OPTION_NONE;
     OnigUChar      msg[ONIG_MAX_ERROR_MESSAGE_LEN];
     int            rc;
 
@@ -255,7 +255,9 @@ regexp_s_new(mrb_state *mrb, mrb_value self)
         src = mrb_str_new(mrb, rx->src, rx->srclen);
     }
 
-    src = mrb_str_to_str(mrb, src);
+    if (!mrb_string_p(src)) {
+        src = mrb_str_to_str(mrb, src);
+    }
     flags = regexp_flags(mrb, opt, enc);
 
     if (mrb_class_ptr(self) != mrb_lib_get(mrb)->regexp_class) {

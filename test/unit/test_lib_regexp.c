@@ -190,6 +190,12 @@ static const lib_case  regexp_cases[] = {
       ":bad" },
     { "begin; \"a\\xe3\".gsub(/a/, 'b'); rescue ArgumentError; :bad; end",
       ":bad" },
+    /* with a named group, plain groups do not capture (Ruby's rule; they
+     * did here, so captures, size and \\2 differed from CRuby) */
+    { "m = /(?<a>x)(y)/.match('xy'); [m.captures, m.size, m.to_a, "
+      "'xy'.sub(/(?<a>x)(y)/, '[\\2]'), 'xy'.sub(/(?<a>x)(y)/, '[\\k<a>]'), "
+      "/(x)(y)/.match('xy').captures]",
+      "[[\"x\"], 2, [\"xy\", \"x\"], \"[]\", \"[x]\", [\"x\", \"y\"]]" },
     /* the arguments, read without mrb_get_args in the common calls */
     { "[->{ Regexp.new }, ->{ Regexp.new('a', nil, nil, 1) }, "
       "->{ /a/.=~('a', 1) }, ->{ /a/ === ['a', 1] }, ->{ /a/.match }, "
