@@ -136,3 +136,22 @@ def test_client_that_leaves_mid_sleep_frees_its_coroutine(apache):
     # the interpreter given back last is the one the script waited in: its
     # one live coroutine is the one /stats runs on (its code names Async)
     assert requests.get(a.url("/stats"), timeout=10).text.startswith("[1,")
+
+
+def test_sleep_inside_blocks_and_methods_that_c_called(apache):
+    """The handler suspends at any call depth: in a Hash default block, a
+    to_s that interpolation calls and a sort_by block (mruby's Fiber cannot
+    yield from those).  Connection: close says the response waited."""
+    a = apache("<Location /t>\n    mrubyHandlerMiddle {dir}/t.rb\n"
+               "</Location>\n", mpm="event", mpm_conf=FOUR_THREADS,
+               files={"t.rb": """\
+h = Hash.new { |hash, k| sleep 0.01; hash[k] = k * 2 }
+o = Object.new
+def o.to_s; usleep 10_000; "slept"; end
+s = [3, 1, 2].sort_by { |x| Apache.sleep 0.001; x }
+Apache.rputs "#{h[21]} #{o} #{s.inspect}"
+"""})
+    r = requests.get(a.url("/t"), timeout=30)
+    assert (r.status_code, r.text) == (200, "42 slept [1, 2, 3]"), \
+        a.error_log()[-2000:]
+    assert r.headers.get("Connection") == "close"
