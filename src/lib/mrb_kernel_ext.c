@@ -4,7 +4,8 @@
  * server's worker.
  *
  * usleep waits as sleep does (mrb_wait_sleep: it suspends the request on
- * nginx, blocks the thread on Apache), to the millisecond.  exit raises
+ * nginx and in Apache's content handlers on the event MPM, blocks the
+ * thread elsewhere on Apache), to the millisecond.  exit raises
  * SystemExit (an Exception, not a StandardError, so that a bare rescue
  * does not swallow it): the run fails with one log line and a 500 if
  * nothing was sent, and the worker lives on.  (The originals' exit ended

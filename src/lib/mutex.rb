@@ -35,8 +35,9 @@ class Mutex
   end
 
   # waits until the lock is had: a global one tries every millisecond,
-  # suspending the request in between where it can wait (nginx), blocking
-  # the thread where it cannot (Apache, as the original did everywhere)
+  # suspending the request in between where it can wait (nginx; Apache's
+  # content handlers on the event MPM), blocking the thread where it
+  # cannot (as the original did everywhere)
   def lock
     until try_lock
       raise ThreadError, "deadlock; recursive locking" if @locked
@@ -80,9 +81,10 @@ class Mutex
   end
 
   # a millisecond between two tries of a global lock held elsewhere:
-  # usleep suspends the request where the run can wait (nginx), blocks
-  # the thread on Apache, and raises where a run of nginx cannot wait (the
-  # log phase, startup scripts), which then blocks as the original did
+  # usleep suspends the request where the run can wait (nginx, Apache's
+  # content handlers on the event MPM), blocks the thread elsewhere on
+  # Apache, and raises where a run of nginx cannot wait (the log phase,
+  # startup scripts), which then blocks as the original did
   def __pause
     usleep(1000)
   rescue RuntimeError
