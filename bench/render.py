@@ -145,7 +145,7 @@ def lib_section(lib, params, img_dir, w, targets):
       "`ngx.re.match(uri, pattern, \"jo\")` (PCRE with its JIT, compiled "
       "once per worker). The JSON scripts parse and generate the same "
       "1,030-byte document (nested objects and arrays, UTF-8, escapes), "
-      "mruby with `JSON` (jansson), Lua with lua-cjson. Both answers are "
+      "mruby with `JSON` (`src/lib`), Lua with lua-cjson. Both answers are "
       "checked before measuring: the routers' byte for byte (against "
       "Python's `re` on the same patterns), the JSON documents as parsed "
       "(cjson orders keys by its hash table, writes `1` where Ruby writes "

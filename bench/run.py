@@ -1053,7 +1053,7 @@ def lib_workloads():
                    "nginx", lambda: lib_server("= /order", "lib_json.lua",
                                                lua=True),
                    path="/order", expect=None, check=same_doc),
-            Config("mruby", "ngx_mruby `cache`, JSON (jansson)", "nginx",
+            Config("mruby", "ngx_mruby `cache`, JSON (src/lib)", "nginx",
                    lambda: lib_server("= /order", "lib_json.rb"),
                    path="/order", expect=None, check=same_doc)]),
     ]

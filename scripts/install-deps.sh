@@ -5,7 +5,7 @@ set -e
 
 PACKAGES="build-essential pkg-config apache2 apache2-dev nginx nginx-dev
 libmruby-dev mruby libhiredis-dev libpcre2-dev libssl-dev zlib1g-dev
-libboost-context-dev libonig-dev libjansson-dev
+libboost-context-dev libonig-dev
 clang libclang-rt-14-dev llvm debhelper lintian dpkg-dev fakeroot lua-cjson
 redis-server wrk openssl curl python3 python3-venv iproute2 procps
 libapache2-mod-perl2 libapache2-mod-php8.2 libnginx-mod-http-lua

@@ -5,7 +5,7 @@
  * not jansson).  Generation writes what CRuby's json writes, because
  * scripts compare the bytes: compact separators, "/" and non-ASCII left as
  * they are, \b \f \n \r \t and \u00XX for the other control characters,
- * Floats as Float#to_s writes them, NaN and Infinity refused
+ * Floats with the fewest digits that read back, NaN and Infinity refused
  * (GeneratorError), nesting deeper than 100 refused (NestingError) as
  * CRuby's default max_nesting does.  Both directions hold only GC-owned
  * objects, so an exception half way leaks nothing.
