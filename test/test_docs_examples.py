@@ -315,6 +315,18 @@ def run_nginx_async(apache, nginx, redis_server):
     assert (r.status_code, r.text) == (200, "user 7;orders of 7" + "42\n")
 
 
+@runs("nginx-redis-async")
+def run_nginx_redis_async(apache, nginx, redis_server):
+    """The example, with the test's Redis port; an item pushed while it
+    waits is what it answers."""
+    n = nginx("location /doc { mruby_content_handler {dir}/doc.rb; }",
+              files={"doc.rb": example("nginx-redis-async").replace(
+                  "6379", str(redis_server.port))})
+    assert n.get("/doc").text == "none"
+    redis_server.command("RPUSH", "jobs", "job-1")
+    assert n.get("/doc").text == "job-1"
+
+
 @runs("nginx-auth-request")
 def run_nginx_auth_request(apache, nginx, redis_server):
     n = nginx(example("nginx-auth-request"),

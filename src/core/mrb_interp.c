@@ -374,6 +374,13 @@ mrb_interp_global_removed(mrb_interp *interp)
 }
 
 
+int
+mrb_interp_toplevel_unchanged(mrb_interp *interp)
+{
+    return mrb_toplevel_unchanged(interp->head.mrb, interp->toplevel);
+}
+
+
 void
 mrb_interp_redis_dirty(mrb_interp *interp)
 {
@@ -571,8 +578,7 @@ mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run)
             interp_restore_toplevel(interp);
 
             if (interp->redis_dirty) {
-                interp->redis_dirty = 0;
-                mrb_redis_run_end(mrb);
+                interp->redis_dirty = mrb_redis_run_end(mrb, run);
             }
         }
     }

@@ -64,7 +64,20 @@ struct mrb_server_s {
     /* 1: a sleep where the run cannot wait blocks the thread instead of
      * raising (Apache: only content handlers on the event MPM wait). */
     int          sleep_blocks;
+
+    /* Resumes run (mrb_wait_resume) when descriptor fd is ready for events
+     * (MRB_FD_READ or MRB_FD_WRITE) or after msec milliseconds, whichever
+     * comes first, from the server's event loop, setting *ready to 1 (the
+     * descriptor) or leaving it 0 (the time) before it does.  The watch
+     * ends before the run resumes, and when the run is cancelled.  Returns
+     * 0, or -1 if it cannot.  NULL: such waits block (mrb_wait_fd). */
+    int        (*wake_on_fd)(mrb_run *run, int fd, int events, mrb_int msec,
+                             int *ready);
 };
+
+/* What mrb_server.wake_on_fd waits for. */
+#define MRB_FD_READ   1
+#define MRB_FD_WRITE  2
 
 /*
  * One script run.  The adapter keeps it on its C stack, fills request and

@@ -49,6 +49,11 @@ unsigned long mrb_interp_toplevel_restores(mrb_interp *interp);
  * whose bytecode could change them (mrb_toplevel_scan.c). */
 unsigned long mrb_interp_toplevel_compares(mrb_interp *interp);
 
+/* Whether the runs of interp left the top-level state as it was sealed
+ * (a run that set a top-level constant or global would lose it if it
+ * waited while another run ends: see mrb_wait_fd). */
+int mrb_interp_toplevel_unchanged(mrb_interp *interp);
+
 /* Tells interp that the current request left a Redis connection in a state
  * of its own: mrb_redis_run_end runs when the request's run ends. */
 void mrb_interp_redis_dirty(mrb_interp *interp);

@@ -15,9 +15,17 @@
  * already connected in this interpreter reuses that connection (a hidden
  * Hash on the class holds them), so a script may call Redis.new on every
  * request at the cost of a lookup.
+ *
+ * Waiting for a reply goes through mrb_wait_fd: on nginx a request's run
+ * is suspended and the worker serves others meanwhile; elsewhere the
+ * thread waits, as any blocking client would.  Since several runs may
+ * then use one Redis object at once, a command that is not queued goes
+ * out in a batch of its own, and the object's queue (pipelined, queue,
+ * commit) belongs to the run that filled it.
  */
 
 #include <ctype.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -33,20 +41,30 @@
 #include "mrb_redis.h"
 #include "mrb_redis_conn.h"
 #include "mrb_interp_core.h"
+#include "mrb_wait.h"
 
 #define REDIS_DEFAULT_HOST     "127.0.0.1"
 #define REDIS_DEFAULT_PORT     6379
 #define REDIS_DEFAULT_TIMEOUT  1000   /* ms */
 #define REDIS_ARGV_STACK       16
 
+/* Formatted commands not yet sent, and what they do to their link's state
+ * (MRB_REDIS_STATE_*). */
+typedef struct {
+    char            *buf;
+    size_t           len;
+    size_t           cap;
+    size_t           n;
+    unsigned         state;
+} redis_batch;
+
 /* A Redis object: a connection (owned by a Redis::Connection object that the
- * Redis object keeps alive) and the commands queued for a pipeline. */
+ * Redis object keeps alive) and the commands queued for a pipeline, by the
+ * run queue_owner. */
 typedef struct {
     mrb_redis_conn  *conn;
-    char            *queue;       /* formatted commands not yet sent */
-    size_t           queue_len;
-    size_t           queue_cap;
-    size_t           queued;      /* how many */
+    redis_batch      queue;
+    const void      *queue_owner;
     int              pipelining;  /* inside pipelined { } */
 } redis_obj;
 
@@ -64,7 +82,7 @@ redis_obj_free(mrb_state *mrb, void *p)
     redis_obj  *r = p;
 
     if (r != NULL) {
-        free(r->queue);
+        free(r->queue.buf);
         mrb_free(mrb, r);
     }
 }
@@ -106,9 +124,37 @@ redis_self(mrb_state *mrb, mrb_value self)
 }
 
 
+/* mrb_redis_wait_pt: the run waits (mrb_wait_fd), or the thread does. */
+static int
+redis_wait_fd(void *arg, int fd, int events, unsigned ms)
+{
+    int  rc;
+
+    rc = mrb_wait_fd(arg, fd, (events & POLLOUT) ? MRB_FD_WRITE : MRB_FD_READ,
+                     (mrb_int) ms);
+
+    return rc == MRB_WAIT_CANCELLED ? MRB_REDIS_WAIT_CANCELLED : rc;
+}
+
+
+/* Who sends now: the current run, waiting as mrb_wait_fd does. */
+static void
+redis_caller_init(mrb_state *mrb, mrb_redis_caller *caller, unsigned state)
+{
+    caller->owner = mrb_interp_run(mrb);
+    caller->state = state;
+    caller->wait = redis_wait_fd;
+    caller->wait_arg = mrb;
+}
+
+
 static void
 redis_raise_status(mrb_state *mrb, mrb_redis_conn *c, mrb_redis_status st)
 {
+    if (st == MRB_REDIS_ECANCELLED) {
+        mrb_wait_raise_cancelled(mrb);
+    }
+
     mrb_raise(mrb, redis_error(mrb, (st == MRB_REDIS_ETIMEOUT)
                                     ? "TimeoutError" : "ConnectionError"),
               c->err);
@@ -150,6 +196,7 @@ redis_initialize(mrb_state *mrb, mrb_value self)
     redis_obj         *r;
     mrb_redis_conn    *c;
     mrb_redis_status   st;
+    mrb_redis_caller   caller;
 
     kw_names[0] = mrb_intern_lit(mrb, "timeout");
     kw.num = 1;
@@ -216,7 +263,8 @@ redis_initialize(mrb_state *mrb, mrb_value self)
     mrb_data_init(self, r, &redis_obj_type);
     mrb_iv_set(mrb, self, mrb_intern_lit(mrb, "__connection__"), connobj);
 
-    st = mrb_redis_conn_open(c);
+    redis_caller_init(mrb, &caller, 0);
+    st = mrb_redis_conn_open(c, &caller);
     if (st != MRB_REDIS_OK) {
         redis_raise_status(mrb, c, st);
     }
@@ -230,8 +278,8 @@ redis_initialize(mrb_state *mrb, mrb_value self)
  * next request must not inherit: another database, a subscription, a
  * reply mode, another user or protocol.  A transaction (MULTI, WATCH) is
  * such a state until EXEC or DISCARD ends it: left open, every later
- * reply would be "QUEUED".  A request that leaves one has its connection
- * dropped when it ends (mrb_redis_run_end).
+ * reply would be "QUEUED".  A request that leaves one keeps its link to
+ * itself and has it dropped when it ends (mrb_redis_run_end).
  */
 static const char  *redis_stateful[] = {
     "select", "subscribe", "psubscribe", "ssubscribe", "auth", "hello",
@@ -244,6 +292,14 @@ static const char  *redis_client_stateful[] = {
     "reply", "setname", "tracking", "caching", "no-evict", "no-touch",
     "setinfo"
 };
+
+/* What a startup script may set for every link (mrb_redis_conn_add_setup):
+ * settings, not subscriptions or reply modes. */
+static const char  *redis_setup[] = { "select", "auth", "hello", "readonly" };
+static const char  *redis_client_setup[] = { "setname", "setinfo" };
+
+/* redis_track_state: a startup script's command to send on new links */
+#define REDIS_SETUP  0x100
 
 
 static int
@@ -267,57 +323,82 @@ redis_name_in(const char *p, size_t len, const char **names, size_t n)
     return 0;
 }
 
+#define redis_nelts(a)  (sizeof(a) / sizeof((a)[0]))
 
-/* Notes what the command in strs (its name and arguments, as Strings) does
- * to r's connection's state. */
-static void
-redis_track_state(mrb_state *mrb, redis_obj *r, mrb_value strs)
+
+/* What the command in strs (its name and arguments, as Strings) does to
+ * its link's state: MRB_REDIS_STATE_* and REDIS_SETUP. */
+static unsigned
+redis_track_state(mrb_state *mrb, mrb_value strs)
 {
     mrb_run     *run;
     mrb_value    sub;
     const char  *p = RSTRING_PTR(RARRAY_PTR(strs)[0]);
     size_t       len = (size_t) RSTRING_LEN(RARRAY_PTR(strs)[0]);
+    const char  *sp = NULL;
+    size_t       slen = 0;
 
     if (redis_name_is(p, len, "exec") || redis_name_is(p, len, "discard")) {
-        r->conn->in_tx = 0;
-        return;
+        return MRB_REDIS_STATE_TX_END;
     }
 
-    /* a startup script sets up its connection on purpose */
+    if (RARRAY_LEN(strs) > 1) {
+        sub = RARRAY_PTR(strs)[1];
+        sp = RSTRING_PTR(sub);
+        slen = (size_t) RSTRING_LEN(sub);
+    }
+
+    /* a startup script sets up its connection on purpose: every link */
     run = mrb_interp_run(mrb);
 
     if (run == NULL || run->startup) {
-        return;
+        if (redis_name_in(p, len, redis_setup, redis_nelts(redis_setup))
+            || (redis_name_is(p, len, "client") && sp != NULL
+                && redis_name_in(sp, slen, redis_client_setup,
+                                 redis_nelts(redis_client_setup))))
+        {
+            return REDIS_SETUP;
+        }
+        return 0;
     }
 
     if (redis_name_is(p, len, "multi") || redis_name_is(p, len, "watch")) {
-        r->conn->in_tx = 1;
-
-    } else if (redis_name_in(p, len, redis_stateful,
-                             sizeof(redis_stateful) / sizeof(char *)))
-    {
-        r->conn->dirty = 1;
-
-    } else if (redis_name_is(p, len, "client") && RARRAY_LEN(strs) > 1) {
-        sub = RARRAY_PTR(strs)[1];
-        if (!redis_name_in(RSTRING_PTR(sub), (size_t) RSTRING_LEN(sub),
-                           redis_client_stateful,
-                           sizeof(redis_client_stateful) / sizeof(char *)))
-        {
-            return;
-        }
-        r->conn->dirty = 1;
-
-    } else {
-        return;
+        return MRB_REDIS_STATE_TX_BEGIN;
     }
 
-    mrb_interp_redis_dirty(mrb_interp_from_state(mrb));
+    if (redis_name_in(p, len, redis_stateful, redis_nelts(redis_stateful))
+        || (redis_name_is(p, len, "client") && sp != NULL
+            && redis_name_in(sp, slen, redis_client_stateful,
+                             redis_nelts(redis_client_stateful))))
+    {
+        return MRB_REDIS_STATE_DIRTY;
+    }
+
+    return 0;
+}
+
+
+/* Adds what one command does to b's state (a transaction's end or start:
+ * the last one counts). */
+static void
+redis_batch_note(redis_batch *b, unsigned state)
+{
+    if (state & MRB_REDIS_STATE_TX_END) {
+        b->state = (b->state & ~MRB_REDIS_STATE_TX_BEGIN)
+                   | MRB_REDIS_STATE_TX_END;
+    }
+
+    if (state & MRB_REDIS_STATE_TX_BEGIN) {
+        b->state = (b->state & ~MRB_REDIS_STATE_TX_END)
+                   | MRB_REDIS_STATE_TX_BEGIN;
+    }
+
+    b->state |= state & MRB_REDIS_STATE_DIRTY;
 }
 
 
 /*
- * Formats name + args as one command and appends it to r's queue.
+ * Formats name + args as one command and appends it to batch b.
  *
  * Each argument is made a String first (to_s runs Ruby, which may raise,
  * run the GC or change another argument); the Strings are kept in an
@@ -325,12 +406,13 @@ redis_track_state(mrb_state *mrb, redis_obj *r, mrb_value strs)
  * their pointers are taken and the scratch arrays allocated.
  */
 static void
-redis_enqueue(mrb_state *mrb, redis_obj *r, mrb_value name,
+redis_enqueue(mrb_state *mrb, redis_obj *r, redis_batch *b, mrb_value name,
     const mrb_value *args, mrb_int argc)
 {
     int           len;
     char         *cmd, *q;
     size_t        cap;
+    unsigned      state;
     mrb_int       i, n;
     mrb_value     s, strs;
     const char   *stack_argv[REDIS_ARGV_STACK], **argv;
@@ -361,7 +443,7 @@ redis_enqueue(mrb_state *mrb, redis_obj *r, mrb_value name,
     }
 
     /* from here on nothing calls Ruby */
-    redis_track_state(mrb, r, strs);
+    state = redis_track_state(mrb, strs);
 
     argv = stack_argv;
     lens = stack_lens;
@@ -393,31 +475,43 @@ redis_enqueue(mrb_state *mrb, redis_obj *r, mrb_value name,
         mrb_raise(mrb, E_RUNTIME_ERROR, "Redis: out of memory");
     }
 
-    if (r->queue_len + len > r->queue_cap) {
-        cap = (r->queue_len + len) * 2;
-        q = realloc(r->queue, cap);
+    if (b->len + len > b->cap) {
+        cap = (b->len + len) * 2;
+        q = realloc(b->buf, cap);
 
         if (q == NULL) {
             redisFreeCommand(cmd);
             mrb_raise(mrb, E_RUNTIME_ERROR, "Redis: out of memory");
         }
 
-        r->queue = q;
-        r->queue_cap = cap;
+        b->buf = q;
+        b->cap = cap;
     }
 
-    memcpy(r->queue + r->queue_len, cmd, len);
-    r->queue_len += len;
-    r->queued++;
+    if ((state & REDIS_SETUP)
+        && mrb_redis_conn_add_setup(r->conn, cmd, (size_t) len) != 0)
+    {
+        redisFreeCommand(cmd);
+        mrb_raise(mrb, E_RUNTIME_ERROR, "Redis: out of memory");
+    }
+
+    memcpy(b->buf + b->len, cmd, len);
+    b->len += len;
+    b->n++;
     redisFreeCommand(cmd);
+
+    redis_batch_note(b, state);
+    if (state & (MRB_REDIS_STATE_DIRTY | MRB_REDIS_STATE_TX_BEGIN)) {
+        mrb_interp_redis_dirty(mrb_interp_from_state(mrb));
+    }
 }
 
 
 static void
-redis_queue_clear(redis_obj *r)
+redis_batch_clear(redis_batch *b)
 {
-    r->queue_len = 0;
-    r->queued = 0;
+    free(b->buf);
+    memset(b, 0, sizeof(redis_batch));
 }
 
 
@@ -495,21 +589,26 @@ static const mrb_data_type  redis_replies_type = { "Redis replies",
 
 
 /*
- * Sends what r has queued and returns the replies as an Array (as_hash: the
- * indexes whose reply is a HGETALL; NULL for none).  Error replies are in
- * the Array as exception objects; the caller raises them.
+ * Sends batch b on r's connection and returns the replies as an Array
+ * (as_hash: the indexes whose reply is a HGETALL; NULL for none).  b's
+ * commands are taken first (b is empty after), so that nothing else sees
+ * them while the run waits for the replies.  Error replies are in the
+ * Array as exception objects; the caller raises them.
  */
 static mrb_value
-redis_flush(mrb_state *mrb, redis_obj *r, const unsigned char *as_hash)
+redis_flush(mrb_state *mrb, redis_obj *r, redis_batch *b,
+    const unsigned char *as_hash)
 {
     int                ai;
     size_t             i, n;
     mrb_value          ary;
     struct RData      *box;
+    redis_batch        sent;
     redis_replies     *rs;
     mrb_redis_status   st;
+    mrb_redis_caller   caller;
 
-    n = r->queued;
+    n = b->n;
     ary = mrb_ary_new_capa(mrb, n);
 
     if (n == 0) {
@@ -519,16 +618,22 @@ redis_flush(mrb_state *mrb, redis_obj *r, const unsigned char *as_hash)
     box = mrb_data_object_alloc(mrb, mrb->object_class, NULL,
                                 &redis_replies_type);
 
+    /* from here on nothing raises before the buffer is freed */
+    sent = *b;
+    memset(b, 0, sizeof(redis_batch));
+
     rs = calloc(1, sizeof(redis_replies) + n * sizeof(redisReply *));
     if (rs == NULL) {
-        redis_queue_clear(r);
+        free(sent.buf);
         mrb_raise(mrb, E_RUNTIME_ERROR, "Redis: out of memory");
     }
 
     box->data = rs;
 
-    st = mrb_redis_conn_exec(r->conn, r->queue, r->queue_len, n, rs->replies);
-    redis_queue_clear(r);
+    redis_caller_init(mrb, &caller, sent.state);
+    st = mrb_redis_conn_exec(r->conn, &caller, sent.buf, sent.len, n,
+                             rs->replies);
+    free(sent.buf);
 
     if (st != MRB_REDIS_OK) {
         redis_raise_status(mrb, r->conn, st);
@@ -548,6 +653,58 @@ redis_flush(mrb_state *mrb, redis_obj *r, const unsigned char *as_hash)
     redis_replies_free(mrb, rs);
 
     return ary;
+}
+
+
+static void
+redis_batch_dfree(mrb_state *mrb, void *p)
+{
+    redis_batch  *b = p;
+
+    if (b != NULL) {
+        free(b->buf);
+        free(b);
+    }
+}
+
+
+static const mrb_data_type  redis_batch_type = { "Redis batch",
+                                                 redis_batch_dfree };
+
+
+/* A batch for one command, freed by the GC whatever raises. */
+static redis_batch *
+redis_batch_new(mrb_state *mrb)
+{
+    struct RData  *box;
+
+    box = mrb_data_object_alloc(mrb, mrb->object_class, NULL,
+                                &redis_batch_type);
+    box->data = calloc(1, sizeof(redis_batch));
+
+    if (box->data == NULL) {
+        mrb_raise(mrb, E_RUNTIME_ERROR, "Redis: out of memory");
+    }
+
+    return box->data;
+}
+
+
+/* r's queue, for the current run: raises when another run's commands are
+ * in it (several requests share the object while they wait). */
+static redis_batch *
+redis_queue_of(mrb_state *mrb, redis_obj *r)
+{
+    const void  *run = mrb_interp_run(mrb);
+
+    if ((r->queue.n != 0 || r->pipelining) && r->queue_owner != run) {
+        mrb_raise(mrb, E_RUNTIME_ERROR, "Redis: another request's commands "
+                  "are queued on this object (make a Redis object in each "
+                  "request: Redis.new reuses the connection)");
+    }
+
+    r->queue_owner = run;
+    return &r->queue;
 }
 
 
@@ -583,22 +740,28 @@ redis_command(mrb_state *mrb, mrb_value self, mrb_value name,
     mrb_value       ary, v;
     redis_obj      *r;
 
+    redis_batch    *b;
+
     r = redis_self(mrb, self);
 
-    if (r->queued != 0 && !r->pipelining) {
-        mrb_raise(mrb, E_RUNTIME_ERROR, "Redis: commands are queued: "
-                  "commit them first");
+    if (r->queue_owner == mrb_interp_run(mrb)) {
+        if (r->pipelining) {
+            redis_enqueue(mrb, r, &r->queue, name, args, argc);
+            return mrb_nil_value();
+        }
+
+        if (r->queue.n != 0) {
+            mrb_raise(mrb, E_RUNTIME_ERROR, "Redis: commands are queued: "
+                      "commit them first");
+        }
     }
 
-    redis_enqueue(mrb, r, name, args, argc);
-
-    if (r->pipelining) {
-        return mrb_nil_value();
-    }
+    b = redis_batch_new(mrb);
+    redis_enqueue(mrb, r, b, name, args, argc);
 
     as_hash = redis_is_hgetall(mrb, mrb_nil_p(name) ? args[0] : name);
 
-    ary = redis_flush(mrb, r, &as_hash);
+    ary = redis_flush(mrb, r, b, &as_hash);
     v = mrb_ary_ref(mrb, ary, 0);
 
     if (mrb_exception_p(v)) {
@@ -680,13 +843,15 @@ redis_pipelined(mrb_state *mrb, mrb_value self)
 {
     mrb_int     i;
     mrb_bool    failed;
-    mrb_value   blk, ary, exc, blk_self[2];
-    redis_obj  *r;
+    mrb_value     blk, ary, exc, blk_self[2];
+    redis_obj    *r;
+    redis_batch  *q;
 
     mrb_get_args(mrb, "&!", &blk);
     r = redis_self(mrb, self);
+    q = redis_queue_of(mrb, r);
 
-    if (r->pipelining || r->queued != 0) {
+    if (r->pipelining || q->n != 0) {
         mrb_raise(mrb, E_RUNTIME_ERROR, "Redis: a pipeline is already open");
     }
 
@@ -698,11 +863,11 @@ redis_pipelined(mrb_state *mrb, mrb_value self)
     r->pipelining = 0;
 
     if (failed) {
-        redis_queue_clear(r);
+        redis_batch_clear(q);
         mrb_exc_raise(mrb, exc);
     }
 
-    ary = redis_flush(mrb, r, NULL);
+    ary = redis_flush(mrb, r, q, NULL);
 
     for (i = 0; i < RARRAY_LEN(ary); i++) {
         if (mrb_exception_p(RARRAY_PTR(ary)[i])) {
@@ -721,8 +886,12 @@ redis_queue(mrb_state *mrb, mrb_value self)
     mrb_int           argc;
     const mrb_value  *args;
 
+    redis_obj        *r;
+
     mrb_get_args(mrb, "*", &args, &argc);
-    redis_enqueue(mrb, redis_self(mrb, self), mrb_nil_value(), args, argc);
+    r = redis_self(mrb, self);
+    redis_enqueue(mrb, r, redis_queue_of(mrb, r), mrb_nil_value(), args,
+                  argc);
 
     return self;
 }
@@ -733,7 +902,9 @@ redis_queue(mrb_state *mrb, mrb_value self)
 static mrb_value
 redis_commit(mrb_state *mrb, mrb_value self)
 {
-    return redis_flush(mrb, redis_self(mrb, self), NULL);
+    redis_obj  *r = redis_self(mrb, self);
+
+    return redis_flush(mrb, r, redis_queue_of(mrb, r), NULL);
 }
 
 
@@ -742,7 +913,9 @@ redis_close(mrb_state *mrb, mrb_value self)
 {
     redis_obj  *r = redis_self(mrb, self);
 
-    redis_queue_clear(r);
+    if (r->queue_owner == mrb_interp_run(mrb)) {
+        redis_batch_clear(&r->queue);
+    }
     mrb_redis_conn_close(r->conn);
 
     return mrb_nil_value();
@@ -820,15 +993,17 @@ static const mrb_api_method  redis_command_methods[] = {
 };
 
 
+/* mrb_redis_run_end's walk: arg is [the run, links others hold]. */
 static int
-redis_drop_dirty(mrb_state *mrb, mrb_value key, mrb_value connobj, void *arg)
+redis_drop_held(mrb_state *mrb, mrb_value key, mrb_value connobj, void *arg)
 {
+    const void     **walk = arg;
     mrb_redis_conn  *c;
 
     if (mrb_data_p(connobj)) {
         c = DATA_PTR(connobj);
-        if (c != NULL && (c->dirty || c->in_tx)) {
-            mrb_redis_conn_close(c);
+        if (c != NULL && mrb_redis_conn_release(c, walk[0]) != 0) {
+            walk[1] = c;
         }
     }
 
@@ -836,17 +1011,23 @@ redis_drop_dirty(mrb_state *mrb, mrb_value key, mrb_value connobj, void *arg)
 }
 
 
-void
-mrb_redis_run_end(mrb_state *mrb)
+int
+mrb_redis_run_end(mrb_state *mrb, const void *run)
 {
-    mrb_value  conns;
+    mrb_value     conns;
+    const void   *walk[2];
 
     conns = mrb_iv_get(mrb, mrb_obj_value(redis_class(mrb)),
                        mrb_intern_lit(mrb, "__connections__"));
 
+    walk[0] = run;
+    walk[1] = NULL;
+
     if (mrb_hash_p(conns)) {
-        mrb_hash_foreach(mrb, mrb_hash_ptr(conns), redis_drop_dirty, NULL);
+        mrb_hash_foreach(mrb, mrb_hash_ptr(conns), redis_drop_held, walk);
     }
+
+    return walk[1] != NULL;
 }
 
 

@@ -2,21 +2,22 @@
  * Redis connections (see mrb_redis_conn.h).
  *
  * The timeout is a deadline for a whole command (or pipeline): its writes
- * and reads together, and the reconnection when a kept connection is found
+ * and reads together, and the reconnection when a kept link is found
  * broken.  A socket timeout (SO_RCVTIMEO) would bound each read only, and a
  * server that trickles a byte at a time would hold the request forever; so
- * the socket is non-blocking once connected, and every wait for it is a
- * poll() bounded by the time left.
+ * every socket is non-blocking from its connect on, and every wait for it
+ * goes through the caller's wait function (a suspended run on nginx,
+ * mrb_wait_fd) or a poll(), bounded by the time left.
  */
 
 #include <errno.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/socket.h>
 #include "mrb_redis_conn.h"
 
 
@@ -27,17 +28,6 @@ redis_now_ms(void)
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t) ts.tv_sec * 1000 + (uint64_t) ts.tv_nsec / 1000000;
-}
-
-
-static struct timeval
-redis_tv(unsigned ms)
-{
-    struct timeval  tv;
-
-    tv.tv_sec = ms / 1000;
-    tv.tv_usec = (ms % 1000) * 1000;
-    return tv;
 }
 
 
@@ -60,23 +50,84 @@ redis_is_timeout(redisContext *ctx, int saved_errno)
 }
 
 
-/* Records why ctx failed ("connect to host:port: reason", "host:port:
- * reason"), drops the connection, and classifies the failure. */
+/* Frees link, which is not in c's list (any more). */
+static void
+redis_link_free(mrb_redis_link *link)
+{
+    if (link->ctx != NULL) {
+        if (link->pid != getpid()) {
+            /* the parent's socket: closing our copy of the descriptor is
+             * all this process may do with it */
+            close(link->ctx->fd);
+            link->ctx->fd = -1;
+        }
+        redisFree(link->ctx);
+    }
+
+    free(link);
+}
+
+
+/* Takes link out of c's list and frees it. */
+static void
+redis_link_close(mrb_redis_conn *c, mrb_redis_link *link)
+{
+    mrb_redis_link  **lp;
+
+    for (lp = &c->links; *lp != NULL; lp = &(*lp)->next) {
+        if (*lp == link) {
+            *lp = link->next;
+            break;
+        }
+    }
+
+    redis_link_free(link);
+}
+
+
+/* Records why link failed ("connect to host:port: reason", "host:port:
+ * reason"), closes it, and classifies the failure. */
 static mrb_redis_status
-redis_fail(mrb_redis_conn *c, const char *what, int saved_errno)
+redis_fail(mrb_redis_conn *c, mrb_redis_link *link, const char *what,
+    int saved_errno)
 {
     mrb_redis_status  st;
 
-    st = redis_is_timeout(c->ctx, saved_errno) ? MRB_REDIS_ETIMEOUT
-                                               : MRB_REDIS_ECONNECT;
+    st = redis_is_timeout(link->ctx, saved_errno) ? MRB_REDIS_ETIMEOUT
+                                                  : MRB_REDIS_ECONNECT;
 
     snprintf(c->err, sizeof(c->err), "%s%s:%d: %s", what, c->host, c->port,
              (st == MRB_REDIS_ETIMEOUT)
-             ? "timed out" : (c->ctx->errstr[0] ? c->ctx->errstr
-                                                : "connection closed"));
+             ? "timed out" : (link->ctx->errstr[0] ? link->ctx->errstr
+                                                   : "connection closed"));
 
-    mrb_redis_conn_close(c);
+    redis_link_close(c, link);
     return st;
+}
+
+
+/* The end of a wait that did not find the socket ready: the time passed,
+ * the wait failed, or the run was cancelled.  link is closed: a reply may
+ * be on its way. */
+static mrb_redis_status
+redis_wait_failed(mrb_redis_conn *c, mrb_redis_link *link, const char *what,
+    int rc)
+{
+    if (rc == MRB_REDIS_WAIT_CANCELLED) {
+        snprintf(c->err, sizeof(c->err), "%s%s:%d: cancelled", what,
+                 c->host, c->port);
+        redis_link_close(c, link);
+        return MRB_REDIS_ECANCELLED;
+    }
+
+    if (rc < 0) {
+        return redis_fail(c, link, what, errno);
+    }
+
+    snprintf(c->err, sizeof(c->err), "%s%s:%d: timed out", what,
+             c->host, c->port);
+    redis_link_close(c, link);
+    return MRB_REDIS_ETIMEOUT;
 }
 
 
@@ -106,11 +157,18 @@ mrb_redis_conn_new(const char *host, int port, unsigned timeout_ms)
 void
 mrb_redis_conn_free(mrb_redis_conn *c)
 {
+    mrb_redis_link  *link, *next;
+
     if (c == NULL) {
         return;
     }
 
-    mrb_redis_conn_close(c);
+    for (link = c->links; link != NULL; link = next) {
+        next = link->next;
+        redis_link_free(link);
+    }
+
+    free(c->setup);
     free(c->host);
     free(c);
 }
@@ -119,28 +177,60 @@ mrb_redis_conn_free(mrb_redis_conn *c)
 void
 mrb_redis_conn_close(mrb_redis_conn *c)
 {
-    if (c->ctx == NULL) {
-        return;
-    }
+    mrb_redis_link  *link, *next;
 
-    if (c->pid != getpid()) {
-        /* the parent's socket: closing our copy of the descriptor is all
-         * this process may do with it */
-        close(c->ctx->fd);
-        c->ctx->fd = -1;
+    for (link = c->links; link != NULL; link = next) {
+        next = link->next;
+        if (!link->busy) {
+            redis_link_close(c, link);
+        }
     }
+}
 
-    redisFree(c->ctx);
-    c->ctx = NULL;
-    c->dirty = 0;
-    c->in_tx = 0;
+
+static int
+redis_link_usable(mrb_redis_link *link)
+{
+    return link->ctx->err == 0 && link->pid == getpid();
 }
 
 
 int
 mrb_redis_conn_connected(mrb_redis_conn *c)
 {
-    return c->ctx != NULL && c->ctx->err == 0 && c->pid == getpid();
+    mrb_redis_link  *link;
+
+    for (link = c->links; link != NULL; link = link->next) {
+        if (redis_link_usable(link)) {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+
+unsigned
+mrb_redis_conn_release(mrb_redis_conn *c, const void *owner)
+{
+    unsigned         held = 0;
+    mrb_redis_link  *link, *next;
+
+    for (link = c->links; link != NULL; link = next) {
+        next = link->next;
+
+        if (link->owner == NULL || link->busy) {
+            continue;
+        }
+
+        if (link->owner == owner) {
+            redis_link_close(c, link);
+        } else {
+            held++;
+        }
+    }
+
+    return held;
 }
 
 
@@ -151,36 +241,29 @@ mrb_redis_conn_set_timeout(mrb_redis_conn *c, unsigned timeout_ms)
 }
 
 
-/* hiredis drives a context without REDIS_BLOCK as a non-blocking one: a
- * read or write that would block is "no progress yet", not an error. */
-static int
-redis_set_nonblocking(redisContext *ctx)
+int
+mrb_redis_conn_add_setup(mrb_redis_conn *c, const char *cmd, size_t len)
 {
-    int  flags = fcntl(ctx->fd, F_GETFL);
+    char  *p;
 
-    if (flags == -1 || fcntl(ctx->fd, F_SETFL, flags | O_NONBLOCK) == -1) {
+    p = realloc(c->setup, c->setup_len + len);
+    if (p == NULL) {
         return -1;
     }
 
-    ctx->flags &= ~REDIS_BLOCK;
+    memcpy(p + c->setup_len, cmd, len);
+    c->setup = p;
+    c->setup_len += len;
+    c->setup_n++;
     return 0;
 }
 
 
-static mrb_redis_status
-redis_timed_out(mrb_redis_conn *c)
-{
-    snprintf(c->err, sizeof(c->err), "%s:%d: timed out",
-             c->host, c->port);
-    mrb_redis_conn_close(c);
-    return MRB_REDIS_ETIMEOUT;
-}
-
-
-/* Waits until c's socket is ready for events: 1, or 0 when the deadline
- * (ms) passed, or -1 on a poll error. */
+/* Waits until link's socket is ready for events: 1, or what the wait
+ * returned instead (0: the deadline, in ms, passed). */
 static int
-redis_wait(mrb_redis_conn *c, short events, uint64_t deadline)
+redis_wait(const mrb_redis_caller *caller, mrb_redis_link *link,
+    short events, uint64_t deadline)
 {
     struct pollfd  pfd;
     uint64_t       now;
@@ -192,7 +275,12 @@ redis_wait(mrb_redis_conn *c, short events, uint64_t deadline)
             return 0;
         }
 
-        pfd.fd = c->ctx->fd;
+        if (caller != NULL && caller->wait != NULL) {
+            return caller->wait(caller->wait_arg, link->ctx->fd, events,
+                                (unsigned) (deadline - now));
+        }
+
+        pfd.fd = link->ctx->fd;
         pfd.events = events;
         pfd.revents = 0;
 
@@ -212,69 +300,12 @@ redis_wait(mrb_redis_conn *c, short events, uint64_t deadline)
 }
 
 
-/* Connects unless connected, by deadline (ms). */
+/* One attempt on link: write everything, read n replies, by deadline (ms).
+ * *got says how many replies arrived before a failure, which closed
+ * link. */
 static mrb_redis_status
-redis_open_by(mrb_redis_conn *c, uint64_t deadline)
-{
-    int       saved;
-    uint64_t  now;
-
-    if (mrb_redis_conn_connected(c)) {
-        return MRB_REDIS_OK;
-    }
-
-    mrb_redis_conn_close(c);
-
-    if (c->retry_at != 0 && redis_now_ms() < c->retry_at) {
-        /* c->err still says why the last attempt failed */
-        return MRB_REDIS_ECONNECT;
-    }
-
-    now = redis_now_ms();
-    if (now >= deadline) {
-        snprintf(c->err, sizeof(c->err), "connect to %s:%d: timed out",
-                 c->host, c->port);
-        return MRB_REDIS_ETIMEOUT;
-    }
-
-    c->ctx = redisConnectWithTimeout(c->host, c->port,
-                                     redis_tv((unsigned) (deadline - now)));
-    saved = errno;
-
-    if (c->ctx == NULL) {
-        snprintf(c->err, sizeof(c->err), "connect to %s:%d: out of memory",
-                 c->host, c->port);
-        c->retry_at = redis_now_ms() + MRB_REDIS_RETRY_INTERVAL;
-        return MRB_REDIS_ECONNECT;
-    }
-
-    c->pid = getpid();
-
-    if (c->ctx->err != 0 || redis_set_nonblocking(c->ctx) != 0) {
-        saved = c->ctx->err != 0 ? saved : errno;
-        c->retry_at = redis_now_ms() + MRB_REDIS_RETRY_INTERVAL;
-        return redis_fail(c, "connect to ", saved);
-    }
-
-    redisEnableKeepAlive(c->ctx);
-    c->retry_at = 0;
-    c->err[0] = '\0';
-
-    return MRB_REDIS_OK;
-}
-
-
-mrb_redis_status
-mrb_redis_conn_open(mrb_redis_conn *c)
-{
-    return redis_open_by(c, redis_now_ms() + c->timeout_ms);
-}
-
-
-/* One attempt: write everything, read n replies, by deadline (ms).  *got
- * says how many replies arrived before a failure. */
-static mrb_redis_status
-redis_exec_once(mrb_redis_conn *c, const char *cmds, size_t len, size_t n,
+redis_exec_once(mrb_redis_conn *c, const mrb_redis_caller *caller,
+    mrb_redis_link *link, const char *cmds, size_t len, size_t n,
     redisReply **replies, size_t *got, uint64_t deadline)
 {
     int    done, ready;
@@ -282,28 +313,28 @@ redis_exec_once(mrb_redis_conn *c, const char *cmds, size_t len, size_t n,
 
     *got = 0;
 
-    if (redisAppendFormattedCommand(c->ctx, cmds, len) != REDIS_OK) {
-        return redis_fail(c, "", errno);
+    if (redisAppendFormattedCommand(link->ctx, cmds, len) != REDIS_OK) {
+        return redis_fail(c, link, "", errno);
     }
 
     for ( ;; ) {
-        if (redisBufferWrite(c->ctx, &done) != REDIS_OK) {
-            return redis_fail(c, "", errno);
+        if (redisBufferWrite(link->ctx, &done) != REDIS_OK) {
+            return redis_fail(c, link, "", errno);
         }
 
         if (done) {
             break;
         }
 
-        ready = redis_wait(c, POLLOUT, deadline);
-        if (ready <= 0) {
-            return ready == 0 ? redis_timed_out(c) : redis_fail(c, "", errno);
+        ready = redis_wait(caller, link, POLLOUT, deadline);
+        if (ready != 1) {
+            return redis_wait_failed(c, link, "", ready);
         }
     }
 
     while (*got < n) {
-        if (redisGetReplyFromReader(c->ctx, &reply) != REDIS_OK) {
-            return redis_fail(c, "", errno);
+        if (redisGetReplyFromReader(link->ctx, &reply) != REDIS_OK) {
+            return redis_fail(c, link, "", errno);
         }
 
         if (reply != NULL) {
@@ -311,13 +342,13 @@ redis_exec_once(mrb_redis_conn *c, const char *cmds, size_t len, size_t n,
             continue;
         }
 
-        ready = redis_wait(c, POLLIN, deadline);
-        if (ready <= 0) {
-            return ready == 0 ? redis_timed_out(c) : redis_fail(c, "", errno);
+        ready = redis_wait(caller, link, POLLIN, deadline);
+        if (ready != 1) {
+            return redis_wait_failed(c, link, "", ready);
         }
 
-        if (redisBufferRead(c->ctx) != REDIS_OK) {
-            return redis_fail(c, "", errno);
+        if (redisBufferRead(link->ctx) != REDIS_OK) {
+            return redis_fail(c, link, "", errno);
         }
     }
 
@@ -325,31 +356,263 @@ redis_exec_once(mrb_redis_conn *c, const char *cmds, size_t len, size_t n,
 }
 
 
-mrb_redis_status
-mrb_redis_conn_exec(mrb_redis_conn *c, const char *cmds, size_t len,
-    size_t n, redisReply **replies)
+/* Sends what startup scripts set (c->setup) on a new link; their replies,
+ * error replies included, are dropped: the commands after them say. */
+static mrb_redis_status
+redis_link_setup(mrb_redis_conn *c, const mrb_redis_caller *caller,
+    mrb_redis_link *link, uint64_t deadline)
 {
-    int               reused;
-    size_t            got, i;
-    uint64_t          deadline;
-    mrb_redis_status  st;
+    size_t             got, i;
+    redisReply       **replies;
+    mrb_redis_status   st;
 
-    deadline = redis_now_ms() + c->timeout_ms;
-    reused = mrb_redis_conn_connected(c);
-
-    st = redis_open_by(c, deadline);
-    if (st != MRB_REDIS_OK) {
-        return st;
+    replies = calloc(c->setup_n, sizeof(redisReply *));
+    if (replies == NULL) {
+        snprintf(c->err, sizeof(c->err), "%s:%d: out of memory",
+                 c->host, c->port);
+        redis_link_close(c, link);
+        return MRB_REDIS_ECONNECT;
     }
 
-    st = redis_exec_once(c, cmds, len, n, replies, &got, deadline);
+    st = redis_exec_once(c, caller, link, c->setup, c->setup_len,
+                         c->setup_n, replies, &got, deadline);
 
-    /* a kept connection the server closed meanwhile (restart, idle
-     * timeout) fails at once, before any reply: the commands never ran */
-    if (st == MRB_REDIS_ECONNECT && reused && got == 0) {
-        st = redis_open_by(c, deadline);
-        if (st == MRB_REDIS_OK) {
-            st = redis_exec_once(c, cmds, len, n, replies, &got, deadline);
+    for (i = 0; i < got; i++) {
+        freeReplyObject(replies[i]);
+    }
+
+    free(replies);
+    return st;
+}
+
+
+/*
+ * Opens a new link by deadline (ms), in c's list, busy and caller's:
+ * *linkp.  The connect does not block the thread: it is a non-blocking
+ * connect() whose end the caller's wait watches (a name is resolved first,
+ * which does block: give an address).
+ */
+static mrb_redis_status
+redis_link_open(mrb_redis_conn *c, const mrb_redis_caller *caller,
+    uint64_t deadline, mrb_redis_link **linkp)
+{
+    int              ready, err;
+    socklen_t        errlen;
+    mrb_redis_link  *link;
+
+    *linkp = NULL;
+
+    if (c->retry_at != 0 && redis_now_ms() < c->retry_at) {
+        /* c->err still says why the last attempt failed */
+        return MRB_REDIS_ECONNECT;
+    }
+
+    if (redis_now_ms() >= deadline) {
+        snprintf(c->err, sizeof(c->err), "connect to %s:%d: timed out",
+                 c->host, c->port);
+        return MRB_REDIS_ETIMEOUT;
+    }
+
+    link = calloc(1, sizeof(mrb_redis_link));
+    if (link == NULL) {
+        snprintf(c->err, sizeof(c->err), "connect to %s:%d: out of memory",
+                 c->host, c->port);
+        return MRB_REDIS_ECONNECT;
+    }
+
+    link->ctx = redisConnectNonBlock(c->host, c->port);
+    link->pid = getpid();
+    link->busy = 1;
+    link->owner = caller != NULL ? caller->owner : NULL;
+
+    if (link->ctx == NULL) {
+        free(link);
+        snprintf(c->err, sizeof(c->err), "connect to %s:%d: out of memory",
+                 c->host, c->port);
+        c->retry_at = redis_now_ms() + MRB_REDIS_RETRY_INTERVAL;
+        return MRB_REDIS_ECONNECT;
+    }
+
+    link->next = c->links;
+    c->links = link;
+
+    if (link->ctx->err != 0) {
+        c->retry_at = redis_now_ms() + MRB_REDIS_RETRY_INTERVAL;
+        return redis_fail(c, link, "connect to ", errno);
+    }
+
+    ready = redis_wait(caller, link, POLLOUT, deadline);
+    if (ready != 1) {
+        if (ready != MRB_REDIS_WAIT_CANCELLED) {
+            c->retry_at = redis_now_ms() + MRB_REDIS_RETRY_INTERVAL;
+        }
+        return redis_wait_failed(c, link, "connect to ", ready);
+    }
+
+    err = 0;
+    errlen = sizeof(err);
+    if (getsockopt(link->ctx->fd, SOL_SOCKET, SO_ERROR, &err, &errlen) != 0) {
+        err = errno;
+    }
+
+    if (err != 0) {
+        c->retry_at = redis_now_ms() + MRB_REDIS_RETRY_INTERVAL;
+        snprintf(c->err, sizeof(c->err), "connect to %s:%d: %s",
+                 c->host, c->port, strerror(err));
+        redis_link_close(c, link);
+        return err == ETIMEDOUT ? MRB_REDIS_ETIMEOUT : MRB_REDIS_ECONNECT;
+    }
+
+    redisEnableKeepAlive(link->ctx);
+    c->retry_at = 0;
+    c->err[0] = '\0';
+
+    if (c->setup_n != 0) {
+        mrb_redis_status  st = redis_link_setup(c, caller, link, deadline);
+
+        if (st != MRB_REDIS_OK) {
+            return st;
+        }
+    }
+
+    *linkp = link;
+    return MRB_REDIS_OK;
+}
+
+
+/* The link owner holds, or an idle one of this process, busy and owner's
+ * now; NULL when there is none. */
+static mrb_redis_link *
+redis_link_take(mrb_redis_conn *c, const void *owner)
+{
+    mrb_redis_link  *link, *next, *idle = NULL;
+
+    for (link = c->links; link != NULL; link = next) {
+        next = link->next;
+
+        if (link->busy) {
+            continue;
+        }
+
+        if (owner != NULL && link->owner == owner) {
+            idle = link;
+            break;
+        }
+
+        if (link->owner != NULL) {
+            continue;
+        }
+
+        if (!redis_link_usable(link)) {
+            redis_link_close(c, link);
+            continue;
+        }
+
+        if (idle == NULL) {
+            idle = link;
+        }
+    }
+
+    if (idle != NULL) {
+        idle->busy = 1;
+        idle->owner = owner;
+    }
+
+    return idle;
+}
+
+
+/* A command on link is over: it goes back, or stays the owner's while
+ * the state the command left lasts. */
+static void
+redis_link_give_back(mrb_redis_conn *c, mrb_redis_link *link,
+    unsigned state)
+{
+    unsigned         idle = 0;
+    mrb_redis_link  *l;
+
+    link->busy = 0;
+
+    if (state & MRB_REDIS_STATE_TX_END) {
+        link->in_tx = 0;
+    }
+    if (state & MRB_REDIS_STATE_TX_BEGIN) {
+        link->in_tx = 1;
+    }
+    if (state & MRB_REDIS_STATE_DIRTY) {
+        link->dirty = 1;
+    }
+
+    if (link->dirty || link->in_tx) {
+        return;
+    }
+
+    link->owner = NULL;
+
+    for (l = c->links; l != NULL; l = l->next) {
+        idle += (l->owner == NULL && !l->busy);
+    }
+
+    if (idle > MRB_REDIS_KEEP_IDLE) {
+        redis_link_close(c, link);
+    }
+}
+
+
+mrb_redis_status
+mrb_redis_conn_open(mrb_redis_conn *c, const mrb_redis_caller *caller)
+{
+    mrb_redis_link    *link;
+    mrb_redis_status   st;
+    const void        *owner = caller != NULL ? caller->owner : NULL;
+
+    link = redis_link_take(c, owner);
+    if (link == NULL) {
+        st = redis_link_open(c, caller, redis_now_ms() + c->timeout_ms,
+                             &link);
+        if (st != MRB_REDIS_OK) {
+            return st;
+        }
+    }
+
+    redis_link_give_back(c, link, 0);
+    return MRB_REDIS_OK;
+}
+
+
+mrb_redis_status
+mrb_redis_conn_exec(mrb_redis_conn *c, const mrb_redis_caller *caller,
+    const char *cmds, size_t len, size_t n, redisReply **replies)
+{
+    size_t             got, i;
+    uint64_t           deadline;
+    mrb_redis_link    *link;
+    mrb_redis_status   st;
+
+    deadline = redis_now_ms() + c->timeout_ms;
+
+    link = redis_link_take(c, caller != NULL ? caller->owner : NULL);
+    if (link == NULL) {
+        st = redis_link_open(c, caller, deadline, &link);
+        if (st != MRB_REDIS_OK) {
+            return st;
+        }
+
+        st = redis_exec_once(c, caller, link, cmds, len, n, replies, &got,
+                             deadline);
+
+    } else {
+        st = redis_exec_once(c, caller, link, cmds, len, n, replies, &got,
+                             deadline);
+
+        /* a kept link the server closed meanwhile (restart, idle timeout)
+         * fails at once, before any reply: the commands never ran */
+        if (st == MRB_REDIS_ECONNECT && got == 0) {
+            st = redis_link_open(c, caller, deadline, &link);
+            if (st == MRB_REDIS_OK) {
+                st = redis_exec_once(c, caller, link, cmds, len, n, replies,
+                                     &got, deadline);
+            }
         }
     }
 
@@ -357,7 +620,9 @@ mrb_redis_conn_exec(mrb_redis_conn *c, const char *cmds, size_t len,
         for (i = 0; i < got; i++) {
             freeReplyObject(replies[i]);
         }
+        return st;
     }
 
-    return st;
+    redis_link_give_back(c, link, caller != NULL ? caller->state : 0);
+    return MRB_REDIS_OK;
 }

@@ -1,10 +1,25 @@
 /*
- * A Redis connection on hiredis, as the Ruby class uses it: connected on
- * demand, dropped after any I/O error or timeout (its reply stream is then
- * out of step) and at the end of a request that left it in a state of its
- * own (a transaction, another database, a subscription), reconnected once when a command finds it broken, and never
- * used by a process other than the one that opened it (a connection made
- * before a fork belongs to the parent).
+ * Redis connections on hiredis, as the Ruby class uses them: one
+ * mrb_redis_conn per host and port in an interpreter, holding the links
+ * (sockets) to that server.
+ *
+ * A command takes an idle link (or opens one), sends, reads its replies,
+ * and gives the link back.  While a request's run waits for a reply (on
+ * nginx the run is suspended and others go on: mrb_wait_fd), its link is
+ * its own; another run that sends meanwhile takes another link, so replies
+ * never cross between requests.  One run at a time, as under Apache, uses
+ * one link: the connection of the original client.
+ *
+ * A link is dropped after any I/O error or timeout (its reply stream is
+ * then out of step), when the run waiting on it is cancelled (its reply
+ * would reach the next command), and at the end of a request that left it
+ * in a state of its own (a transaction, another database, a
+ * subscription): until then it stays that run's.  A link found broken
+ * before any reply is reopened once.  A link is never used by a process
+ * other than the one that opened it (one made before a fork belongs to the
+ * parent).  What a startup script set on purpose (SELECT, AUTH, CLIENT
+ * SETNAME) is sent again on every link opened later, so that all links
+ * are alike.
  */
 
 #ifndef MRB_REDIS_CONN_H
@@ -20,7 +35,9 @@
 typedef enum {
     MRB_REDIS_OK = 0,
     MRB_REDIS_ECONNECT,   /* cannot connect, or the connection broke */
-    MRB_REDIS_ETIMEOUT    /* connect, write or read took too long */
+    MRB_REDIS_ETIMEOUT,   /* connect, write or read took too long */
+    MRB_REDIS_ECANCELLED  /* the waiting run was cancelled (the link is
+                             closed); the caller raises Cancelled */
 } mrb_redis_status;
 
 /* After a failed connect, further attempts fail at once for this long (ms),
@@ -28,39 +45,95 @@ typedef enum {
  * request. */
 #define MRB_REDIS_RETRY_INTERVAL  1000
 
+/* Idle links kept per server; more are closed when given back. */
+#define MRB_REDIS_KEEP_IDLE  16
+
+/*
+ * How a command waits for its socket (events: POLLIN or POLLOUT): returns
+ * 1 ready, 0 when ms passed, -1 on error (errno), or
+ * MRB_REDIS_WAIT_CANCELLED when the run goes away.
+ */
+typedef int (*mrb_redis_wait_pt)(void *arg, int fd, int events, unsigned ms);
+
+#define MRB_REDIS_WAIT_CANCELLED  (-2)
+
+/* What a command leaves its link in (mrb_redis_caller.state). */
+#define MRB_REDIS_STATE_DIRTY     1  /* SELECT, SUBSCRIBE, CLIENT REPLY...:
+                                        the link stays the run's, dropped
+                                        when the run ends */
+#define MRB_REDIS_STATE_TX_BEGIN  2  /* MULTI, WATCH: the run's until ... */
+#define MRB_REDIS_STATE_TX_END    4  /* ... EXEC or DISCARD (last wins) */
+
+/* Who sends: owner is the run (any pointer that names it while it lives;
+ * NULL: nobody's), wait NULL polls. */
 typedef struct {
-    redisContext  *ctx;
-    char          *host;
-    int            port;
-    unsigned       timeout_ms;
-    pid_t          pid;         /* the process ctx belongs to */
-    uint64_t       retry_at;    /* ms: no connect attempt before */
-    unsigned       dirty:1;     /* a request put it in a state of its own
-                                   (SELECT, SUBSCRIBE, CLIENT REPLY, ...) */
-    unsigned       in_tx:1;     /* MULTI or WATCH without EXEC / DISCARD */
-    char           err[MRB_ERR_REASON_LEN]; /* why the last call failed */
+    const void         *owner;
+    unsigned            state;
+    mrb_redis_wait_pt   wait;
+    void               *wait_arg;
+} mrb_redis_caller;
+
+typedef struct mrb_redis_link_s  mrb_redis_link;
+
+struct mrb_redis_link_s {
+    redisContext    *ctx;
+    pid_t            pid;         /* the process ctx belongs to */
+    const void      *owner;       /* the run using or holding it, or NULL */
+    unsigned         busy:1;      /* a command is in flight */
+    unsigned         dirty:1;     /* a request put it in a state of its own */
+    unsigned         in_tx:1;     /* MULTI or WATCH without EXEC / DISCARD */
+    mrb_redis_link  *next;
+};
+
+typedef struct {
+    char            *host;
+    int              port;
+    unsigned         timeout_ms;
+    uint64_t         retry_at;    /* ms: no connect attempt before */
+    mrb_redis_link  *links;
+    char            *setup;       /* startup's stateful commands, formatted */
+    size_t           setup_len;
+    size_t           setup_n;
+    char             err[MRB_ERR_REASON_LEN]; /* why the last call failed */
 } mrb_redis_conn;
 
 mrb_redis_conn *mrb_redis_conn_new(const char *host, int port,
     unsigned timeout_ms);
 void mrb_redis_conn_free(mrb_redis_conn *c);
 
-/* Connects unless connected; returns MRB_REDIS_OK or the failure (c->err). */
-mrb_redis_status mrb_redis_conn_open(mrb_redis_conn *c);
+/* Opens a link unless one is idle; returns MRB_REDIS_OK or the failure
+ * (c->err).  caller may be NULL (poll, nobody's). */
+mrb_redis_status mrb_redis_conn_open(mrb_redis_conn *c,
+    const mrb_redis_caller *caller);
+
+/* Closes every link that no command is in flight on. */
 void mrb_redis_conn_close(mrb_redis_conn *c);
+
+/* Whether a link of this process is open. */
 int mrb_redis_conn_connected(mrb_redis_conn *c);
+
+/* Closes the links owner holds (its run ended); returns how many links
+ * other runs still hold. */
+unsigned mrb_redis_conn_release(mrb_redis_conn *c, const void *owner);
+
+/* Adds a formatted command (a startup script's SELECT, AUTH, ...) to
+ * those every link opened later sends first.  Returns 0, -1 out of
+ * memory. */
+int mrb_redis_conn_add_setup(mrb_redis_conn *c, const char *cmd, size_t len);
 
 /* The deadline of each later command (or pipeline) as a whole, and of a
  * connect. */
 void mrb_redis_conn_set_timeout(mrb_redis_conn *c, unsigned timeout_ms);
 
 /*
- * Sends n formatted commands (len bytes at cmds) and reads their n replies
- * into replies[] (each freed by the caller with freeReplyObject).  A
- * connection found broken before the first reply arrives is reopened and
- * the commands sent again, once.  On failure no reply is returned.
+ * Sends n formatted commands (len bytes at cmds) on a link of caller's
+ * (the one its run holds, an idle one, or a new one) and reads their n
+ * replies into replies[] (each freed by the caller with freeReplyObject).
+ * A link found broken before the first reply arrives is reopened and the
+ * commands sent again, once.  On failure no reply is returned.
  */
-mrb_redis_status mrb_redis_conn_exec(mrb_redis_conn *c, const char *cmds,
-    size_t len, size_t n, redisReply **replies);
+mrb_redis_status mrb_redis_conn_exec(mrb_redis_conn *c,
+    const mrb_redis_caller *caller, const char *cmds, size_t len, size_t n,
+    redisReply **replies);
 
 #endif /* MRB_REDIS_CONN_H */

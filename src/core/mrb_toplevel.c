@@ -641,6 +641,13 @@ mrb_toplevel_run_end(mrb_toplevel *tl, int what)
 }
 
 
+int
+mrb_toplevel_unchanged(mrb_state *mrb, const mrb_toplevel *tl)
+{
+    return tl == NULL || tl_unchanged(mrb, tl, 1);
+}
+
+
 void
 mrb_toplevel_global_removed(mrb_toplevel *tl)
 {

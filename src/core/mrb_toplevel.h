@@ -82,6 +82,10 @@ int mrb_toplevel_startup_leaves(mrb_state *mrb, const struct RProc *proc);
 int mrb_toplevel_run_begin(mrb_toplevel *tl, const struct RProc *proc);
 void mrb_toplevel_run_end(mrb_toplevel *tl, int what);
 
+/* Whether the state is as recorded: a restore now would put back
+ * nothing (the cheap check mrb_toplevel_restore starts with). */
+int mrb_toplevel_unchanged(mrb_state *mrb, const mrb_toplevel *tl);
+
 /* Tells the next restore that a global was removed: sizes then lie. */
 void mrb_toplevel_global_removed(mrb_toplevel *tl);
 

@@ -14,14 +14,16 @@
  *     saved in the suspended C frames still mean what they meant.
  *
  * A run on a coroutine costs about 770 instructions more than one on the
- * thread's stack (callgrind, nginx): 8% of a hello world.  So only a run that may wait gets one: its script names a method
- * that waits (sleep, Async, sub_request) or calls methods by computed
- * names (send, eval, ...), or a startup script does (it may define a
+ * thread's stack (callgrind, nginx): 8% of a hello world.  So only a run
+ * that may wait gets one: its script names a method or class that waits
+ * (sleep, Async, sub_request, Redis) or calls methods by computed names
+ * (send, eval, ...), or a startup script does (it may define a
  * method that waits).  The names are found in a scan of the bytecode's
  * symbols, a bit test each.
  */
 
 #include <errno.h>
+#include <poll.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -100,7 +102,7 @@ struct mrb_wait_slot_s {
  * what waits, and what calls methods by a name the code does not show.
  */
 static const char *const  wait_names[] = {
-    "sleep", "usleep", "Async", "sub_request",
+    "sleep", "usleep", "Async", "sub_request", "Redis",
     "lock", "synchronize", "try_lock_loop",       /* a global Mutex's wait */
     "send", "__send__", "public_send", "method", "eval", "instance_eval",
     "instance_exec", "class_eval", "class_exec", "module_eval", "module_exec",
@@ -861,6 +863,74 @@ mrb_wait_sleep(mrb_state *mrb, mrb_int msec, const char *what)
     }
 
     wait_suspend(mrb, slot);
+}
+
+
+void
+mrb_wait_raise_cancelled(mrb_state *mrb)
+{
+    mrb_raise(mrb, wait_cancelled_class(mrb),
+              "the request was cancelled while it waited "
+              "(the client went away, or the server is stopping)");
+}
+
+
+/* mrb_wait_fd where the run cannot be suspended: the thread waits. */
+static int
+wait_fd_poll(int fd, int events, mrb_int msec)
+{
+    struct pollfd  pfd;
+    int            rc;
+
+    pfd.fd = fd;
+    pfd.events = ((events & MRB_FD_READ) ? POLLIN : 0)
+                 | ((events & MRB_FD_WRITE) ? POLLOUT : 0);
+    pfd.revents = 0;
+
+    /* EINTR counts as ready: the caller finds nothing to do and asks
+     * again with the time that is left */
+    rc = poll(&pfd, 1, (int) msec);
+    if (rc < 0 && errno == EINTR) {
+        return 1;
+    }
+
+    return rc > 0 ? 1 : rc;
+}
+
+
+int
+mrb_wait_fd(mrb_state *mrb, int fd, int events, mrb_int msec)
+{
+    mrb_interp         *interp = mrb_interp_from_state(mrb);
+    const mrb_server   *server = mrb_interp_server(interp);
+    mrb_wait_state     *st = *mrb_interp_wait_state(interp);
+    mrb_wait_slot      *slot;
+    int                 ready;
+
+    /* a run that set top-level constants or globals would find them
+     * gone after the wait (another run's end removes them): it blocks,
+     * as it always did, rather than break */
+    if (server->wake_on_fd == NULL || st == NULL || st->current == NULL
+        || mrb_interp_run(mrb) != &st->current->run
+        || !mrb_interp_toplevel_unchanged(interp))
+    {
+        return wait_fd_poll(fd, events, msec);
+    }
+
+    slot = st->current;
+    if (slot->cancelled) {
+        return MRB_WAIT_CANCELLED;
+    }
+
+    ready = 0;
+    if (server->wake_on_fd(&slot->run, fd, events, msec, &ready) != 0) {
+        return wait_fd_poll(fd, events, msec);
+    }
+
+    wait_switch_out(mrb, st, slot, 1);
+    mrb_coro_suspend(slot->coro);
+
+    return slot->cancelled ? MRB_WAIT_CANCELLED : ready;
 }
 
 

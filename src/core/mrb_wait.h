@@ -61,6 +61,28 @@ void mrb_wait(mrb_state *mrb);
  */
 void mrb_wait_sleep(mrb_state *mrb, mrb_int msec, const char *what);
 
+/* mrb_wait_fd: the run was cancelled while it waited. */
+#define MRB_WAIT_CANCELLED  (-2)
+
+/*
+ * Waits until descriptor fd is ready for events (MRB_FD_READ or
+ * MRB_FD_WRITE) or msec milliseconds pass.  Suspends the run where it can
+ * (a server with mrb_server.wake_on_fd, a run on a coroutine, not nested
+ * in another run, whose runs left the top-level state as it was sealed:
+ * a constant or global set before the wait would be gone after it);
+ * blocks the thread in poll() everywhere else (Apache, startup scripts,
+ * the log phase, `Server = get_server_class` at the top of a script):
+ * never raises, so that C code can give up what it started before it
+ * raises.  Returns 1 (ready), 0 (the time
+ * passed), -1 (poll failed: errno), or MRB_WAIT_CANCELLED: the request is
+ * going away; the caller undoes what it started (a command in flight on
+ * fd) and raises with mrb_wait_raise_cancelled.
+ */
+int mrb_wait_fd(mrb_state *mrb, int fd, int events, mrb_int msec);
+
+/* Raises Server::Async::Cancelled, after mrb_wait_fd said so. */
+void mrb_wait_raise_cancelled(mrb_state *mrb);
+
 /*
  * The machine stack of each run that may wait, for interpreters created
  * from now on (MRB_CORO_STACK_DEFAULT, 256 KB, unless set).

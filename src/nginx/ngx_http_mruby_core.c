@@ -22,7 +22,8 @@ static void ngx_http_mruby_define(mrb_state *mrb, struct RClass *nginx);
 const mrb_server  ngx_http_mruby_server =
     ngx_mruby_server(ngx_http_mruby_define, ngx_http_mruby_write,
                      ngx_http_mruby_log, ngx_http_mruby_log_enabled,
-                     ngx_http_mruby_wake_after);
+                     ngx_http_mruby_wake_after,
+                     ngx_http_mruby_wake_on_fd);
 
 
 mrb_value

@@ -108,6 +108,7 @@ struct ngx_http_mruby_ctx_s {
     ngx_http_mruby_run_data_t  data;
     mrb_run              *waiting;        /* while its script waits */
     ngx_event_t           wake;           /* Async.sleep's timer */
+    ngx_mruby_fd_wait_t   fd_wait;        /* a Redis reply's socket */
     ngx_http_request_t   *sr_last;        /* Async::HTTP.last_response */
     ngx_int_t             sr_rc;          /* its error status, or 0 */
     mrb_int               resumed_result; /* a run that ended on a resume */
@@ -156,6 +157,8 @@ void ngx_http_mruby_subrequest_define(mrb_state *mrb, struct RClass *nginx);
 
 /* ngx_http_mruby_wait.c */
 int ngx_http_mruby_wake_after(mrb_run *run, mrb_int msec);
+int ngx_http_mruby_wake_on_fd(mrb_run *run, int fd, int events,
+    mrb_int msec, int *ready);
 
 /*
  * A phase handler whose run returned NGX_AGAIN: the request waits for its

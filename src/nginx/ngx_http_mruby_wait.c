@@ -38,6 +38,30 @@ ngx_http_mruby_wake_after(mrb_run *run, mrb_int msec)
 }
 
 
+/* A Redis reply (mrb_wait_fd): the socket as a connection of the event
+ * loop, and the timer for the deadline; whichever comes first resumes. */
+int
+ngx_http_mruby_wake_on_fd(mrb_run *run, int fd, int events, mrb_int msec,
+    int *ready)
+{
+    ngx_http_request_t         *r = run->request;
+    ngx_http_mruby_run_data_t  *data = run->data;
+    ngx_http_mruby_ctx_t       *ctx = data->ctx;
+
+    ngx_http_mruby_wake_after(run, msec);
+
+    if (ngx_mruby_fd_watch(&ctx->fd_wait, &ctx->wake, fd, events, ready,
+                           r->connection->log)
+        != NGX_OK)
+    {
+        ngx_del_timer(&ctx->wake);
+        return -1;
+    }
+
+    return 0;
+}
+
+
 ngx_int_t
 ngx_http_mruby_wait_begin(ngx_http_request_t *r, ngx_http_mruby_ctx_t *ctx,
     ngx_http_mruby_phase_e phase, mrb_run *run)
@@ -57,6 +81,7 @@ ngx_http_mruby_wait_begin(ngx_http_request_t *r, ngx_http_mruby_ctx_t *ctx,
             if (ctx->wake.timer_set) {
                 ngx_del_timer(&ctx->wake);
             }
+            ngx_mruby_fd_unwatch(&ctx->fd_wait);
             mrb_wait_cancel(interp, ctx->waiting);
             ctx->waiting = NULL;
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -166,6 +191,8 @@ ngx_http_mruby_wake_handler(ngx_event_t *ev)
     ctx = ngx_http_get_module_ctx(r, ngx_http_mruby_module);
 
     if (ctx != NULL) {
+        /* the deadline of a Redis reply: the socket is watched no more */
+        ngx_mruby_fd_unwatch(&ctx->fd_wait);
         ngx_http_mruby_wait_resume(r, ctx);
     }
 
@@ -198,5 +225,6 @@ ngx_http_mruby_wait_cleanup(void *data)
 {
     ngx_http_mruby_ctx_t  *ctx = data;
 
-    ngx_mruby_wait_end(&ngx_http_mruby_process, &ctx->wake, &ctx->waiting);
+    ngx_mruby_wait_end(&ngx_http_mruby_process, &ctx->wake, &ctx->fd_wait,
+                       &ctx->waiting);
 }

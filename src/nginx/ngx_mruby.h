@@ -72,7 +72,8 @@ typedef struct {
  * The mrb_server of a module: to scripts, both modules are the one Nginx
  * class of ngx_mruby.
  */
-#define ngx_mruby_server(define, write, log, log_enabled, wake_after)         \
+#define ngx_mruby_server(define, write, log, log_enabled, wake_after,         \
+                         wake_on_fd)                                          \
     {                                                                         \
         "NGINX",                           /* Kernel#server_name */           \
         "Nginx",                           /* the server class */             \
@@ -84,8 +85,9 @@ typedef struct {
         log,                                                                  \
         log_enabled,                                                          \
         wake_after,                                                           \
-        0                                  /* a sleep that cannot wait     \
+        0,                                 /* a sleep that cannot wait     \
                                               raises */                       \
+        wake_on_fd                                                            \
     }
 
 
@@ -197,16 +199,38 @@ ngx_int_t ngx_mruby_run(ngx_mruby_process_t *p, ngx_mruby_script_t *s,
     mrb_run *run, ngx_log_t *log);
 
 /*
+ * A descriptor a waiting script watches (mrb_server.wake_on_fd: a Redis
+ * reply), as a connection of the worker's event loop while it is watched;
+ * the run's wake timer is the deadline.  Zeroed memory is an unwatched one.
+ */
+typedef struct {
+    ngx_connection_t  *conn;
+    ngx_event_t       *wake;    /* its handler resumes the script */
+    int               *ready;   /* set to 1 when the descriptor is ready */
+} ngx_mruby_fd_wait_t;
+
+/*
+ * Watches fd for events (MRB_FD_READ, MRB_FD_WRITE) until it is ready,
+ * then ends the watch, removes wake's timer, sets *ready and calls wake's
+ * handler.  NGX_OK, or NGX_ERROR (no free connection, epoll refused).
+ */
+ngx_int_t ngx_mruby_fd_watch(ngx_mruby_fd_wait_t *w, ngx_event_t *wake,
+    int fd, int events, int *ready, ngx_log_t *log);
+
+/* Ends the watch, if any; the descriptor stays open (it is not ours). */
+void ngx_mruby_fd_unwatch(ngx_mruby_fd_wait_t *w);
+
+/*
  * The request or session goes while its script waits (a client that left,
- * a timeout, the worker's end): the wake timer goes and the script ends
- * now; *waiting becomes NULL.
+ * a timeout, the worker's end): the wake timer and the watch go and the
+ * script ends now; *waiting becomes NULL.
  */
 /* Arms wake to fire msec milliseconds from now, never sooner
  * (Async.sleep's timer, http and stream). */
 void ngx_mruby_wake_timer(ngx_event_t *wake, mrb_int msec);
 
 void ngx_mruby_wait_end(ngx_mruby_process_t *p, ngx_event_t *wake,
-    mrb_run **waiting);
+    ngx_mruby_fd_wait_t *fd_wait, mrb_run **waiting);
 
 
 /* ngx_mruby_upstream.c */

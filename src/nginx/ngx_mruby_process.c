@@ -197,9 +197,104 @@ ngx_mruby_wake_timer(ngx_event_t *wake, mrb_int msec)
 }
 
 
+static void
+ngx_mruby_fd_ready(ngx_event_t *ev)
+{
+    ngx_connection_t     *c = ev->data;
+    ngx_mruby_fd_wait_t  *w = c->data;
+    ngx_event_t          *wake = w->wake;
+
+    *w->ready = 1;
+    ngx_mruby_fd_unwatch(w);
+
+    if (wake->timer_set) {
+        ngx_del_timer(wake);
+    }
+
+    wake->handler(wake);
+}
+
+
+ngx_int_t
+ngx_mruby_fd_watch(ngx_mruby_fd_wait_t *w, ngx_event_t *wake, int fd,
+    int events, int *ready, ngx_log_t *log)
+{
+    ngx_int_t          rc;
+    ngx_event_t       *ev;
+    ngx_connection_t  *c;
+
+    c = ngx_get_connection(fd, log);
+    if (c == NULL) {
+        return NGX_ERROR;
+    }
+
+    c->data = w;
+    c->read->handler = ngx_mruby_fd_ready;
+    c->write->handler = ngx_mruby_fd_ready;
+    c->read->log = log;
+    c->write->log = log;
+
+    w->conn = c;
+    w->wake = wake;
+    w->ready = ready;
+
+    /* edge-triggered with epoll: added, a socket already ready reports
+     * itself at once */
+    if (events & MRB_FD_WRITE) {
+        ev = c->write;
+        rc = ngx_handle_write_event(ev, 0);
+    } else {
+        ev = c->read;
+        rc = ngx_handle_read_event(ev, 0);
+    }
+
+    if (rc != NGX_OK) {
+        ngx_mruby_fd_unwatch(w);
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+void
+ngx_mruby_fd_unwatch(ngx_mruby_fd_wait_t *w)
+{
+    ngx_connection_t  *c = w->conn;
+
+    if (c == NULL) {
+        return;
+    }
+
+    w->conn = NULL;
+
+    if (c->read->active) {
+        ngx_del_event(c->read, NGX_READ_EVENT, 0);
+    }
+
+    if (c->write->active) {
+        ngx_del_event(c->write, NGX_WRITE_EVENT, 0);
+    }
+
+    if (c->read->posted) {
+        ngx_delete_posted_event(c->read);
+    }
+
+    if (c->write->posted) {
+        ngx_delete_posted_event(c->write);
+    }
+
+    ngx_free_connection(c);
+
+    /* an event of this descriptor still in the loop's current batch is
+     * skipped as stale (ngx_epoll_process_events checks c->fd) */
+    c->fd = (ngx_socket_t) -1;
+}
+
+
 void
 ngx_mruby_wait_end(ngx_mruby_process_t *p, ngx_event_t *wake,
-    mrb_run **waiting)
+    ngx_mruby_fd_wait_t *fd_wait, mrb_run **waiting)
 {
     mrb_run     *run;
     mrb_interp  *interp;
@@ -207,6 +302,9 @@ ngx_mruby_wait_end(ngx_mruby_process_t *p, ngx_event_t *wake,
     if (wake->timer_set) {
         ngx_del_timer(wake);
     }
+
+    /* before the script unwinds: its Redis link closes the descriptor */
+    ngx_mruby_fd_unwatch(fd_wait);
 
     if (*waiting == NULL) {
         return;

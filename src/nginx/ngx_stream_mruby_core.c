@@ -18,12 +18,15 @@ static int ngx_stream_mruby_log_enabled(void *log_target, mrb_run *run,
     int level);
 static void ngx_stream_mruby_define(mrb_state *mrb, struct RClass *nginx);
 static int ngx_stream_mruby_wake_after(mrb_run *run, mrb_int msec);
+static int ngx_stream_mruby_wake_on_fd(mrb_run *run, int fd, int events,
+    mrb_int msec, int *ready);
 
 
 const mrb_server  ngx_stream_mruby_server =
     ngx_mruby_server(ngx_stream_mruby_define, ngx_stream_mruby_write,
                      ngx_stream_mruby_log, ngx_stream_mruby_log_enabled,
-                     ngx_stream_mruby_wake_after);
+                     ngx_stream_mruby_wake_after,
+                     ngx_stream_mruby_wake_on_fd);
 
 
 static void
@@ -34,6 +37,9 @@ ngx_stream_mruby_wake_handler(ngx_event_t *ev)
     mrb_interp              *interp;
     ngx_stream_mruby_ctx_t  *ctx = ev->data;
     ngx_stream_session_t    *s = ctx->session;
+
+    /* the deadline of a Redis reply: the socket is watched no more */
+    ngx_mruby_fd_unwatch(&ctx->fd_wait);
 
     interp = ngx_mruby_interp(&ngx_stream_mruby_process, s->connection->log);
     if (interp == NULL || ctx->waiting == NULL) {
@@ -73,6 +79,27 @@ ngx_stream_mruby_wake_after(mrb_run *run, mrb_int msec)
     ctx->wake.log = ctx->session->connection->log;
 
     ngx_mruby_wake_timer(&ctx->wake, msec);
+    return 0;
+}
+
+
+/* A Redis reply in a stream script: the socket or the deadline resumes. */
+static int
+ngx_stream_mruby_wake_on_fd(mrb_run *run, int fd, int events, mrb_int msec,
+    int *ready)
+{
+    ngx_stream_mruby_ctx_t  *ctx = run->data;
+
+    ngx_stream_mruby_wake_after(run, msec);
+
+    if (ngx_mruby_fd_watch(&ctx->fd_wait, &ctx->wake, fd, events, ready,
+                           ctx->session->connection->log)
+        != NGX_OK)
+    {
+        ngx_del_timer(&ctx->wake);
+        return -1;
+    }
+
     return 0;
 }
 

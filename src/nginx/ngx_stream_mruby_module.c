@@ -195,7 +195,8 @@ ngx_stream_mruby_wait_cleanup(void *data)
 {
     ngx_stream_mruby_ctx_t  *ctx = data;
 
-    ngx_mruby_wait_end(&ngx_stream_mruby_process, &ctx->wake, &ctx->waiting);
+    ngx_mruby_wait_end(&ngx_stream_mruby_process, &ctx->wake, &ctx->fd_wait,
+                       &ctx->waiting);
 }
 
 

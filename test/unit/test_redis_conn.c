@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -124,7 +125,7 @@ conn_integer(mrb_redis_conn *c, const char *fmt, ...)
         return -1;
     }
 
-    if (mrb_redis_conn_exec(c, cmd, (size_t) len, 1, &reply)
+    if (mrb_redis_conn_exec(c, NULL, cmd, (size_t) len, 1, &reply)
         != MRB_REDIS_OK)
     {
         redisFreeCommand(cmd);
@@ -202,20 +203,20 @@ TEST(redis_conn_waits_a_second_after_a_failed_connect)
     c = mrb_redis_conn_new("127.0.0.1", port, 500);
     REQUIRE(c != NULL);
 
-    CHECK_EQ(mrb_redis_conn_open(c), MRB_REDIS_ECONNECT);
+    CHECK_EQ(mrb_redis_conn_open(c, NULL), MRB_REDIS_ECONNECT);
     CHECK(strstr(c->err, "Connection refused") != NULL);
     failed_at = unit_now_ns();
 
     /* something listens now, but within the second no connect is tried */
     REQUIRE(listen(fd, 8) == 0);
-    CHECK_EQ(mrb_redis_conn_open(c), MRB_REDIS_ECONNECT);
+    CHECK_EQ(mrb_redis_conn_open(c, NULL), MRB_REDIS_ECONNECT);
     CHECK(unit_now_ns() - failed_at < 1000000000u);
     REQUIRE(fcntl(fd, F_SETFL, O_NONBLOCK) == 0);
     peer = accept(fd, NULL, NULL);
     CHECK(peer < 0 && errno == EAGAIN);
 
     usleep(1100000);
-    CHECK_EQ(mrb_redis_conn_open(c), MRB_REDIS_OK);
+    CHECK_EQ(mrb_redis_conn_open(c, NULL), MRB_REDIS_OK);
 
     mrb_redis_conn_free(c);
     close(fd);
@@ -278,4 +279,140 @@ TEST(redis_conn_times_out_on_a_silent_server)
 
     mrb_redis_conn_free(c);
     close(fd);
+}
+
+
+/* One command through c as caller: its Integer reply, or -1 (*st says
+ * why). */
+static long long
+caller_integer(mrb_redis_conn *c, const mrb_redis_caller *caller,
+    const char *command, mrb_redis_status *st)
+{
+    char        *cmd;
+    int          len;
+    redisReply  *reply;
+    long long    v;
+
+    len = redisFormatCommand(&cmd, command);
+    if (len < 0) {
+        return -1;
+    }
+
+    *st = mrb_redis_conn_exec(c, caller, cmd, (size_t) len, 1, &reply);
+    redisFreeCommand(cmd);
+    if (*st != MRB_REDIS_OK) {
+        return -1;
+    }
+
+    v = reply->type == REDIS_REPLY_INTEGER ? reply->integer : -1;
+    freeReplyObject(reply);
+    return v;
+}
+
+
+/* A wait that lets "another run" send on the same connection while the
+ * first one waits for its reply, as nginx does when it suspends a run. */
+typedef struct {
+    mrb_redis_conn  *c;
+    int              calls;
+    long long        other_id;
+    int              cancel;
+} conn_interleave;
+
+
+static int
+interleave_wait(void *arg, int fd, int events, unsigned ms)
+{
+    conn_interleave    *il = arg;
+    mrb_redis_caller    other = { (void *) 2, 0, NULL, NULL };
+    mrb_redis_status    st;
+    struct pollfd       pfd = { fd, (short) events, 0 };
+
+    if (il->calls++ == 0) {
+        if (il->cancel) {
+            return MRB_REDIS_WAIT_CANCELLED;
+        }
+        il->other_id = caller_integer(il->c, &other, "CLIENT ID", &st);
+    }
+
+    return poll(&pfd, 1, (int) ms) > 0 ? 1 : 0;
+}
+
+
+TEST(redis_conn_a_run_that_waits_keeps_its_link_to_itself)
+{
+    mrb_redis_conn    *c;
+    mrb_redis_caller   first;
+    mrb_redis_status   st;
+    conn_interleave    il;
+    long long          id, before;
+    int                port;
+    pid_t              server;
+
+    server = redis_start(&port);
+    REQUIRE(server > 0);
+    c = mrb_redis_conn_new("127.0.0.1", port, 2000);
+    REQUIRE(c != NULL);
+
+    memset(&il, 0, sizeof(il));
+    il.c = c;
+    il.calls = 1;     /* the first command alone */
+    first.owner = (void *) 1;
+    first.state = 0;
+    first.wait = interleave_wait;
+    first.wait_arg = &il;
+
+    before = caller_integer(c, &first, "CLIENT ID", &st);
+    REQUIRE(before > 0);
+
+    /* while the first waits for its reply, the other takes a new link
+     * and gets its own reply; then the first gets its own */
+    il.calls = 0;
+    id = caller_integer(c, &first, "CLIENT ID", &st);
+    CHECK_EQ(id, before);
+    CHECK(il.other_id > 0 && il.other_id != before);
+
+    mrb_redis_conn_free(c);
+    redis_stop(server);
+}
+
+
+TEST(redis_conn_a_cancelled_wait_closes_its_link)
+{
+    mrb_redis_conn    *c;
+    mrb_redis_caller   first;
+    mrb_redis_status   st;
+    conn_interleave    il;
+    long long          before;
+    int                port;
+    pid_t              server;
+
+    server = redis_start(&port);
+    REQUIRE(server > 0);
+    c = mrb_redis_conn_new("127.0.0.1", port, 2000);
+    REQUIRE(c != NULL);
+
+    memset(&il, 0, sizeof(il));
+    il.c = c;
+    il.cancel = 1;
+    il.calls = 1;     /* no cancel for the first command */
+    first.owner = (void *) 1;
+    first.state = 0;
+    first.wait = interleave_wait;
+    first.wait_arg = &il;
+
+    before = caller_integer(c, &first, "CLIENT ID", &st);
+    REQUIRE(before > 0);
+
+    /* cancelled with INCR in flight: the link goes (its reply must not
+     * reach the next command), and the next command has a new one */
+    il.calls = 0;
+    CHECK_EQ(caller_integer(c, &first, "INCR n", &st), -1);
+    CHECK_EQ(st, MRB_REDIS_ECANCELLED);
+    CHECK(!mrb_redis_conn_connected(c));
+    CHECK(conn_integer(c, "CLIENT ID") > before);
+    CHECK_EQ(conn_integer(c, "INCR n"), 2);
+
+    mrb_redis_conn_free(c);
+    redis_stop(server);
 }

@@ -1,0 +1,255 @@
+"""ngx_mruby: the Redis class waits for its replies without blocking the
+worker (the run is suspended, the socket is watched by nginx's event loop):
+other requests are served meanwhile, a stopped Redis server times out with
+the usual error, a client that leaves mid-wait frees its coroutine and its
+link, and replies never cross between requests that share a connection.
+
+Each wait is for a condition (Redis says a client is blocked, a log line),
+bounded; nothing relies on a fixed pause."""
+
+import concurrent.futures
+import os
+import signal
+import socket
+import time
+
+import harness
+
+
+def code(ruby):
+    """An inline script as an nginx string argument."""
+    return "'" + ruby.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def loc(path, ruby):
+    return f"location = {path} {{ mruby_content_handler_code {code(ruby)}; }}\n"
+
+
+# /blpop?<port>: waits up to 20 s for an item of list q.
+BLPOP = """
+port = Nginx::Request.new.args.to_i
+r = Redis.new("127.0.0.1", port, timeout: 30)
+Nginx.rputs r.blpop("q", 20).inspect
+"""
+
+# /get?<port>: the value of k.
+GET = """
+port = Nginx::Request.new.args.to_i
+Nginx.rputs Redis.new("127.0.0.1", port, timeout: 30).get("k").to_s
+"""
+
+# /count: coroutines alive, finished stacks kept.
+COUNT = 'Nginx.rputs Nginx::Async.coroutines.join(" ")'
+
+
+def info(redis, field):
+    for line in redis.command("INFO", "clients").splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split(":")[1])
+    raise AssertionError(f"no {field} in INFO clients")
+
+
+def wait_for(cond, what, timeout=15.0):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def test_a_request_waiting_on_redis_does_not_block_the_worker(
+        nginx, redis_server):
+    """BLPOP waits in Redis; another request, on the same worker and the
+    same Redis server, is answered before it ends (with the blocking client
+    it would wait the 20 s out; its 10 s client timeout fails the test)."""
+    n = nginx(loc("/blpop", BLPOP) + loc("/get", GET))
+    port = redis_server.port
+    redis_server.command("SET", "k", "mine")
+    assert n.get(f"/get?{port}").text == "mine"
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        slow = pool.submit(n.get, f"/blpop?{port}", timeout=60)
+        wait_for(lambda: info(redis_server, "blocked_clients") == 1,
+                 "BLPOP to block in Redis")
+        r = n.get(f"/get?{port}", timeout=10)
+        assert (r.status_code, r.text) == (200, "mine")
+        assert not slow.done()
+        # two links now: the blocked one and the one GET took
+        assert info(redis_server, "connected_clients") == 2 + 1
+        redis_server.command("RPUSH", "q", "item")
+        r = slow.result(30)
+        assert (r.status_code, r.text) == (200, '["q", "item"]')
+
+    # both links are idle again and each answers its own request
+    for _ in range(4):
+        assert n.get(f"/get?{port}").text == "mine"
+    assert len(n.worker_pids()) == 1
+
+
+def test_many_requests_wait_on_redis_at_once(nginx, redis_server):
+    """50 BLPOPs at once on one worker, each on a link of its own, each
+    given its own item; afterwards at most MRB_REDIS_KEEP_IDLE links stay."""
+    n = nginx(loc("/blpop", BLPOP))
+    port = redis_server.port
+    with concurrent.futures.ThreadPoolExecutor(50) as pool:
+        futures = [pool.submit(n.get, f"/blpop?{port}", timeout=60)
+                   for _ in range(50)]
+        wait_for(lambda: info(redis_server, "blocked_clients") == 50,
+                 "50 BLPOPs to block in Redis")
+        for i in range(50):
+            redis_server.command("RPUSH", "q", f"i{i}")
+        texts = sorted(f.result(30).text for f in futures)
+    assert texts == sorted(f'["q", "i{i}"]' for i in range(50))
+    # 16 idle links kept, plus the test's own connection
+    wait_for(lambda: info(redis_server, "connected_clients") <= 16 + 1,
+             "the links beyond 16 to close")
+
+
+def test_a_stopped_redis_times_out_without_stalling_others(
+        nginx, redis_server):
+    """A Redis server that stops answering (SIGSTOP): the command times out
+    with the error the blocking client gave, and another request is served
+    while it waits; after the server continues, the next request gets its
+    own reply, not the late one of the command that timed out."""
+    slow_get = """
+port = Nginx::Request.new.args.to_i
+r = Redis.new("127.0.0.1", port, timeout: 5)
+Nginx.errlogger Nginx::LOG_NOTICE, "sending GET"
+begin
+  Nginx.rputs r.get("k").to_s
+rescue Redis::TimeoutError => e
+  Nginx.rputs "#{e.class}: #{e.message}"
+end
+"""
+    n = nginx(loc("/slow", slow_get) + loc("/get", GET)
+              + loc("/fast", 'Nginx.rputs "fast"'))
+    port = redis_server.port
+    redis_server.command("SET", "k", "mine")
+    assert n.get(f"/slow?{port}").text == "mine"   # a link, kept
+
+    pid = redis_server.proc.pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            slow = pool.submit(n.get, f"/slow?{port}", timeout=60)
+            wait_for(lambda: n.error_log().count("sending GET") == 2,
+                     "the second GET to be sent")
+            assert n.get("/fast", timeout=10).text == "fast"
+            assert not slow.done()
+            r = slow.result(30)
+        assert (r.status_code, r.text) == (
+            200, f"Redis::TimeoutError: 127.0.0.1:{port}: timed out")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+    redis_server.command("SET", "k", "after")
+    assert n.get(f"/get?{port}").text == "after"
+
+
+def pool_counts(n):
+    """Coroutines alive (less /count's own) and finished stacks kept."""
+    live, idle = n.get("/count").text.split()
+    return int(live) - 1, int(idle)
+
+
+def test_a_client_that_leaves_mid_wait_frees_its_coroutine_and_link(
+        nginx, redis_server):
+    """The client of a request blocked in BLPOP closes its connection: the
+    script is cancelled, its link closed (Redis sees it go: the item pushed
+    later is not taken by a stale BLPOP), the coroutine freed; the next
+    request on the same connection pool gets its own reply."""
+    blpop_logged = """
+port = Nginx::Request.new.args.to_i
+r = Redis.new("127.0.0.1", port, timeout: 30)
+begin
+  Nginx.rputs r.blpop("q", 20).inspect
+ensure
+  Nginx.errlogger Nginx::LOG_NOTICE, "blpop: ensure ran"
+end
+"""
+    n = nginx(loc("/blpop", blpop_logged) + loc("/get", GET)
+              + loc("/count", COUNT))
+    port = redis_server.port
+    redis_server.command("SET", "k", "mine")
+    assert n.get(f"/get?{port}").text == "mine"
+    clients = info(redis_server, "connected_clients")
+
+    for round_ in range(3):
+        s = socket.create_connection(("127.0.0.1", n.port), timeout=10)
+        s.sendall(f"GET /blpop?{port} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        wait_for(lambda: info(redis_server, "blocked_clients") == 1,
+                 "BLPOP to block in Redis")
+        assert pool_counts(n)[0] == 1
+        s.close()
+        wait_for(lambda: info(redis_server, "blocked_clients") == 0,
+                 "the cancelled request's link to close")
+        wait_for(lambda: pool_counts(n)[0] == 0, "the coroutine to go")
+
+        # nothing takes the item: no BLPOP is left on any link
+        redis_server.command("RPUSH", "q", f"item{round_}")
+        assert redis_server.command("LLEN", "q") == ":1"
+        redis_server.command("DEL", "q")
+        assert n.get(f"/get?{port}").text == "mine"
+
+    n.wait_log("blpop: ensure ran")
+    assert n.error_log().count("blpop: ensure ran") == 3
+    # the link each cancelled request held was closed, not kept
+    assert info(redis_server, "connected_clients") == clients
+
+
+def test_a_transaction_keeps_its_link_while_its_request_waits(nginx):
+    """A request inside MULTI waits (on another Redis server); a request
+    that sends GET meanwhile on the same connection gets its value, not
+    "QUEUED", and the transaction's EXEC gets its own replies."""
+    with harness.Redis("tx") as main, harness.Redis("gate") as gate:
+        tx = f"""
+r = Redis.new("127.0.0.1", {main.port}, timeout: 30)
+r.call("MULTI")
+r.set("t", "from-tx")
+Redis.new("127.0.0.1", {gate.port}, timeout: 30).blpop("go", 20)
+Nginx.rputs r.call("EXEC").inspect
+"""
+        get = f"""
+Nginx.rputs Redis.new("127.0.0.1", {main.port}).get("k").inspect
+"""
+        n = nginx(loc("/tx", tx) + loc("/get", get))
+        main.command("SET", "k", "v")
+        assert n.get("/get").text == '"v"'
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            first = pool.submit(n.get, "/tx", timeout=60)
+            wait_for(lambda: info(gate, "blocked_clients") == 1,
+                     "the transaction's request to wait")
+            assert n.get("/get", timeout=10).text == '"v"'
+            gate.command("RPUSH", "go", "1")
+            r = first.result(30)
+        assert (r.status_code, r.text) == (200, '["OK"]')
+        assert main.command("GET", "t") == "from-tx"
+        main.remove()
+        gate.remove()
+
+
+def test_a_script_that_set_a_top_level_constant_waits_blocking(
+        nginx, redis_server):
+    """`Server = get_server_class` before a Redis call: another request
+    ending while the call waited would remove the constant (the top-level
+    cleanup), so this call blocks the worker as it always did, and the
+    script finds its constant after the reply."""
+    const = """
+Server = get_server_class
+port = Server::Request.new.args.to_i
+v = Redis.new("127.0.0.1", port, timeout: 30).blpop("q", 20)
+Server.rputs v.inspect
+"""
+    n = nginx(loc("/const", const) + loc("/fast", 'Nginx.rputs "fast"'))
+    port = redis_server.port
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        first = pool.submit(n.get, f"/const?{port}", timeout=60)
+        wait_for(lambda: info(redis_server, "blocked_clients") == 1,
+                 "BLPOP to block in Redis")
+        fast = pool.submit(n.get, "/fast", timeout=60)
+        # the worker is blocked: /fast is not answered meanwhile
+        concurrent.futures.wait([fast], timeout=2)
+        assert not fast.done()
+        redis_server.command("RPUSH", "q", "item")
+        r = first.result(30)
+        assert (r.status_code, r.text) == (200, '["q", "item"]')
+        assert fast.result(30).text == "fast"
