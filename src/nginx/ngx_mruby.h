@@ -220,15 +220,15 @@ ngx_int_t ngx_mruby_fd_watch(ngx_mruby_fd_wait_t *w, ngx_event_t *wake,
 /* Ends the watch, if any; the descriptor stays open (it is not ours). */
 void ngx_mruby_fd_unwatch(ngx_mruby_fd_wait_t *w);
 
+/* Arms wake to fire msec milliseconds from now, never sooner
+ * (Async.sleep's timer, http and stream). */
+void ngx_mruby_wake_timer(ngx_event_t *wake, mrb_int msec);
+
 /*
  * The request or session goes while its script waits (a client that left,
  * a timeout, the worker's end): the wake timer and the watch go and the
  * script ends now; *waiting becomes NULL.
  */
-/* Arms wake to fire msec milliseconds from now, never sooner
- * (Async.sleep's timer, http and stream). */
-void ngx_mruby_wake_timer(ngx_event_t *wake, mrb_int msec);
-
 void ngx_mruby_wait_end(ngx_mruby_process_t *p, ngx_event_t *wake,
     ngx_mruby_fd_wait_t *fd_wait, mrb_run **waiting);
 
