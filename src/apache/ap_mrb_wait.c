@@ -75,6 +75,7 @@ struct ap_mrb_waiter_s {
     apr_time_t     due;        /* its next callback: wake_at, or a check
                                   of the client */
     unsigned       armed:1;    /* in the timer heap or the MPM's queue */
+    unsigned       mpm_left:1; /* the MPM's thread is done with it */
 };
 
 /* Whether this child's MPM suspends connections (the event MPM). */
@@ -333,6 +334,7 @@ ap_mrb_wait_begin(request_rec *r, mrb_interp *interp, mrb_run *run,
     w->what = what;
     w->sbh = r->connection->sbh;
     w->armed = 0;
+    w->mpm_left = 0;
 
     /* the MPM will not read this connection again (see above) */
     r->connection->keepalive = AP_CONN_CLOSE;
@@ -488,6 +490,28 @@ ap_mrb_wait_finish(request_rec *r, int status)
 
 
 /*
+ * The MPM's thread calls the suspend_connection hook that armed the timer
+ * and then still stores into the connection's state (c->sbh = NULL, its
+ * suspended flag) before it lets the connection go.  The first callback
+ * waits for that store to c->sbh (a few instructions after the hook,
+ * unless that thread was preempted right there), so that it does not end
+ * the connection under it; bounded, in case an MPM leaves c->sbh alone.
+ */
+static void
+ap_mrb_wait_mpm_left(conn_rec *c)
+{
+    int  i;
+
+    for (i = 0; i < 1000; i++) {
+        if (__atomic_load_n(&c->sbh, __ATOMIC_ACQUIRE) == NULL) {
+            return;
+        }
+        apr_sleep(10);
+    }
+}
+
+
+/*
  * The timed callback, on a worker thread: resume, cancel or wait on.
  * Where no timer can be set (logged), the wait goes on blocking this
  * thread.
@@ -503,6 +527,11 @@ ap_mrb_wait_wake(void *baton)
 
     apr_thread_mutex_lock(r->invoke_mtx);
     w->armed = 0;
+
+    if (!w->mpm_left) {
+        ap_mrb_wait_mpm_left(r->connection);
+        w->mpm_left = 1;
+    }
 
     /* as the MPM's resume would (log lines say "client", not "remote") */
     r->connection->sbh = w->sbh;
