@@ -137,11 +137,29 @@ redis_wait_fd(void *arg, int fd, int events, unsigned ms)
 }
 
 
-/* Who sends now: the current run, waiting as mrb_wait_fd does. */
+/*
+ * The request a link is held for: the outermost run (a run nested in it,
+ * an input filter's, ends before it, and its MULTI or SELECT must not
+ * outlive the request: mrb_redis_run_end runs for outermost runs only).
+ */
+static const void *
+redis_owner(mrb_state *mrb)
+{
+    mrb_run  *run = mrb_interp_run(mrb);
+
+    while (run != NULL && run->prev != NULL) {
+        run = run->prev;
+    }
+
+    return run;
+}
+
+
+/* Who sends now: the request, waiting as mrb_wait_fd does. */
 static void
 redis_caller_init(mrb_state *mrb, mrb_redis_caller *caller, unsigned state)
 {
-    caller->owner = mrb_interp_run(mrb);
+    caller->owner = redis_owner(mrb);
     caller->state = state;
     caller->wait = redis_wait_fd;
     caller->wait_arg = mrb;
@@ -695,7 +713,7 @@ redis_batch_new(mrb_state *mrb)
 static redis_batch *
 redis_queue_of(mrb_state *mrb, redis_obj *r)
 {
-    const void  *run = mrb_interp_run(mrb);
+    const void  *run = redis_owner(mrb);
 
     if ((r->queue.n != 0 || r->pipelining) && r->queue_owner != run) {
         mrb_raise(mrb, E_RUNTIME_ERROR, "Redis: another request's commands "
@@ -744,7 +762,7 @@ redis_command(mrb_state *mrb, mrb_value self, mrb_value name,
 
     r = redis_self(mrb, self);
 
-    if (r->queue_owner == mrb_interp_run(mrb)) {
+    if (r->queue_owner == redis_owner(mrb)) {
         if (r->pipelining) {
             redis_enqueue(mrb, r, &r->queue, name, args, argc);
             return mrb_nil_value();
@@ -913,10 +931,10 @@ redis_close(mrb_state *mrb, mrb_value self)
 {
     redis_obj  *r = redis_self(mrb, self);
 
-    if (r->queue_owner == mrb_interp_run(mrb)) {
+    if (r->queue_owner == redis_owner(mrb)) {
         redis_batch_clear(&r->queue);
     }
-    mrb_redis_conn_close(r->conn);
+    mrb_redis_conn_close(r->conn, redis_owner(mrb));
 
     return mrb_nil_value();
 }

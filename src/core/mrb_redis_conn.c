@@ -175,13 +175,13 @@ mrb_redis_conn_free(mrb_redis_conn *c)
 
 
 void
-mrb_redis_conn_close(mrb_redis_conn *c)
+mrb_redis_conn_close(mrb_redis_conn *c, const void *owner)
 {
     mrb_redis_link  *link, *next;
 
     for (link = c->links; link != NULL; link = next) {
         next = link->next;
-        if (!link->busy) {
+        if (!link->busy && (link->owner == NULL || link->owner == owner)) {
             redis_link_close(c, link);
         }
     }

@@ -106,8 +106,9 @@ void mrb_redis_conn_free(mrb_redis_conn *c);
 mrb_redis_status mrb_redis_conn_open(mrb_redis_conn *c,
     const mrb_redis_caller *caller);
 
-/* Closes every link that no command is in flight on. */
-void mrb_redis_conn_close(mrb_redis_conn *c);
+/* Closes the idle links and those owner holds (not another run's: it may
+ * be inside MULTI, waiting). */
+void mrb_redis_conn_close(mrb_redis_conn *c, const void *owner);
 
 /* Whether a link of this process is open. */
 int mrb_redis_conn_connected(mrb_redis_conn *c);

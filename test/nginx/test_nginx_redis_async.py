@@ -204,8 +204,9 @@ end
 
 def test_a_transaction_keeps_its_link_while_its_request_waits(nginx):
     """A request inside MULTI waits (on another Redis server); a request
-    that sends GET meanwhile on the same connection gets its value, not
-    "QUEUED", and the transaction's EXEC gets its own replies."""
+    that sends GET (and closes its Redis object) meanwhile on the same
+    connection gets its value, not "QUEUED", and the transaction's EXEC
+    gets its own replies on the link it kept."""
     with harness.Redis("tx") as main, harness.Redis("gate") as gate:
         tx = f"""
 r = Redis.new("127.0.0.1", {main.port}, timeout: 30)
@@ -214,8 +215,12 @@ r.set("t", "from-tx")
 Redis.new("127.0.0.1", {gate.port}, timeout: 30).blpop("go", 20)
 Nginx.rputs r.call("EXEC").inspect
 """
+        # close: the idle links go, not the one the transaction holds
         get = f"""
-Nginx.rputs Redis.new("127.0.0.1", {main.port}).get("k").inspect
+r = Redis.new("127.0.0.1", {main.port})
+v = r.get("k")
+r.close
+Nginx.rputs v.inspect
 """
         n = nginx(loc("/tx", tx) + loc("/get", get))
         main.command("SET", "k", "v")
