@@ -264,3 +264,30 @@ Server.rputs v.inspect
         r = first.result(30)
         assert (r.status_code, r.text) == (200, '["q", "item"]')
         assert fast.result(30).text == "fast"
+
+
+def test_a_stream_script_waits_on_redis_without_blocking(nginx, redis_server):
+    """A stream script in BLPOP: the worker answers HTTP meanwhile; the item
+    pushed lets the session through."""
+    from harness import read_until_closed
+    script = (f'v = Redis.new("127.0.0.1", {redis_server.port}, timeout: 30)'
+              '.blpop("sq", 20); '
+              'Nginx.return(v ? Nginx::Stream::OK : Nginx::Stream::ABORT)')
+    stream = ("server {\n    listen 127.0.0.1:{port2};\n"
+              f"    mruby_stream_code {code(script)};\n"
+              '    return "got\\n";\n}')
+    n = nginx(loc("/fast", 'Nginx.rputs "fast"'), stream_conf=stream)
+
+    def talk():
+        with socket.create_connection(("127.0.0.1", n.port2),
+                                      timeout=60) as s:
+            return read_until_closed(s)
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        session = pool.submit(talk)
+        wait_for(lambda: info(redis_server, "blocked_clients") == 1,
+                 "the stream script's BLPOP to block in Redis")
+        assert n.get("/fast", timeout=10).text == "fast"
+        assert not session.done()
+        redis_server.command("RPUSH", "sq", "go")
+        assert session.result(30) == b"got\n"
