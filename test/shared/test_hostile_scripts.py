@@ -71,3 +71,52 @@ def test_the_module_api_survives_a_script(kind, apache, nginx, hostile):
         after = s.get("/probe")
         assert after.status_code == 200, s.error_log()[-2000:]
         assert after.text == first.text
+
+
+# Runs whose bytecode shows no constant or method definition skip the
+# comparison of those tables' values (mrb_toplevel_scan.c): each of these
+# changes one only through a method called by name, and must still be put
+# back.
+@pytest.mark.parametrize("kind", ["apache", "nginx"])
+@pytest.mark.parametrize("hostile", [
+    "Kernel.send(:define_method, :server_name) {{ '' }}",
+    "{cls}.const_set(:HTTP_OK, 1)",
+    "eval('{cls}::HTTP_OK = 1')",
+    "Kernel.instance_eval {{ define_method(:server_name) {{ '' }} }}",
+    "get_server_class.define_singleton_method(:rputs) {{ |s| }}",
+    "Kernel.module_eval('def server_name; \"\"; end')",
+])
+def test_a_reflective_change_is_put_back(kind, apache, nginx, hostile):
+    cls = "Apache" if kind == "apache" else "Nginx"
+    s = one_worker(kind, apache, nginx,
+                   {"/probe": PROBE, "/bad": hostile.format(cls=cls)})
+    first = s.get("/probe")
+    assert first.status_code == 200, s.error_log()[-2000:]
+    s.get("/bad")
+    after = s.get("/probe")
+    assert after.status_code == 200, s.error_log()[-2000:]
+    assert after.text == first.text
+
+
+# What one script leaves (an alias, a block in a Userdata) lets a later
+# script that names nothing change the API: from then on every run of
+# that interpreter compares the tables.
+@pytest.mark.parametrize("kind", ["apache", "nginx"])
+@pytest.mark.parametrize("leave,use", [
+    ("class Module; alias cs const_set; end", "{cls}.cs(:HTTP_OK, 1)"),
+    ("Userdata.new.f = -> {{ {cls}.const_set(:HTTP_OK, 1) }}",
+     "Userdata.new.f.call"),
+])
+def test_code_a_script_left_cannot_change_the_api_later(kind, apache, nginx,
+                                                         leave, use):
+    cls = "Apache" if kind == "apache" else "Nginx"
+    s = one_worker(kind, apache, nginx,
+                   {"/probe": PROBE, "/leave": leave.format(cls=cls),
+                    "/use": use.format(cls=cls)})
+    first = s.get("/probe")
+    assert first.status_code == 200, s.error_log()[-2000:]
+    s.get("/leave")
+    s.get("/use")
+    after = s.get("/probe")
+    assert after.status_code == 200, s.error_log()[-2000:]
+    assert after.text == first.text
