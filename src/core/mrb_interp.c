@@ -69,6 +69,7 @@ struct mrb_interp_s {
     mrb_toplevel       *toplevel;   /* what runs leave as they found */
     unsigned            redis_dirty:1;  /* mrb_interp_redis_dirty */
     unsigned            startup_leaves:1;   /* mrb_toplevel_startup_leaves */
+    unsigned            wait_always:1;  /* mrb_wait_note_startup */
 };
 
 
@@ -514,19 +515,23 @@ mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run)
     int                  rc, what;
 
     if (run->may_wait && c == mrb->root_c && c->ci == c->cibase
-        && mrb_wait_wanted(interp, proc))
+        && (interp->wait_always
+            || (!mrb_wait_quiet(proc) && mrb_wait_wanted(interp, proc))))
     {
         return mrb_wait_exec(interp, proc, run);
     }
 
     if (run->startup) {
-        mrb_wait_note_startup(interp, proc);
+        if (mrb_wait_note_startup(interp, proc)) {
+            interp->wait_always = 1;
+        }
         if (mrb_toplevel_startup_leaves(mrb, proc)) {
             interp->startup_leaves = 1;
         }
     }
 
-    what = mrb_toplevel_run_begin(interp->toplevel, proc);
+    what = mrb_toplevel_quiet(proc)
+           ? 0 : mrb_toplevel_run_begin(interp->toplevel, proc);
 
     run->prev = interp->head.run;
     interp->head.run = run;

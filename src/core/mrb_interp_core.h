@@ -76,11 +76,26 @@ typedef struct mrb_wait_state_s  mrb_wait_state;
 mrb_wait_state **mrb_interp_wait_state(mrb_interp *interp);
 
 /*
- * Whether a run of proc should go on a coroutine: its code (or a startup
- * script's, noted with mrb_wait_note_startup) names something that waits.
+ * Whether a run of proc should go on a coroutine: its code names something
+ * that waits (kept in bits of its irep's flags: mruby 3.1.0 uses 0x01 and
+ * 0x02, mrb_toplevel.h 0x08 to 0x20).  mrb_wait_quiet is the inline test
+ * of a proc already scanned that names none.  mrb_wait_note_startup: 1 if
+ * a startup script names one (then every run that may wait should).
  */
+#define MRB_WAIT_IREP_SCANNED  0x40
+#define MRB_WAIT_IREP_NAMES    0x80
+
+static inline int
+mrb_wait_quiet(const struct RProc *proc)
+{
+    return MRB_PROC_CFUNC_P(proc)
+           || (proc->body.irep->flags
+               & (MRB_WAIT_IREP_SCANNED | MRB_WAIT_IREP_NAMES))
+              == MRB_WAIT_IREP_SCANNED;
+}
+
 int mrb_wait_wanted(mrb_interp *interp, struct RProc *proc);
-void mrb_wait_note_startup(mrb_interp *interp, struct RProc *proc);
+int mrb_wait_note_startup(mrb_interp *interp, struct RProc *proc);
 
 /* Runs proc as run (may_wait) on a coroutine: 0, -1 or MRB_RUN_WAITING. */
 int mrb_wait_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run);

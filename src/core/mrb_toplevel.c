@@ -96,6 +96,7 @@ struct mrb_toplevel_s {
     mrb_toplevel_names  *names;
     unsigned         always:1;    /* after every run, from now on */
     unsigned         dirty:1;     /* a run that could change them ended */
+    unsigned         full:1;      /* this restore compares the values */
     unsigned         changing;    /* such runs begun and not ended */
     unsigned long    compares;    /* restores that compared the values */
 };
@@ -105,6 +106,15 @@ static struct tl_tbl *
 tl_current(mrb_state *mrb, const tl_table *t)
 {
     return *t->head;
+}
+
+
+static int
+tl_size(const tl_table *t)
+{
+    const struct tl_tbl  *h = *t->head;
+
+    return h != NULL ? h->size : 0;
 }
 
 
@@ -398,11 +408,28 @@ mrb_toplevel_free(mrb_state *mrb, mrb_toplevel *tl)
 }
 
 
-/* full: compare the values of the constant and method tables too */
+/* What every run's end checks: every table's size. */
 static int
-tl_unchanged(mrb_state *mrb, const mrb_toplevel *tl, int full)
+tl_sizes_unchanged(const mrb_toplevel *tl)
 {
-    const tl_table  *t;
+    const tl_table  *t, *end = tl->tables + tl->ntables;
+
+    for (t = tl->tables; t < end; t++) {
+        if (tl_size(t) != t->size) {
+            return 0;
+        }
+    }
+
+    return !tl->removed;
+}
+
+
+/* ... and after a run that could change them, the frozen flags and the
+ * values of the constant and method tables. */
+static int
+tl_values_unchanged(mrb_state *mrb, const mrb_toplevel *tl)
+{
+    const tl_table  *t, *end = tl->tables + tl->ntables;
     int              i;
 
     for (i = 0; i < tl->nfrozen; i++) {
@@ -411,21 +438,8 @@ tl_unchanged(mrb_state *mrb, const mrb_toplevel *tl, int full)
         }
     }
 
-    if (tl->removed) {
-        return 0;
-    }
-
-    for (i = 0; i < tl->ntables; i++) {
-        t = &tl->tables[i];
-
-        if (t->kind < TL_CONSTANTS || !full) {
-            struct tl_tbl  *h = *t->head;
-
-            if ((h != NULL ? h->size : 0) != t->size) {
-                return 0;
-            }
-
-        } else if (!tl_bytes_unchanged(mrb, t)) {
+    for (t = tl->tables; t < end; t++) {
+        if (t->kind >= TL_CONSTANTS && !tl_bytes_unchanged(mrb, t)) {
             return 0;
         }
     }
@@ -552,7 +566,12 @@ tl_restore_body(mrb_state *mrb, void *arg)
     for (i = 0; i < tl->ntables; i++) {
         t = &tl->tables[i];
 
-        if (t->kind >= TL_CONSTANTS && tl_bytes_unchanged(mrb, t)) {
+        /* a run that could not change values: only sizes say (the
+         * globals a regexp match sets bring every such run here) */
+        if (t->kind >= TL_CONSTANTS
+            && ((!tl->full && tl_size(t) == t->size)
+                || tl_bytes_unchanged(mrb, t)))
+        {
             continue;
         }
 
@@ -569,25 +588,11 @@ tl_restore_body(mrb_state *mrb, void *arg)
 }
 
 
-int
-mrb_toplevel_restore(mrb_state *mrb, mrb_toplevel *tl, char *err,
-    size_t errlen)
+static MRB_NOINLINE int
+tl_restore(mrb_state *mrb, mrb_toplevel *tl, char *err, size_t errlen)
 {
     mrb_bool   failed;
     mrb_value  exc;
-    int        full;
-
-    if (tl == NULL) {
-        return 0;
-    }
-
-    full = tl->always || tl->dirty || tl->changing != 0;
-    tl->dirty = 0;
-    tl->compares += full;
-
-    if (tl_unchanged(mrb, tl, full)) {
-        return 0;
-    }
 
     tl->restores++;
 
@@ -599,6 +604,31 @@ mrb_toplevel_restore(mrb_state *mrb, mrb_toplevel *tl, char *err,
     }
 
     return 0;
+}
+
+
+int
+mrb_toplevel_restore(mrb_state *mrb, mrb_toplevel *tl, char *err,
+    size_t errlen)
+{
+    if (tl == NULL) {
+        return 0;
+    }
+
+    tl->full = tl->always || tl->dirty || tl->changing != 0;
+    tl->dirty = 0;
+
+    if (tl->full) {
+        tl->compares++;
+        if (tl_sizes_unchanged(tl) && tl_values_unchanged(mrb, tl)) {
+            return 0;
+        }
+
+    } else if (tl_sizes_unchanged(tl)) {
+        return 0;
+    }
+
+    return tl_restore(mrb, tl, err, errlen);
 }
 
 

@@ -27,6 +27,8 @@
 #define MRB_TOPLEVEL_H
 
 #include <mruby.h>
+#include <mruby/irep.h>
+#include <mruby/proc.h>
 
 typedef struct mrb_toplevel_s  mrb_toplevel;
 
@@ -76,8 +78,26 @@ int mrb_toplevel_scan(const mrb_toplevel_names *names,
 int mrb_toplevel_startup_leaves(mrb_state *mrb, const struct RProc *proc);
 
 /*
- * Around every run (nested ones too): begin returns what the run's
- * bytecode could do, to be given to end when the run ends.
+ * The scan keeps its answer in bits of mrb_irep.flags (mruby 3.1.0 uses
+ * 0x01 and 0x02, mrb_wait.c 0x40 and 0x80; flags are never dumped).
+ */
+#define MRB_TOPLEVEL_IREP_LEAVES   0x08
+#define MRB_TOPLEVEL_IREP_SCANNED  0x10
+#define MRB_TOPLEVEL_IREP_CHANGES  0x20
+
+/* Whether proc is known to change nothing: a run's first test, inline. */
+static inline int
+mrb_toplevel_quiet(const struct RProc *proc)
+{
+    return MRB_PROC_CFUNC_P(proc)
+           || (proc->body.irep->flags
+               & (MRB_TOPLEVEL_IREP_SCANNED | MRB_TOPLEVEL_IREP_CHANGES))
+              == MRB_TOPLEVEL_IREP_SCANNED;
+}
+
+/*
+ * Around every run (nested ones too) that is not quiet: begin returns
+ * what the run's bytecode could do, to be given to end when the run ends.
  */
 int mrb_toplevel_run_begin(mrb_toplevel *tl, const struct RProc *proc);
 void mrb_toplevel_run_end(mrb_toplevel *tl, int what);

@@ -31,8 +31,7 @@
  *
  * Symbols are compared with the irep's symbol list, which holds every
  * name the code sends and every symbol literal.  The answer for each irep
- * is kept in its flags (mruby 3.1.0 uses bits 0x01 and 0x02, mrb_wait.c
- * 0x40 and 0x80; none is dumped), so a script is scanned once per
+ * is kept in its flags (MRB_TOPLEVEL_IREP_*), so a script is scanned once per
  * interpreter that loads it (a static irep, compiled into C, is read-only:
  * never cached, and never a script).
  */
@@ -53,9 +52,9 @@
 #error "mrb_toplevel_scan.c reads mruby 3.1.0's bytecode and irep flags"
 #endif
 
-#define SCAN_IREP_LEAVES    0x08
-#define SCAN_IREP_DONE      0x10
-#define SCAN_IREP_CHANGES   0x20
+#define SCAN_IREP_LEAVES    MRB_TOPLEVEL_IREP_LEAVES
+#define SCAN_IREP_DONE      MRB_TOPLEVEL_IREP_SCANNED
+#define SCAN_IREP_CHANGES   MRB_TOPLEVEL_IREP_CHANGES
 
 /*
  * Methods that change constants, methods or classes for their caller, run
@@ -92,6 +91,15 @@ static const char *const  scan_names[] = {
     NULL
 };
 
+/*
+ * Methods that change the tables' state but leave nothing behind: freezing
+ * the main object, Object, Kernel or the server class (their frozen flags
+ * are read only after a run that could set them).
+ */
+static const char *const  scan_change_names[] = {
+    "freeze", NULL
+};
+
 /* At a startup script's top level and in its class bodies, which run only
  * at startup, these only shape the classes it defines. */
 static const char *const  scan_startup_names_ok[] = {
@@ -113,6 +121,8 @@ struct mrb_toplevel_names_s {
     uint8_t   bits[SCAN_SYM_BITS / 8];
     mrb_sym   large[SCAN_NAMES_MAX];
     int       nlarge;
+    mrb_sym   change[4];    /* scan_change_names */
+    int       nchange;
 };
 
 
@@ -187,6 +197,11 @@ mrb_toplevel_names_new(mrb_state *mrb, int startup)
             mrb_toplevel_names_free(names);
             return NULL;
         }
+    }
+
+    for (i = 0; scan_change_names[i] != NULL; i++) {
+        names->change[names->nchange++] = mrb_intern_cstr(mrb,
+                                                          scan_change_names[i]);
     }
 
     if (startup) {
@@ -292,18 +307,25 @@ scan_op_changes(uint8_t op)
 }
 
 
+/* Whether irep names a method of the list (SCAN_IREP_CHANGES and
+ * SCAN_IREP_LEAVES), one that only changes (SCAN_IREP_CHANGES), or none. */
 static int
 scan_names_in(const mrb_toplevel_names *names, const mrb_irep *irep)
 {
-    int  i;
+    int  i, j, f = 0;
 
     for (i = 0; i < irep->slen; i++) {
         if (scan_names_has(names, irep->syms[i])) {
-            return 1;
+            return SCAN_IREP_CHANGES | SCAN_IREP_LEAVES;
+        }
+        for (j = 0; j < names->nchange; j++) {
+            if (irep->syms[i] == names->change[j]) {
+                f = SCAN_IREP_CHANGES;
+            }
         }
     }
 
-    return 0;
+    return f;
 }
 
 
@@ -324,9 +346,7 @@ scan_irep(const mrb_toplevel_names *names, mrb_irep *irep)
         return irep->flags & (SCAN_IREP_CHANGES | SCAN_IREP_LEAVES);
     }
 
-    if (scan_names_in(names, irep)) {
-        f = SCAN_IREP_CHANGES | SCAN_IREP_LEAVES;
-    }
+    f = scan_names_in(names, irep);
 
     pc = irep->iseq;
     end = pc + irep->ilen;
@@ -424,7 +444,8 @@ scan_startup(const mrb_toplevel_names *all, const mrb_toplevel_names *top,
     const mrb_code  *pc, *end;
     scan_insn        in;
 
-    if (depth > 64 || scan_names_in(top, irep)) {
+    /* freeze at startup is what the interpreter is sealed with */
+    if (depth > 64 || (scan_names_in(top, irep) & SCAN_IREP_LEAVES)) {
         return 1;
     }
 

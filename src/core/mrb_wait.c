@@ -120,15 +120,14 @@ _Static_assert(sizeof(wait_names) / sizeof(wait_names[0]) - 1
  * loaded script's bytecode is scanned once, not on every run (the scan
  * was 180 instructions of nginx's hello world).
  */
-#define WAIT_IREP_SCANNED  0x40
-#define WAIT_IREP_NAMES    0x80
+#define WAIT_IREP_SCANNED  MRB_WAIT_IREP_SCANNED
+#define WAIT_IREP_NAMES    MRB_WAIT_IREP_NAMES
 
 struct mrb_wait_state_s {
     /* the symbols of wait_names, as a bitmap and (for larger ones) a list */
     uint8_t              name_bits[WAIT_SYM_BITS / 8];
     mrb_sym              names[WAIT_NAMES_MAX];
     int                  nnames;
-    unsigned             always:1;   /* a startup script names one */
 
     mrb_coro_pool       *pool;
     mrb_value            keeps;      /* Array of every slot's keep, GC-registered */
@@ -233,7 +232,7 @@ wait_irep_names(mrb_wait_state *st, const mrb_irep *irep)
 int
 mrb_wait_wanted(mrb_interp *interp, struct RProc *proc)
 {
-    mrb_wait_state  *st = *mrb_interp_wait_state(interp);
+    mrb_wait_state  *st;
     mrb_irep        *irep;
 
     if (MRB_PROC_CFUNC_P(proc)) {
@@ -241,10 +240,6 @@ mrb_wait_wanted(mrb_interp *interp, struct RProc *proc)
     }
 
     irep = (mrb_irep *) proc->body.irep;
-
-    if (st != NULL && st->always) {
-        return 1;
-    }
 
     if (!(irep->flags & WAIT_IREP_SCANNED)) {
         st = wait_state(interp);
@@ -259,16 +254,13 @@ mrb_wait_wanted(mrb_interp *interp, struct RProc *proc)
 }
 
 
-void
+int
 mrb_wait_note_startup(mrb_interp *interp, struct RProc *proc)
 {
     mrb_wait_state  *st = wait_state(interp);
 
-    if (st != NULL && !MRB_PROC_CFUNC_P(proc)
-        && wait_irep_names(st, proc->body.irep))
-    {
-        st->always = 1;
-    }
+    return st != NULL && !MRB_PROC_CFUNC_P(proc)
+           && wait_irep_names(st, proc->body.irep);
 }
 
 

@@ -121,14 +121,16 @@ scan_sym_cmp(const void *a, const void *b, void *mrb)
  * gives it such a name, and is flagged for that), or name a method of
  * the list on an object of their own (Data's members and send(member),
  * Userdata's to_sym of the key it was called by, Module#include,
- * attr_accessor, prepend: mrblib's own definitions of those methods).
+ * attr_accessor, prepend: mrblib's own definitions of those methods; Set's
+ * freeze, of its own Hash and itself: the caller named freeze).
  * A new entry here is a library method to read before it ships.
  */
 static const char  *const  scan_known[] = {
     "[]", "[]=", "attr_accessor", "build_env", "capitalize", "catch",
     "curry", "def_delegator", "def_delegators", "define", "delegate",
     "delegate_method", "do_not_reverse_lookup=", "downcase", "each",
-    "each_pair", "enumerator_block_call", "include", "inject", "inspect",
+    "each_pair", "enumerator_block_call", "freeze", "include", "inject",
+    "inspect",
     "members", "method_missing", "new", "new_with_prelude", "prepend",
     "product", "reduce", "select", "singleton_method", "to_h", "to_proc",
     "to_s", "upcase", NULL
@@ -194,6 +196,7 @@ TEST(toplevel_scan_answers)
         { "class Foo; end", MRB_TOPLEVEL_CHANGES },
         { "def foo; 1; end", MRB_TOPLEVEL_CHANGES },
         { "x = :\"a#{1}\"", MRB_TOPLEVEL_CHANGES },
+        { "Object.freeze", MRB_TOPLEVEL_CHANGES },
         { "class Foo; def bar; end; end",
           MRB_TOPLEVEL_CHANGES | MRB_TOPLEVEL_LEAVES },
         { "[1].each { A = 1 }", MRB_TOPLEVEL_CHANGES | MRB_TOPLEVEL_LEAVES },
