@@ -674,7 +674,8 @@ mrb_toplevel_run_end(mrb_toplevel *tl, int what)
 int
 mrb_toplevel_unchanged(mrb_state *mrb, const mrb_toplevel *tl)
 {
-    return tl == NULL || tl_unchanged(mrb, tl, 1);
+    return tl == NULL
+           || (tl_sizes_unchanged(tl) && tl_values_unchanged(mrb, tl));
 }
 
 
