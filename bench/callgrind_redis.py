@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""Instructions per nginx request of a script that makes one Redis GET,
+the way bench/callgrind.py counts them (callgrind on nginx with
+master_process off, one keep-alive connection, a server life of 3,000
+requests minus one of 1,000, divided by 2,000): what waiting for the reply
+on the event loop (a coroutine, the socket watched through epoll) costs
+next to the blocking client.  Compare builds by running it once with each
+MRUBY_BUILD; `top` runs the same GET after setting a top-level constant,
+which makes the call block (docs/nginx.md, "Redis without blocking").
+
+    build/venv/bin/python bench/callgrind_redis.py [local|top]
+"""
+
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "test"))
+
+import callgrind  # noqa: E402
+import harness  # noqa: E402
+
+SCRIPT = {
+    "local": 'r = Redis.new("127.0.0.1", {port})\n'
+             'Nginx.rputs r.get("k")\n',
+    "top": 'Server = get_server_class\n'
+           'r = Redis.new("127.0.0.1", {port})\n'
+           'Server.rputs r.get("k")\n',
+}
+
+
+def main():
+    case = sys.argv[1] if len(sys.argv) > 1 else "local"
+    if case not in SCRIPT:
+        sys.exit(__doc__)
+    with harness.Redis("callgrind") as redis:
+        redis.command("SET", "k", callgrind.BODY)
+        s = harness.Nginx("location = /hello {\n"
+                          "    mruby_content_handler {dir}/get.rb cache;\n}\n",
+                          access_log=False, loglevel="warn")
+        s.write("get.rb", SCRIPT[case].format(port=redis.port))
+        s.generate()
+        with open(s.conf_path) as f:
+            conf = f.read().replace("master_process on;",
+                                    "master_process off;")
+        with open(s.conf_path, "w") as f:
+            f.write(conf)
+        try:
+            low = callgrind.instructions(s, s.command(), 1000)
+            high = callgrind.instructions(s, s.command(), 3000)
+        finally:
+            s.remove()
+        redis.remove()
+    print(f"nginx redis-get {case} ({harness.BUILD}): "
+          f"{(high - low) / 2000:,.0f} instructions per request")
+
+
+if __name__ == "__main__":
+    main()
