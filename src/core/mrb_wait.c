@@ -162,6 +162,8 @@ wait_state(mrb_interp *interp)
     mrb_wait_state   *st = *sp;
     mrb_state        *mrb;
     mrb_sym           sym;
+    const mrb_server *server;
+    int               i;
 
     if (st != NULL) {
         return st;
@@ -182,9 +184,19 @@ wait_state(mrb_interp *interp)
     st->keeps = mrb_ary_new(mrb);
     mrb_gc_register(mrb, st->keeps);
 
-    for (st->nnames = 0; wait_names[st->nnames] != NULL; st->nnames++) {
-        sym = mrb_intern_cstr(mrb, wait_names[st->nnames]);
-        st->names[st->nnames] = sym;
+    server = mrb_interp_server(interp);
+
+    for (i = 0; wait_names[i] != NULL; i++) {
+        /* Redis waits on a coroutine only where the server watches its
+         * socket (mrb_wait_fd); elsewhere it blocks, and a coroutine
+         * would cost its run for nothing */
+        if (server->wake_on_fd == NULL && strcmp(wait_names[i], "Redis") == 0)
+        {
+            continue;
+        }
+
+        sym = mrb_intern_cstr(mrb, wait_names[i]);
+        st->names[st->nnames++] = sym;
         if (sym < WAIT_SYM_BITS) {
             st->name_bits[sym / 8] |= (uint8_t) (1 << (sym % 8));
         }

@@ -587,3 +587,47 @@ TEST(wait_out_of_memory_for_a_new_context_fails_the_run)
     mrb_script_free(s);
     mrb_interp_close(interp);
 }
+
+
+static int
+wait_wake_on_fd(mrb_run *run, int fd, int events, mrb_int msec, int *ready)
+{
+    return -1;
+}
+
+
+/* wait_server with a loop that can watch sockets (nginx's side) */
+static const mrb_server  wait_fd_server = {
+    "Test", "Nginx", "ngx_mruby", "test", 1, NULL, wait_write, wait_logger,
+    wait_log_enabled, wait_wake_after, 0, wait_wake_on_fd
+};
+
+
+/* A script that names Redis runs on a coroutine only where the server can
+ * watch its socket (nginx); elsewhere (Apache) it would block anyway. */
+TEST(wait_redis_puts_a_run_on_a_coroutine_only_where_sockets_are_watched)
+{
+    char         err[256];
+    mrb_interp  *interp;
+    mrb_run      run;
+    unsigned     live, idle;
+    int          waits;
+
+    interp = wait_interp();
+    REQUIRE(interp != NULL);
+    CHECK_EQ(wait_run_through(interp, "Redis if $never; Nginx.rputs 'a'",
+                              &run, &waits), 0);
+    mrb_wait_counts(interp, &live, &idle);
+    CHECK_EQ(live + idle, 0);
+    mrb_interp_close(interp);
+
+    interp = mrb_interp_open(&wait_fd_server, NULL, err, sizeof(err));
+    REQUIRE(interp != NULL);
+    mrb_interp_seal(interp);
+    CHECK_EQ(wait_run_through(interp, "Redis if $never; Nginx.rputs 'b'",
+                              &run, &waits), 0);
+    mrb_wait_counts(interp, &live, &idle);
+    CHECK_EQ(live, 0);
+    CHECK_EQ(idle, 1);
+    mrb_interp_close(interp);
+}
