@@ -446,9 +446,11 @@ def test_killed_nginx_worker_counts_recover_running_ones_stay(nginx):
     line = re.compile(r"(\d+)#\d+: \*\d+ access_limiter: file:"
                       + re.escape(f) + r" counter:\d+")
 
-    with concurrent.futures.ThreadPoolExecutor(8) as ex:
+    # reuseport hashes each connection to a worker: 8 connections all went
+    # to one worker in about 1 run of 128 (2 / 2^8); 16 make it 1 in 32,768
+    with concurrent.futures.ThreadPoolExecutor(16) as ex:
         futures, per_pid = [], {}
-        while len(per_pid) < 2 and len(futures) < 8:
+        while len(per_pid) < 2 and len(futures) < 16:
             futures.append(ex.submit(requests.get, url, timeout=60))
             deadline = time.monotonic() + 5
             while len(line.findall(n.error_log())) < len(futures):
