@@ -65,17 +65,27 @@ Nginx.rputs send(:later, " sent")
 
 
 def test_a_sleeping_request_does_not_block_the_worker(nginx):
-    n = nginx(loc("/slow", "mruby_content_handler_code",
-                  'Nginx::Async.sleep 1500; Nginx.rputs "slow"')
+    """/slow sleeps until /fast has been answered (at most 10 s); with a
+    worker that blocks, /fast waits for /slow, which is never released."""
+    gate = 'd = Nginx::SharedDict.new("gate"); '
+    n = nginx("mruby_shared_dict gate 1m;\nserver {\n"
+              "    listen 127.0.0.1:{port};\n"
+              + loc("/slow", "mruby_content_handler_code",
+                    gate + 'd["slow"] = "asleep"; '
+                    '200.times { break if d["fast"]; Nginx::Async.sleep 50 }; '
+                    'Nginx.rputs(d["fast"] ? "released" : "never released")')
               + loc("/fast", "mruby_content_handler_code",
-                    'Nginx.rputs "fast"'))
-    with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        slow = pool.submit(n.get, "/slow")
-        time.sleep(0.2)
-        t0 = time.monotonic()
-        assert n.get("/fast").text == "fast"
-        assert time.monotonic() - t0 < 1.0
-        assert slow.result().text == "slow"
+                    gate + 'if d["slow"] then d["fast"] = "1"; '
+                    'Nginx.rputs "while slow sleeps" '
+                    'else Nginx.rputs "first" end')
+              + "}\n")
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        slow = pool.submit(n.get, "/slow", timeout=30)
+        deadline = time.monotonic() + 10
+        while n.get("/fast", timeout=30).text != "while slow sleeps":
+            assert time.monotonic() < deadline, "/slow never started"
+            time.sleep(0.05)
+        assert slow.result().text == "released"
 
 
 def test_1000_concurrent_sleeping_requests_on_one_worker(nginx):
