@@ -207,7 +207,7 @@ def test_unwatchable_path_is_stat_ed_and_says_so(request, which):
             r = s.get("/e")
             assert r.status_code == 200
             seen.append(r.text)
-            assert time.monotonic() - t0 < 2.0, seen
+            assert time.monotonic() - t0 < 5.0, seen
         assert set(seen) <= {f"edit {v - 1}" if v > 1 else "one",
                              f"edit {v}"}
 
