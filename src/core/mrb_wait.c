@@ -377,7 +377,8 @@ wait_slot_new_body(mrb_state *mrb, void *p)
 /*
  * An idle slot, or a new one; NULL when out of memory.  The caller is
  * not under a protect frame yet: what raises here is caught, and the
- * objects made before it are left to the GC.
+ * objects made before it are left to the GC once the caller restores the
+ * arena.
  */
 static mrb_wait_slot *
 wait_slot_take(mrb_state *mrb, mrb_wait_state *st)
@@ -652,9 +653,16 @@ mrb_wait_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run)
     mrb_state       *mrb = mrb_interp_state(interp);
     mrb_wait_state  *st = wait_state(interp);
     mrb_wait_slot   *slot;
+    int              ai = mrb_gc_arena_save(mrb);
     int              rc;
 
+    /* A run that fails here leaves the arena as it found it: the
+     * NoMemoryError mrb_protect_error protected, and what was made before
+     * it, would otherwise stay there for good, one entry more per failed
+     * run, until the arena grows (mruby 3.1 raises its capacity before the
+     * realloc that may fail: docs/security.md). */
     if (st == NULL || (slot = wait_slot_take(mrb, st)) == NULL) {
+        mrb_gc_arena_restore(mrb, ai);
         snprintf(run->error, sizeof(run->error),
                  "out of memory for the run's coroutine");
         return -1;
@@ -663,6 +671,7 @@ mrb_wait_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run)
     slot->coro = mrb_coro_new(st->pool, wait_main, slot);
     if (slot->coro == NULL) {
         wait_slot_give_back(mrb, st, slot);
+        mrb_gc_arena_restore(mrb, ai);
         snprintf(run->error, sizeof(run->error),
                  "cannot map a stack for the run's coroutine: %s",
                  strerror(errno));
