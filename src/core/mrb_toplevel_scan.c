@@ -17,8 +17,9 @@
  *     `&sym` or send);
  *   - by calling a method of the library (src/lib, mrblib/) that does
  *     one of these with names it was given: Forwardable's (audited by
- *     hand; the unit test interp_library_definers_are_known lists every
- *     library method that names one of these and fails on a new one);
+ *     hand; the unit test toplevel_scan_library_definers_are_known lists
+ *     every library method that names one of these, and fails on a new
+ *     one);
  *   - by calling code a startup script left (a method, a block kept in a
  *     constant): a startup script whose methods or blocks could do any
  *     of the above makes every run restore (mrb_toplevel_startup_leaves);
@@ -29,11 +30,14 @@
  *     method that could change the tables) makes every later run of its
  *     interpreter restore too (MRB_TOPLEVEL_LEAVES).
  *
+ * freeze is a name of its own kind: it changes the frozen flags, read only
+ * after runs that name it, and leaves nothing behind.
+ *
  * Symbols are compared with the irep's symbol list, which holds every
  * name the code sends and every symbol literal.  The answer for each irep
- * is kept in its flags (MRB_TOPLEVEL_IREP_*), so a script is scanned once per
- * interpreter that loads it (a static irep, compiled into C, is read-only:
- * never cached, and never a script).
+ * is kept in its flags (MRB_TOPLEVEL_IREP_*), so a script is scanned once
+ * per interpreter that loads it (a static irep, compiled into C, is
+ * read-only: never cached, and never a script).
  */
 
 #include <stdint.h>
