@@ -145,7 +145,7 @@ def test_handler_enable_scripts_follow_edits_and_policy(apache):
     # an edit the watch sees applies under both
     a.write_doc("app/v.rb", 'Apache.rputs "333"')
     a.write_doc("app/never/v.rb", 'Apache.rputs "333"')
-    assert a.get("/app/v.rb").text == "333"
+    assert a.get_edited("/app/v.rb", "333").text == "333"
     assert a.get("/app/never/v.rb").text == "333"
 
 
