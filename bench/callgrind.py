@@ -7,7 +7,9 @@ figure does not move with the machine's load, unlike `make bench`.
 
     MRUBY_BUILD=build build/venv/bin/python bench/callgrind.py apache cache
     (servers: apache, nginx; cases: cache, inline, regexp: a cached routing
-    script making ten regexp tests of the URI, then hello world)
+    script making ten regexp tests of the URI, then hello world; alloc: a
+    cached script building an array of 1,000 strings, so that the GC runs,
+    then hello world)
 
 Compare two builds by running it once with each MRUBY_BUILD.
 """
@@ -46,6 +48,10 @@ n += 1 if u =~ /\\A\\/health\\z/
 n += 1 if u =~ /h.l/
 {cls}.rputs "hello world\\n" if n == 3
 """
+ALLOC = """\
+a = Array.new(1000) {{ |i| "s" + i.to_s }}
+{cls}.rputs "hello world\\n" if a.size == 1000
+"""
 
 APACHE = {
     "cache": "<Location /hello>\n"
@@ -55,11 +61,14 @@ APACHE = {
               "</Location>\n",
     "regexp": "<Location /hello>\n"
               "    mrubyHandlerMiddle {dir}/route.rb cache\n</Location>\n",
+    "alloc": "<Location /hello>\n"
+             "    mrubyHandlerMiddle {dir}/alloc.rb cache\n</Location>\n",
 }
 NGINX = {
     "cache": "mruby_content_handler {dir}/hello.rb cache;",
     "inline": "mruby_content_handler_code 'Nginx.rputs \"hello world\\n\"';",
     "regexp": "mruby_content_handler {dir}/route.rb cache;",
+    "alloc": "mruby_content_handler {dir}/alloc.rb cache;",
 }
 
 
@@ -70,6 +79,7 @@ def server(kind, case):
                            loglevel="warn")
         s.write("hello.rb", SCRIPT[kind])
         s.write("route.rb", ROUTE.format(cls="Apache"))
+        s.write("alloc.rb", ALLOC.format(cls="Apache"))
         s.generate()
         return s, [harness.APACHE_BIN, "-f", s.conf_path, "-X"]
 
@@ -77,6 +87,7 @@ def server(kind, case):
                       access_log=False, loglevel="warn")
     s.write("hello.rb", SCRIPT[kind])
     s.write("route.rb", ROUTE.format(cls="Nginx"))
+    s.write("alloc.rb", ALLOC.format(cls="Nginx"))
     s.generate()
     with open(s.conf_path) as f:
         conf = f.read().replace("master_process on;", "master_process off;")
