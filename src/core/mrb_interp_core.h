@@ -80,7 +80,9 @@ mrb_wait_state **mrb_interp_wait_state(mrb_interp *interp);
  * that waits (kept in bits of its irep's flags: mruby 3.1.0 uses 0x01 and
  * 0x02, mrb_toplevel.h 0x08 to 0x20).  mrb_wait_quiet is the inline test
  * of a proc already scanned that names none.  mrb_wait_note_startup: 1 if
- * a startup script names one (then every run that may wait should).
+ * a startup script names one (then every run that may wait should).  Both
+ * say 1 when out of memory for the interpreter's wait state: the run's
+ * start (mrb_wait_exec) then fails and says so.
  */
 #define MRB_WAIT_IREP_SCANNED  0x40
 #define MRB_WAIT_IREP_NAMES    0x80

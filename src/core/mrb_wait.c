@@ -155,15 +155,55 @@ mrb_wait_set_stack_size(size_t size)
 }
 
 
+/*
+ * The Ruby side of a new state: the names' symbols, then the keeps array,
+ * registered last, so that a raise anywhere leaves nothing to undo.
+ */
+static mrb_value
+wait_state_new_body(mrb_state *mrb, void *p)
+{
+    mrb_wait_state    *st = p;
+    const mrb_server  *server = mrb_interp_server(mrb_interp_from_state(mrb));
+    mrb_value          keeps;
+    mrb_sym            sym;
+    int                i;
+
+    for (i = 0; wait_names[i] != NULL; i++) {
+        /* Redis waits on a coroutine only where the server watches its
+         * socket (mrb_wait_fd); elsewhere it blocks, and a coroutine
+         * would cost its run for nothing */
+        if (server->wake_on_fd == NULL && strcmp(wait_names[i], "Redis") == 0)
+        {
+            continue;
+        }
+
+        sym = mrb_intern_cstr(mrb, wait_names[i]);
+        st->names[st->nnames++] = sym;
+        if (sym < WAIT_SYM_BITS) {
+            st->name_bits[sym / 8] |= (uint8_t) (1 << (sym % 8));
+        }
+    }
+
+    keeps = mrb_ary_new(mrb);
+    mrb_gc_register(mrb, keeps);
+    st->keeps = keeps;
+    return mrb_nil_value();
+}
+
+
+/*
+ * interp's state, made on its first run that may wait; NULL when out of
+ * memory.  Its callers are not under a protect frame yet: what raises is
+ * caught, and the state freed, with the GC arena as it was.
+ */
 static mrb_wait_state *
 wait_state(mrb_interp *interp)
 {
     mrb_wait_state  **sp = mrb_interp_wait_state(interp);
     mrb_wait_state   *st = *sp;
     mrb_state        *mrb;
-    mrb_sym           sym;
-    const mrb_server *server;
-    int               i;
+    mrb_bool          failed;
+    int               ai;
 
     if (st != NULL) {
         return st;
@@ -181,25 +221,14 @@ wait_state(mrb_interp *interp)
     }
 
     mrb = mrb_interp_state(interp);
-    st->keeps = mrb_ary_new(mrb);
-    mrb_gc_register(mrb, st->keeps);
+    ai = mrb_gc_arena_save(mrb);
+    mrb_protect_error(mrb, wait_state_new_body, st, &failed);
+    mrb_gc_arena_restore(mrb, ai);
 
-    server = mrb_interp_server(interp);
-
-    for (i = 0; wait_names[i] != NULL; i++) {
-        /* Redis waits on a coroutine only where the server watches its
-         * socket (mrb_wait_fd); elsewhere it blocks, and a coroutine
-         * would cost its run for nothing */
-        if (server->wake_on_fd == NULL && strcmp(wait_names[i], "Redis") == 0)
-        {
-            continue;
-        }
-
-        sym = mrb_intern_cstr(mrb, wait_names[i]);
-        st->names[st->nnames++] = sym;
-        if (sym < WAIT_SYM_BITS) {
-            st->name_bits[sym / 8] |= (uint8_t) (1 << (sym % 8));
-        }
+    if (failed) {
+        mrb_coro_pool_free(st->pool);
+        free(st);
+        return NULL;
     }
 
     *sp = st;
@@ -256,7 +285,7 @@ mrb_wait_wanted(mrb_interp *interp, struct RProc *proc)
     if (!(irep->flags & WAIT_IREP_SCANNED)) {
         st = wait_state(interp);
         if (st == NULL) {
-            return 0;
+            return 1;   /* mrb_wait_exec fails the run: out of memory */
         }
         irep->flags |= WAIT_IREP_SCANNED
                        | (wait_irep_names(st, irep) ? WAIT_IREP_NAMES : 0);
@@ -271,8 +300,13 @@ mrb_wait_note_startup(mrb_interp *interp, struct RProc *proc)
 {
     mrb_wait_state  *st = wait_state(interp);
 
-    return st != NULL && !MRB_PROC_CFUNC_P(proc)
-           && wait_irep_names(st, proc->body.irep);
+    /* out of memory: the startup script may have defined a method that
+     * waits, so every run that may wait tries a coroutine */
+    if (st == NULL) {
+        return 1;
+    }
+
+    return !MRB_PROC_CFUNC_P(proc) && wait_irep_names(st, proc->body.irep);
 }
 
 

@@ -10,6 +10,7 @@
 #include <mruby.h>
 #include "mrb_alloc.h"
 #include "mrb_interp.h"
+#include "mrb_interp_core.h"
 #include "mrb_script.h"
 #include "mrb_wait.h"
 #include "unit.h"
@@ -597,6 +598,139 @@ TEST(wait_out_of_memory_for_a_new_context_fails_the_run)
     CHECK_EQ(mrb_wait_resume(interp, held.waiting, &held), 0);
     CHECK(strcmp(wait_out, "x") == 0);
     mrb_script_free(s);
+    mrb_interp_close(interp);
+}
+
+
+/*
+ * Out of memory for the interpreter's wait state, which its first run that
+ * may wait makes, at each allocation in turn (from a full object heap, so
+ * that the state's first object needs a page): the run fails with the
+ * coroutine's out-of-memory error (the raise had no protect frame above it,
+ * and mruby aborted the process), the state is freed, so that the next run
+ * makes it again, and the GC arena is as before.
+ */
+TEST(wait_out_of_memory_for_the_wait_state_fails_the_first_run)
+{
+    mrb_interp  *interp = wait_interp();
+    mrb_script  *s = wait_script("Nginx::Async.sleep(1)\n"
+                                 "Nginx.rputs 'x'\n");
+    mrb_state   *mrb;
+    mrb_run      run;
+    size_t       before;
+    long         failures;
+    int          i, rc, ai;
+
+    REQUIRE(interp != NULL && s != NULL);
+    mrb = mrb_interp_state(interp);
+
+    /* loaded, by a run that may not wait: no state yet */
+    mrb_run_init(&run, (void *) 1, 0);
+    CHECK_EQ(mrb_script_run(interp, s, &run), -1);
+    CHECK(strstr(run.error, "cannot wait here") != NULL);
+    REQUIRE(*mrb_interp_wait_state(interp) == NULL);
+    ai = mrb_gc_arena_save(mrb);
+#if !defined(MRB_GC_FIXED_ARENA)
+    REQUIRE(mrb->gc.arena_capa - ai >= 32);
+#endif
+
+    /* the first failure, 200 times: a state left behind is over a
+     * kilobyte each time */
+    before = unit_heap_bytes();
+    for (i = 0; i < 200; i++) {
+        unit_oom_heap_full(mrb);
+        mrb_run_init(&run, (void *) 1, 0);
+        run.may_wait = 1;
+        unit_oom_after(mrb, 0);
+        CHECK_EQ(mrb_script_run(interp, s, &run), -1);
+        unit_oom_end(mrb);
+        REQUIRE(unit_oom_failed());
+        REQUIRE(*mrb_interp_wait_state(interp) == NULL);
+        REQUIRE(mrb_gc_arena_save(mrb) == ai);
+    }
+    if (unit_heap_bytes() > before + MRB_ALLOC_KEEP_BYTES) {
+        unit_fail(__FILE__, __LINE__, "the heap grew by %zu bytes in 200 "
+                  "failures", unit_heap_bytes() - before);
+    }
+    CHECK(strstr(run.error, "out of memory for the run's coroutine")
+          != NULL);
+
+    /* each allocation in turn, until the state is made */
+    rc = -1;
+    for (failures = 0; failures < 1000; failures++) {
+        unit_oom_heap_full(mrb);
+        mrb_run_init(&run, (void *) 1, 0);
+        run.may_wait = 1;
+        unit_oom_after(mrb, failures);
+        rc = mrb_script_run(interp, s, &run);
+        unit_oom_end(mrb);
+        if (*mrb_interp_wait_state(interp) != NULL) {
+            break;
+        }
+        CHECK_EQ(rc, -1);
+        CHECK(strstr(run.error, "out of memory") != NULL);
+        REQUIRE(mrb_gc_arena_save(mrb) == ai);
+    }
+    REQUIRE(*mrb_interp_wait_state(interp) != NULL);
+    CHECK(failures > 0);
+
+    /* then the run goes as far as the allocations left let it
+     * (wait_out_of_memory_for_a_new_context_fails_the_run); with none
+     * failing it waits and ends */
+    if (rc != MRB_RUN_WAITING) {
+        CHECK_EQ(wait_start(interp, s, &run), MRB_RUN_WAITING);
+    }
+    wait_out[0] = '\0';
+    CHECK_EQ(mrb_wait_resume(interp, run.waiting, &run), 0);
+    CHECK(strcmp(wait_out, "x") == 0);
+
+    mrb_script_free(s);
+    mrb_interp_close(interp);
+}
+
+
+/*
+ * Out of memory for the wait state in a startup run: the state it could not
+ * make does not tell whether the methods it defined wait, so every run
+ * that may wait takes a coroutine, and one that calls such a method waits
+ * (instead of failing with "cannot wait here").
+ */
+TEST(wait_out_of_memory_for_the_wait_state_in_startup_keeps_waits)
+{
+    char         err[256];
+    mrb_interp  *interp = mrb_interp_open(&wait_server, NULL, err,
+                                          sizeof(err));
+    mrb_script  *init = wait_script("def nap; Nginx::Async.sleep(1); end");
+    mrb_state   *mrb;
+    mrb_run      run;
+    int          waits;
+
+    REQUIRE(interp != NULL && init != NULL);
+    mrb = mrb_interp_state(interp);
+
+    /* compiled into this interpreter first, so that the one failure below
+     * falls in the state */
+    mrb_run_init(&run, NULL, 0);
+    CHECK_EQ(mrb_script_run(interp, init, &run), 0);
+    REQUIRE(*mrb_interp_wait_state(interp) == NULL);
+
+    unit_oom_heap_full(mrb);
+    mrb_run_init(&run, NULL, 0);
+    run.startup = 1;
+    unit_oom_once(mrb, 0);
+    CHECK_EQ(mrb_script_run(interp, init, &run), 0);
+    unit_oom_end(mrb);
+    REQUIRE(unit_oom_failed());
+    REQUIRE(*mrb_interp_wait_state(interp) == NULL);
+    mrb_interp_seal(interp);
+    wait_out[0] = '\0';
+
+    CHECK_EQ(wait_run_through(interp, "nap; Nginx.rputs 'woke'", &run,
+                              &waits), 0);
+    CHECK_EQ(waits, 1);
+    CHECK(strcmp(wait_out, "woke") == 0);
+
+    mrb_script_free(init);
     mrb_interp_close(interp);
 }
 

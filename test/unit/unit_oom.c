@@ -14,16 +14,25 @@ size_t __sanitizer_get_current_allocated_bytes(void);
 
 static mrb_allocf  oom_allocf;
 static void       *oom_ud;
-static long        oom_left;
+static long        oom_left;     /* allocations before the failing ones */
+static long        oom_count;    /* failing ones from there; -1: all */
 static int         oom_failed;
 
 
 static void *
 oom_failing_allocf(mrb_state *mrb, void *p, size_t size, void *ud)
 {
-    if (size != 0 && oom_left-- <= 0) {
-        oom_failed = 1;
-        return NULL;
+    if (size != 0) {
+        if (oom_left > 0) {
+            oom_left--;
+
+        } else if (oom_count != 0) {
+            if (oom_count > 0) {
+                oom_count--;
+            }
+            oom_failed = 1;
+            return NULL;
+        }
     }
     return oom_allocf(mrb, p, size, oom_ud);
 }
@@ -35,16 +44,44 @@ unit_oom_after(mrb_state *mrb, long n)
     oom_allocf = mrb->allocf;
     oom_ud = mrb->allocf_ud;
     oom_left = n;
+    oom_count = -1;
     oom_failed = 0;
     mrb->allocf = oom_failing_allocf;
+}
+
+
+/* mruby 3.1's mrb_realloc asks again after a full GC before it raises */
+void
+unit_oom_once(mrb_state *mrb, long n)
+{
+    unit_oom_after(mrb, n);
+    oom_count = 2;
 }
 
 
 void
 unit_oom_end(mrb_state *mrb)
 {
-    mrb->allocf = oom_allocf;
-    mrb->allocf_ud = oom_ud;
+    if (mrb->allocf == oom_failing_allocf) {
+        mrb->allocf = oom_allocf;
+        mrb->allocf_ud = oom_ud;
+    }
+    mrb->gc.disabled = FALSE;
+}
+
+
+/* mruby 3.1: an object is taken from the first page on free_heaps, and a
+ * page leaves that list when its last free slot is taken */
+void
+unit_oom_heap_full(mrb_state *mrb)
+{
+    int  ai = mrb_gc_arena_save(mrb);
+
+    mrb->gc.disabled = TRUE;
+    while (mrb->gc.free_heaps != NULL) {
+        mrb_obj_alloc(mrb, MRB_TT_OBJECT, mrb->object_class);
+        mrb_gc_arena_restore(mrb, ai);
+    }
 }
 
 

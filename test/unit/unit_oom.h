@@ -15,6 +15,16 @@
 void unit_oom_after(mrb_state *mrb, long n);
 void unit_oom_end(mrb_state *mrb);
 
+/* Only the allocation after n more fails (and mruby's second try of it),
+ * so that code that goes on after it handled the failure can. */
+void unit_oom_once(mrb_state *mrb, long n);
+
+/* Stops mrb's GC and takes every free object slot, so that the next object
+ * mrb makes needs a new heap page from the allocator (code that would find
+ * a free slot allocates nothing, and cannot fail); unit_oom_end starts the
+ * GC again. */
+void unit_oom_heap_full(mrb_state *mrb);
+
 /* Whether an allocation failed since unit_oom_after. */
 int unit_oom_failed(void);
 
