@@ -107,6 +107,41 @@ redis_stop(pid_t pid)
 }
 
 
+/* A redis-server of the test's own, and a connection to it. */
+typedef struct {
+    pid_t            server;
+    int              port;
+    mrb_redis_conn  *c;
+} conn_server;
+
+
+/* 0, or -1 (nothing left running) when either could not be made. */
+static int
+conn_server_start(conn_server *s)
+{
+    s->server = redis_start(&s->port);
+    if (s->server <= 0) {
+        return -1;
+    }
+
+    s->c = mrb_redis_conn_new("127.0.0.1", s->port, 2000);
+    if (s->c == NULL) {
+        redis_stop(s->server);
+        return -1;
+    }
+
+    return 0;
+}
+
+
+static void
+conn_server_stop(conn_server *s)
+{
+    mrb_redis_conn_free(s->c);
+    redis_stop(s->server);
+}
+
+
 /* One command through c (hiredis' format, words split at spaces): its
  * Integer reply, or -1. */
 static long long
@@ -165,30 +200,24 @@ side_command(int port, const char *command)
 
 TEST(redis_conn_resends_once_after_the_server_closed_it)
 {
-    mrb_redis_conn  *c;
-    long long        before, after;
-    int              port;
-    pid_t            server;
+    conn_server  s;
+    long long    before, after;
 
-    server = redis_start(&port);
-    REQUIRE(server > 0);
-    c = mrb_redis_conn_new("127.0.0.1", port, 2000);
-    REQUIRE(c != NULL);
+    REQUIRE(conn_server_start(&s) == 0);
 
-    before = conn_integer(c, "CLIENT ID");
+    before = conn_integer(s.c, "CLIENT ID");
     CHECK(before > 0);
-    CHECK_EQ(conn_integer(c, "CLIENT ID"), before);   /* kept */
+    CHECK_EQ(conn_integer(s.c, "CLIENT ID"), before);   /* kept */
 
-    CHECK(side_command(port, "CLIENT KILL TYPE normal SKIPME yes") >= 1);
+    CHECK(side_command(s.port, "CLIENT KILL TYPE normal SKIPME yes") >= 1);
 
     /* the kept connection is found closed: reopened, INCR sent once */
-    CHECK_EQ(conn_integer(c, "INCR n"), 1);
-    CHECK_EQ(side_command(port, "GET n"), 1);
-    after = conn_integer(c, "CLIENT ID");
+    CHECK_EQ(conn_integer(s.c, "INCR n"), 1);
+    CHECK_EQ(side_command(s.port, "GET n"), 1);
+    after = conn_integer(s.c, "CLIENT ID");
     CHECK(after > before);
 
-    mrb_redis_conn_free(c);
-    redis_stop(server);
+    conn_server_stop(&s);
 }
 
 
@@ -225,24 +254,21 @@ TEST(redis_conn_waits_a_second_after_a_failed_connect)
 
 TEST(redis_conn_made_before_a_fork_is_left_to_the_parent)
 {
-    mrb_redis_conn  *c;
-    long long        parent_id;
-    int              port, st;
-    pid_t            server, child;
+    conn_server  s;
+    long long    parent_id;
+    int          st;
+    pid_t        child;
 
-    server = redis_start(&port);
-    REQUIRE(server > 0);
-    c = mrb_redis_conn_new("127.0.0.1", port, 2000);
-    REQUIRE(c != NULL);
-    parent_id = conn_integer(c, "CLIENT ID");
+    REQUIRE(conn_server_start(&s) == 0);
+    parent_id = conn_integer(s.c, "CLIENT ID");
     REQUIRE(parent_id > 0);
 
     child = fork();
     if (child == 0) {
         /* the child connects anew, and closing its copy of the parent's
          * socket leaves the parent's connection alone */
-        long long  id = conn_integer(c, "CLIENT ID");
-        mrb_redis_conn_free(c);
+        long long  id = conn_integer(s.c, "CLIENT ID");
+        mrb_redis_conn_free(s.c);
         _exit(id > 0 && id != parent_id ? 0 : 1);
     }
 
@@ -251,10 +277,9 @@ TEST(redis_conn_made_before_a_fork_is_left_to_the_parent)
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 
     /* the parent's connection is still its own, and still the same one */
-    CHECK_EQ(conn_integer(c, "CLIENT ID"), parent_id);
+    CHECK_EQ(conn_integer(s.c, "CLIENT ID"), parent_id);
 
-    mrb_redis_conn_free(c);
-    redis_stop(server);
+    conn_server_stop(&s);
 }
 
 
@@ -339,80 +364,74 @@ interleave_wait(void *arg, int fd, int events, unsigned ms)
 }
 
 
+/*
+ * first: a run whose waits go through il (cancel: its next wait is
+ * cancelled).  Its first command goes alone, so that it has a link of its
+ * own before il interleaves anything: that link's CLIENT ID, or -1.
+ */
+static long long
+interleave_begin(conn_interleave *il, mrb_redis_caller *first,
+    mrb_redis_conn *c, int cancel)
+{
+    mrb_redis_status  st;
+    long long         id;
+
+    memset(il, 0, sizeof(*il));
+    il->c = c;
+    il->cancel = cancel;
+    il->calls = 1;
+    first->owner = (void *) 1;
+    first->state = 0;
+    first->wait = interleave_wait;
+    first->wait_arg = il;
+
+    id = caller_integer(c, first, "CLIENT ID", &st);
+    il->calls = 0;     /* the next command's first wait interleaves */
+    return id;
+}
+
+
 TEST(redis_conn_a_run_that_waits_keeps_its_link_to_itself)
 {
-    mrb_redis_conn    *c;
+    conn_server        s;
     mrb_redis_caller   first;
     mrb_redis_status   st;
     conn_interleave    il;
     long long          id, before;
-    int                port;
-    pid_t              server;
 
-    server = redis_start(&port);
-    REQUIRE(server > 0);
-    c = mrb_redis_conn_new("127.0.0.1", port, 2000);
-    REQUIRE(c != NULL);
-
-    memset(&il, 0, sizeof(il));
-    il.c = c;
-    il.calls = 1;     /* the first command alone */
-    first.owner = (void *) 1;
-    first.state = 0;
-    first.wait = interleave_wait;
-    first.wait_arg = &il;
-
-    before = caller_integer(c, &first, "CLIENT ID", &st);
+    REQUIRE(conn_server_start(&s) == 0);
+    before = interleave_begin(&il, &first, s.c, 0);
     REQUIRE(before > 0);
 
     /* while the first waits for its reply, the other takes a new link
      * and gets its own reply; then the first gets its own */
-    il.calls = 0;
-    id = caller_integer(c, &first, "CLIENT ID", &st);
+    id = caller_integer(s.c, &first, "CLIENT ID", &st);
     CHECK_EQ(id, before);
     CHECK(il.other_id > 0 && il.other_id != before);
 
-    mrb_redis_conn_free(c);
-    redis_stop(server);
+    conn_server_stop(&s);
 }
 
 
 TEST(redis_conn_a_cancelled_wait_closes_its_link)
 {
-    mrb_redis_conn    *c;
+    conn_server        s;
     mrb_redis_caller   first;
     mrb_redis_status   st;
     conn_interleave    il;
     long long          before;
-    int                port;
-    pid_t              server;
 
-    server = redis_start(&port);
-    REQUIRE(server > 0);
-    c = mrb_redis_conn_new("127.0.0.1", port, 2000);
-    REQUIRE(c != NULL);
-
-    memset(&il, 0, sizeof(il));
-    il.c = c;
-    il.cancel = 1;
-    il.calls = 1;     /* no cancel for the first command */
-    first.owner = (void *) 1;
-    first.state = 0;
-    first.wait = interleave_wait;
-    first.wait_arg = &il;
-
-    before = caller_integer(c, &first, "CLIENT ID", &st);
+    REQUIRE(conn_server_start(&s) == 0);
+    before = interleave_begin(&il, &first, s.c, 1);
     REQUIRE(before > 0);
 
     /* cancelled with INCR in flight: the link goes (its reply must not
      * reach the next command), and the next command has a new one */
-    il.calls = 0;
-    CHECK_EQ(caller_integer(c, &first, "INCR n", &st), -1);
+    CHECK_EQ(caller_integer(s.c, &first, "INCR n", &st), -1);
     CHECK_EQ(st, MRB_REDIS_ECANCELLED);
-    CHECK(!mrb_redis_conn_connected(c));
-    CHECK(conn_integer(c, "CLIENT ID") > before);
-    CHECK_EQ(conn_integer(c, "INCR n"), 2);
+    CHECK(!mrb_redis_conn_connected(s.c));
+    CHECK(conn_integer(s.c, "CLIENT ID") > before);
+    CHECK_EQ(conn_integer(s.c, "INCR n"), 2);
 
-    mrb_redis_conn_free(c);
-    redis_stop(server);
+    conn_server_stop(&s);
 }
