@@ -21,7 +21,8 @@ struct mrb_coro_pool_s {
     unsigned         keep;
     unsigned         live;
     unsigned         idle;
-    mrb_coro        *free;
+    unsigned         idle_low;   /* the fewest idle since the last trim */
+    mrb_coro        *free;       /* last finished first */
 };
 
 /*
@@ -298,6 +299,9 @@ mrb_coro_new(mrb_coro_pool *pool, mrb_coro_fn fn, void *arg)
     if (coro != NULL) {
         pool->free = coro->next_idle;
         pool->idle--;
+        if (pool->idle < pool->idle_low) {
+            pool->idle_low = pool->idle;
+        }
 
     } else {
         map = mmap(NULL, pool->map_size, PROT_READ | PROT_WRITE,
@@ -334,7 +338,7 @@ mrb_coro_release(mrb_coro *coro)
 
     pool->live--;
 
-    if (pool->idle >= pool->keep) {
+    if (pool->keep == 0) {
         coro_unmap(pool, coro);
         return;
     }
@@ -349,4 +353,38 @@ void
 mrb_coro_drop(mrb_coro *coro)
 {
     mrb_coro_release(coro);
+}
+
+
+/*
+ * The free list is last-in first-out, so the idle_low stacks at its far
+ * end are those no coroutine took since the last trim: they go, as long
+ * as keep stay.
+ */
+unsigned
+mrb_coro_pool_trim(mrb_coro_pool *pool)
+{
+    mrb_coro  **link, *coro, *next;
+    unsigned    spare, stay, i;
+
+    spare = pool->idle > pool->keep ? pool->idle - pool->keep : 0;
+    if (spare > pool->idle_low) {
+        spare = pool->idle_low;
+    }
+    stay = pool->idle - spare;
+
+    link = &pool->free;
+    for (i = 0; i < stay; i++) {
+        link = &(*link)->next_idle;
+    }
+
+    for (coro = *link; coro != NULL; coro = next) {
+        next = coro->next_idle;
+        coro_unmap(pool, coro);
+    }
+
+    *link = NULL;
+    pool->idle = stay;
+    pool->idle_low = stay;
+    return spare;
 }

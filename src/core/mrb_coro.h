@@ -6,9 +6,19 @@
  * (a sigprocmask syscall per switch).
  *
  * A stack is one mmap: the usable stack, and below it one PROT_NONE guard
- * page.  The pool keeps up to `keep` finished stacks on a free list, so that
- * starting a coroutine is a list pop and three stores; pages a coroutine
- * never touched cost no memory.
+ * page; pages a coroutine never touched cost no memory.  A finished
+ * coroutine's stack goes on the pool's free list, last in first out, and
+ * starting one is a list pop and three stores.
+ *
+ * How many stacks stay: every finished one, until the owner calls
+ * mrb_coro_pool_trim (about once a second), which unmaps those beyond
+ * `keep` that no coroutine took since its previous call.  So a worker
+ * whose waiting runs swing between few and many (1,000 sleepers answered
+ * and replaced in waves) reuses its stacks without a system call, and
+ * after a burst the stacks beyond `keep` go within two trims.  Unmapped,
+ * not madvise()d: a trim happens once a second at most, so only the next
+ * burst maps them again, and unmapping also gives back the address space
+ * and the two kernel mappings each stack costs (vm.max_map_count).
  *
  * Overflow: code that can recurse (the Ruby VM entered again from C) asks
  * mrb_coro_stack_left() first and fails cleanly while there is room.  The
@@ -40,8 +50,9 @@ typedef void (*mrb_coro_fn)(mrb_coro *coro, void *arg);
 
 /*
  * A pool of stacks of stack_size usable bytes (rounded up to pages; at
- * least MRB_CORO_STACK_MIN), keeping up to keep finished ones for reuse.
- * NULL when out of memory.  The caller frees it with mrb_coro_pool_free
+ * least MRB_CORO_STACK_MIN), keeping keep finished ones for reuse through
+ * trims, and more between them (0: none, each stack is unmapped when its
+ * coroutine finishes).  NULL when out of memory.  The caller frees it with mrb_coro_pool_free
  * once every coroutine taken from it has finished.
  */
 mrb_coro_pool *mrb_coro_pool_new(size_t stack_size, unsigned keep);
@@ -52,6 +63,12 @@ size_t mrb_coro_pool_stack_size(const mrb_coro_pool *pool);
 /* Coroutines started and not finished; finished stacks kept for reuse. */
 unsigned mrb_coro_pool_live(const mrb_coro_pool *pool);
 unsigned mrb_coro_pool_idle(const mrb_coro_pool *pool);
+
+/*
+ * Unmaps the finished stacks beyond keep that no coroutine took since the
+ * previous trim (or since the pool was made); returns how many.
+ */
+unsigned mrb_coro_pool_trim(mrb_coro_pool *pool);
 
 /*
  * A coroutine that will run fn(coro, arg) on a stack of pool, from its

@@ -73,6 +73,12 @@ struct mrb_server_s {
      * 0, or -1 if it cannot.  NULL: such waits block (mrb_wait_fd). */
     int        (*wake_on_fd)(mrb_run *run, int fd, int events, mrb_int msec,
                              int *ready);
+
+    /* Calls mrb_wait_trim(interp) MRB_WAIT_TRIM_MS from now, from the
+     * server's event loop, and again as long as it returns 1; so that the
+     * stacks a burst left go back even if no run follows.  NULL: the core
+     * trims at the end of a run, at most once per MRB_WAIT_TRIM_MS. */
+    void       (*trim_later)(mrb_interp *interp);
 };
 
 /* What mrb_server.wake_on_fd waits for. */

@@ -130,10 +130,14 @@ struct mrb_wait_state_s {
     int                  nnames;
 
     mrb_coro_pool       *pool;
+    unsigned             keep;       /* the pool's */
     mrb_value            keeps;      /* Array of every slot's keep, GC-registered */
     mrb_wait_slot       *idle;
     unsigned             nidle;
     mrb_wait_slot       *current;    /* the slot running now, or NULL */
+
+    unsigned             trim_pending:1;  /* trim_later called, not run */
+    long                 trimmed_ms;      /* when, without trim_later */
 };
 
 
@@ -219,6 +223,7 @@ wait_state(mrb_interp *interp)
         free(st);
         return NULL;
     }
+    st->keep = wait_pool_keep;
 
     mrb = mrb_interp_state(interp);
     ai = mrb_gc_arena_save(mrb);
@@ -327,6 +332,58 @@ mrb_wait_state_free(mrb_wait_state *st)
 
     mrb_coro_pool_free(st->pool);
     free(st);
+}
+
+
+static long
+wait_now_ms(void)
+{
+    struct timespec  ts;
+
+    /* the coarse clock: read in user space, never a system call */
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (long) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+
+int
+mrb_wait_trim(mrb_interp *interp)
+{
+    mrb_wait_state  *st = *mrb_interp_wait_state(interp);
+
+    if (st == NULL) {
+        return 0;
+    }
+
+    mrb_coro_pool_trim(st->pool);
+    st->trimmed_ms = wait_now_ms();
+    st->trim_pending = mrb_coro_pool_idle(st->pool) > st->keep;
+    return st->trim_pending;
+}
+
+
+/*
+ * After a run's coroutine finished: a pool holding more than keep stacks
+ * is trimmed within MRB_WAIT_TRIM_MS (one comparison per run otherwise).
+ */
+static void
+wait_trim_due(mrb_interp *interp, mrb_wait_state *st)
+{
+    const mrb_server  *server;
+
+    if (mrb_coro_pool_idle(st->pool) <= st->keep || st->trim_pending) {
+        return;
+    }
+
+    server = mrb_interp_server(interp);
+    if (server->trim_later != NULL) {
+        st->trim_pending = 1;
+        server->trim_later(interp);
+
+    } else if (wait_now_ms() - st->trimmed_ms >= MRB_WAIT_TRIM_MS) {
+        mrb_wait_trim(interp);
+        st->trim_pending = 0;
+    }
 }
 
 
@@ -735,6 +792,7 @@ mrb_wait_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run)
     rc = slot->rc;
     wait_copy_result(mrb, slot, run);
     wait_slot_give_back(mrb, st, slot);
+    wait_trim_due(interp, st);
     return rc;
 }
 
@@ -764,6 +822,7 @@ mrb_wait_resume(mrb_interp *interp, mrb_run *waiting, mrb_run *out)
         wait_copy_result(mrb, slot, out);
     }
     wait_slot_give_back(mrb, st, slot);
+    wait_trim_due(interp, st);
     return rc;
 }
 
@@ -783,6 +842,7 @@ mrb_wait_cancel(mrb_interp *interp, mrb_run *waiting)
     }
 
     wait_slot_give_back(mrb, st, slot);
+    wait_trim_due(interp, st);
 }
 
 

@@ -90,8 +90,17 @@ void mrb_wait_raise_cancelled(mrb_state *mrb);
 void mrb_wait_set_stack_size(size_t size);
 
 /* Finished stacks each interpreter created from now on keeps for reuse
- * (MRB_CORO_KEEP_DEFAULT, 64, unless set; 0: mmap and munmap each). */
+ * through trims (MRB_CORO_KEEP_DEFAULT, 64, unless set; 0: mmap and munmap
+ * each). */
 void mrb_wait_set_pool_keep(unsigned keep);
+
+/*
+ * Stacks beyond the pool's keep that no run took for a whole period go
+ * back (mrb_coro_pool_trim; mrb_server.trim_later says who calls this).
+ * Returns 1 while interp keeps more than keep, 0 then.
+ */
+#define MRB_WAIT_TRIM_MS  1000
+int mrb_wait_trim(mrb_interp *interp);
 
 /* Coroutines of interp alive now and finished stacks kept for reuse. */
 void mrb_wait_counts(mrb_interp *interp, unsigned *live, unsigned *idle);

@@ -87,7 +87,8 @@ typedef struct {
         wake_after,                                                           \
         0,                                 /* a sleep that cannot wait     \
                                               raises */                       \
-        wake_on_fd                                                            \
+        wake_on_fd,                                                           \
+        ngx_mruby_trim_later                                                  \
     }
 
 
@@ -223,6 +224,10 @@ void ngx_mruby_fd_unwatch(ngx_mruby_fd_wait_t *w);
 /* Arms wake to fire msec milliseconds from now, never sooner
  * (Async.sleep's timer, http and stream). */
 void ngx_mruby_wake_timer(ngx_event_t *wake, mrb_int msec);
+
+/* mrb_server.trim_later: a timer of the worker that trims interp's stacks
+ * (mrb_wait_trim), cancelable: it does not hold up the worker's exit. */
+void ngx_mruby_trim_later(mrb_interp *interp);
 
 /*
  * The request or session goes while its script waits (a client that left,

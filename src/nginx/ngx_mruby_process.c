@@ -18,6 +18,10 @@ typedef struct {
 } ngx_mruby_worker_ctx_t;
 
 
+/* the worker's stack trims (mrb_wait_trim), while a burst's stacks stay */
+static ngx_event_t  ngx_mruby_trim_timer;
+
+
 /* Runs each script of an array, logging a failure under the directive. */
 static void
 ngx_mruby_run_startup(mrb_interp *interp, ngx_array_t *scripts,
@@ -163,6 +167,10 @@ ngx_mruby_exit_worker(ngx_mruby_process_t *p, ngx_mruby_main_conf_t *mcf,
                               cycle->log);
     }
 
+    if (ngx_mruby_trim_timer.timer_set) {
+        ngx_del_timer(&ngx_mruby_trim_timer);
+    }
+
     /* the process exits next: close it so that its finalizers run */
     mrb_interp_close(p->interp);
     p->interp = NULL;
@@ -179,6 +187,32 @@ ngx_mruby_interp(ngx_mruby_process_t *p, ngx_log_t *log)
     }
 
     return p->interp;
+}
+
+
+static void
+ngx_mruby_trim(ngx_event_t *ev)
+{
+    if (mrb_wait_trim(ev->data)) {
+        ngx_add_timer(ev, MRB_WAIT_TRIM_MS);
+    }
+}
+
+
+void
+ngx_mruby_trim_later(mrb_interp *interp)
+{
+    ngx_event_t  *ev = &ngx_mruby_trim_timer;
+
+    if (ev->timer_set) {
+        return;
+    }
+
+    ev->handler = ngx_mruby_trim;
+    ev->data = interp;
+    ev->log = ngx_cycle->log;
+    ev->cancelable = 1;
+    ngx_add_timer(ev, MRB_WAIT_TRIM_MS);
 }
 
 

@@ -206,6 +206,63 @@ end""")
     assert harness.rss_kb(n.worker_pids()[0]) - rss0 < 8 * 1024
 
 
+def stack_mappings(pid, stack_size=256 * 1024, page=4096):
+    """Coroutine stacks mapped in pid: a PROT_NONE guard page right below a
+    mapping of the stack size (/proc/PID/maps)."""
+    rows = []
+    with open(f"/proc/{pid}/maps") as f:
+        for line in f:
+            lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+            rows.append((lo, hi, line.split()[1]))
+    rows.sort()
+    return sum(1 for a, b in zip(rows, rows[1:])
+               if a[1] - a[0] == page and a[2].startswith("---")
+               and b[0] == a[1] and b[1] - b[0] == stack_size
+               and b[2].startswith("rw"))
+
+
+def test_a_burst_beyond_the_pool_is_kept_a_while_then_given_back(nginx):
+    """A finished coroutine's stack stays for the next request however
+    many there are, until a trim (about every second) finds it unused for
+    a whole period: a burst's stacks beyond the 64 the pool keeps are
+    kept for at least a second, then unmapped without any request to
+    trigger it."""
+    n = nginx(
+        loc("/nap", "mruby_content_handler_code", "Nginx::Async.sleep 30_000")
+        + loc("/count", "mruby_content_handler_code",
+              'Nginx.rputs Nginx::Async.coroutines.join(" ")'))
+    pid = n.worker_pids()[0]
+    socks = []
+    for _ in range(150):
+        s = socket.create_connection(("127.0.0.1", n.port), timeout=5)
+        s.sendall(b"GET /nap HTTP/1.1\r\nHost: x\r\n\r\n")
+        socks.append(s)
+    deadline = time.monotonic() + 10
+    while pool_counts(n)[0] < 150 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pool_counts(n)[0] == 150
+    assert stack_mappings(pid) >= 150
+
+    for s in socks:
+        s.close()
+    most_kept = 0
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        live, idle = pool_counts(n)
+        most_kept = max(most_kept, idle)
+        if live == 0:
+            break
+    assert live == 0
+    assert most_kept > 64
+
+    # no request from here on: the worker's own timer trims
+    deadline = time.monotonic() + 15
+    while stack_mappings(pid) > 64 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert stack_mappings(pid) <= 64
+    assert pool_counts(n) == (0, 63)   # /count's own run holds the 64th
+
+
 def test_quit_waits_for_sleeping_requests(nginx):
     n = nginx(loc("/", "mruby_content_handler_code",
                   'Nginx::Async.sleep 700; Nginx.rputs "finished"'))

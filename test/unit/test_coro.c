@@ -70,37 +70,79 @@ note_current(mrb_coro *coro, void *arg)
 }
 
 
-TEST(coro_pool_reuses_stacks_and_keeps_at_most_keep)
+/* Starts n coroutines that suspend once, then lets them all finish. */
+static void
+coro_burst(mrb_coro_pool *pool, int n)
 {
-    mrb_coro_pool  *pool = mrb_coro_pool_new(0, 2);
-    mrb_coro       *coros[4], *seen = NULL;
-    coro_counter    c[4];
-    int             i;
+    mrb_coro      *coros[8];
+    coro_counter   c[8];
+    int            i;
 
-    REQUIRE(pool != NULL);
-
-    for (i = 0; i < 4; i++) {
+    for (i = 0; i < n; i++) {
         c[i].steps = 1;
         c[i].seen = 0;
         coros[i] = mrb_coro_new(pool, count_up, &c[i]);
         REQUIRE(coros[i] != NULL);
         CHECK_EQ(mrb_coro_resume(coros[i]), 1);
     }
-    CHECK_EQ(mrb_coro_pool_live(pool), 4);
+    CHECK_EQ(mrb_coro_pool_live(pool), (unsigned) n);
 
-    for (i = 0; i < 4; i++) {
+    for (i = 0; i < n; i++) {
         CHECK_EQ(mrb_coro_resume(coros[i]), 0);
     }
     CHECK_EQ(mrb_coro_pool_live(pool), 0);
-    CHECK_EQ(mrb_coro_pool_idle(pool), 2);
+}
+
+
+TEST(coro_pool_keeps_a_burst_until_two_trims_then_keep)
+{
+    mrb_coro_pool  *pool = mrb_coro_pool_new(0, 2);
+    mrb_coro       *coro, *seen = NULL;
+
+    REQUIRE(pool != NULL);
+
+    /* between trims every finished stack stays for the next burst */
+    coro_burst(pool, 6);
+    CHECK_EQ(mrb_coro_pool_idle(pool), 6);
+    coro_burst(pool, 6);
+    CHECK_EQ(mrb_coro_pool_idle(pool), 6);
 
     /* the stack given back last is the next one taken */
-    coros[0] = mrb_coro_new(pool, note_current, &seen);
-    REQUIRE(coros[0] != NULL);
-    CHECK_EQ(mrb_coro_pool_idle(pool), 1);
-    CHECK_EQ(mrb_coro_resume(coros[0]), 0);
-    CHECK(seen == coros[0]);
+    coro = mrb_coro_new(pool, note_current, &seen);
+    REQUIRE(coro != NULL);
+    CHECK_EQ(mrb_coro_pool_idle(pool), 5);
+    CHECK_EQ(mrb_coro_resume(coro), 0);
+    CHECK(seen == coro);
 
+    /* all six were taken since the pool was made: none goes */
+    CHECK_EQ(mrb_coro_pool_trim(pool), 0);
+    CHECK_EQ(mrb_coro_pool_idle(pool), 6);
+
+    /* four of them were taken again before the next trim: the two never
+     * taken go; then those four, untouched for a whole period, less keep */
+    coro_burst(pool, 4);
+    CHECK_EQ(mrb_coro_pool_trim(pool), 2);
+    CHECK_EQ(mrb_coro_pool_idle(pool), 4);
+    CHECK_EQ(mrb_coro_pool_trim(pool), 2);
+    CHECK_EQ(mrb_coro_pool_idle(pool), 2);
+    CHECK_EQ(mrb_coro_pool_trim(pool), 0);
+    CHECK_EQ(mrb_coro_pool_idle(pool), 2);
+
+    /* and what stays is reused */
+    coro_burst(pool, 2);
+    CHECK_EQ(mrb_coro_pool_idle(pool), 2);
+
+    mrb_coro_pool_free(pool);
+}
+
+
+TEST(coro_pool_of_keep_0_keeps_nothing)
+{
+    mrb_coro_pool  *pool = mrb_coro_pool_new(0, 0);
+
+    REQUIRE(pool != NULL);
+    coro_burst(pool, 3);
+    CHECK_EQ(mrb_coro_pool_idle(pool), 0);
     mrb_coro_pool_free(pool);
 }
 
