@@ -156,8 +156,13 @@ test-faults: deps
 	MRUBY_FAULT_SECONDS=30 MRUBY_FAULT_REQUESTS=1000000 \
 	  $(PYTHON) -m pytest -q -s -p no:cacheprovider test/shared/test_faults.py
 
+# test/unit/unit_intern.c counts the lookups of a name in mruby's symbol
+# tables through the intern functions mruby's parser and loader call.
+UNIT_WRAP  := $(addprefix -Wl$(comma)--wrap=,mrb_intern mrb_intern_static \
+              mrb_intern_cstr)
+
 $(BUILD)/test_core: $(wildcard test/unit/*.c) $(CORE_SRC) $(LIB_SRC) $(BUILD)/mrblib.c $(CORE_H)
-	$(CC) $(CFLAGS_ALL) -o $@ $(wildcard test/unit/*.c) $(CORE_SRC) $(LIB_SRC) $(BUILD)/mrblib.c $(LIBS)
+	$(CC) $(CFLAGS_ALL) -o $@ $(wildcard test/unit/*.c) $(CORE_SRC) $(LIB_SRC) $(BUILD)/mrblib.c $(LIBS) $(UNIT_WRAP)
 
 # Fuzzing: each test/fuzz/fuzz_NAME.c is a libFuzzer target (clang, with
 # AddressSanitizer) linked with the core built the same way.  `make fuzz`

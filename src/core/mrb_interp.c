@@ -638,6 +638,13 @@ mrb_interp_proc(mrb_interp *interp, unsigned id, uint32_t generation)
 }
 
 
+struct RProc *
+mrb_interp_proc_any(mrb_interp *interp, unsigned id)
+{
+    return id < interp->nloaded ? interp->loaded[id].proc : NULL;
+}
+
+
 typedef struct {
     mrb_value   procs;
     mrb_int     index;

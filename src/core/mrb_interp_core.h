@@ -65,6 +65,9 @@ mrb_file_watch_poller *mrb_interp_file_watch(mrb_interp *interp);
 struct RProc *mrb_interp_proc(mrb_interp *interp, unsigned id,
     uint32_t generation);
 
+/* The proc loaded for script id at any generation, or NULL. */
+struct RProc *mrb_interp_proc_any(mrb_interp *interp, unsigned id);
+
 /* Keeps proc (reachable for the GC) as script id at generation. */
 int mrb_interp_proc_keep(mrb_interp *interp, unsigned id, uint32_t generation,
     struct RProc *proc);

@@ -19,12 +19,14 @@
 #include <mruby.h>
 #include <mruby/compile.h>
 #include <mruby/dump.h>
+#include <mruby/error.h>
 #include <mruby/irep.h>
 #include <mruby/proc.h>
 
 #include "mrb_file_watch.h"
 #include "mrb_interp_core.h"
 #include "mrb_script.h"
+#include "mrb_script_compile.h"
 
 
 /* What identifies the version of a file a compile was made from. */
@@ -94,10 +96,6 @@ static pthread_mutex_t  script_id_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void script_publish_locked(mrb_script *script);
 static uint64_t source_hash(const char *src, size_t len);
-
-/* Compiles at configuration time, when no interpreter exists yet. */
-static mrb_state       *config_compiler;
-static pthread_mutex_t  config_compiler_lock = PTHREAD_MUTEX_INITIALIZER;
 
 
 int
@@ -198,124 +196,26 @@ file_read(const char *path, size_t *len, mrb_file_id *id, char *err,
 }
 
 
-/*
- * Parses and generates code in mrb; returns the proc, or NULL with
- * "name:line: message" in err.  The context lives on the stack: under
- * `never` this runs on every request, and mrbc_context_new() and
- * mrbc_filename() would allocate it and a copy of the name each time.  The
- * parser interns the name; what it allocates in the context (the names of
- * the top level's local variables) mrbc_cleanup_local_variables() frees.
- */
-static struct RProc *
-code_compile(mrb_state *mrb, const char *src, size_t len, const char *name,
-    int line, char *err, size_t errlen)
-{
-    mrbc_context              cxt = { 0 };
-    struct mrb_parser_state  *p;
-    struct RProc             *proc = NULL;
-
-    cxt.capture_errors = TRUE;
-    cxt.no_exec = TRUE;
-    cxt.filename = (char *) name;
-    if (line > 1) {
-        cxt.lineno = (uint16_t) line;
-    }
-
-    p = mrb_parse_nstring(mrb, src, len, &cxt);
-
-    if (p == NULL) {
-        snprintf(err, errlen, "%s: out of memory compiling", name);
-    } else if (p->nerr > 0) {
-        snprintf(err, errlen, "%s:%d: %s", name,
-                 (int) p->error_buffer[0].lineno,
-                 p->error_buffer[0].message ? p->error_buffer[0].message
-                                            : "syntax error");
-    } else {
-        proc = mrb_generate_code(mrb, p);
-        if (proc == NULL) {
-            snprintf(err, errlen, "%s: code generation failed", name);
-        }
-    }
-
-    if (p != NULL) {
-        mrb_parser_free(p);
-    }
-    mrbc_cleanup_local_variables(mrb, &cxt);
-    mrb->exc = NULL;
-    return proc;
-}
-
-
-/* Compiles src in mrb and keeps the bytecode in script; lock held. */
+/* Compiles src and keeps the bytecode in script; lock held. */
 static int
-script_compile_locked(mrb_state *mrb, mrb_script *script, const char *src,
-    size_t len, char *err, size_t errlen)
+script_compile_locked(mrb_script *script, const char *src, size_t len,
+    char *err, size_t errlen)
 {
-    struct RProc  *proc;
-    uint8_t       *dump, *bin;
-    size_t         dump_len;
-    int            ai = mrb_gc_arena_save(mrb);
+    uint8_t  *bin;
+    size_t    bin_len;
 
-    proc = code_compile(mrb, src, len, script->name, script->line, err,
-                        errlen);
-    if (proc == NULL) {
-        mrb_gc_arena_restore(mrb, ai);
-        return -1;
-    }
-
-    if (mrb_dump_irep(mrb, proc->body.irep, MRB_DUMP_DEBUG_INFO, &dump,
-                      &dump_len) != MRB_DUMP_OK)
+    if (mrb_script_compile(src, len, script->name, script->line, &bin,
+                           &bin_len, err, errlen)
+        != 0)
     {
-        snprintf(err, errlen, "%s: cannot dump the bytecode", script->name);
-        mrb_gc_arena_restore(mrb, ai);
         return -1;
     }
-
-    /* Bytecode outlives the interpreter that made it: copy it out. */
-    bin = malloc(dump_len);
-    if (bin == NULL) {
-        snprintf(err, errlen, "%s: out of memory keeping the bytecode",
-                 script->name);
-        mrb_free(mrb, dump);
-        mrb_gc_arena_restore(mrb, ai);
-        return -1;
-    }
-
-    memcpy(bin, dump, dump_len);
-    mrb_free(mrb, dump);
-    mrb_gc_arena_restore(mrb, ai);
 
     free(script->bin);
     script->bin = bin;
-    script->bin_len = dump_len;
+    script->bin_len = bin_len;
     script->generation++;
     return 0;
-}
-
-
-/* Under config_compiler_lock: compiles with the configuration-time
- * compiler, opened on first use. */
-static int
-script_compile_at_config_locked(mrb_script *script, const char *src,
-    size_t len, char *err, size_t errlen)
-{
-    int  rc;
-
-    if (config_compiler == NULL) {
-        config_compiler = mrb_open_core(mrb_default_allocf, NULL);
-    }
-
-    if (config_compiler == NULL) {
-        snprintf(err, errlen, "%s: cannot create the mruby compiler",
-                 script->name);
-        return -1;
-    }
-
-    pthread_mutex_lock(&script->lock);
-    rc = script_compile_locked(config_compiler, script, src, len, err, errlen);
-    pthread_mutex_unlock(&script->lock);
-
-    return rc;
 }
 
 
@@ -325,31 +225,11 @@ script_compile_at_config(mrb_script *script, const char *src, size_t len,
 {
     int  rc;
 
-    pthread_mutex_lock(&config_compiler_lock);
-    rc = script_compile_at_config_locked(script, src, len, err, errlen);
-    pthread_mutex_unlock(&config_compiler_lock);
+    pthread_mutex_lock(&script->lock);
+    rc = script_compile_locked(script, src, len, err, errlen);
+    pthread_mutex_unlock(&script->lock);
 
     return rc;
-}
-
-
-/*
- * Apache unloads and reloads its modules on every restart: a compiler kept
- * across configurations would be lost with the module's statics.  The
- * adapter closes it once a configuration is read; a later compile at
- * configuration time opens a new one.
- */
-void
-mrb_script_compiler_close(void)
-{
-    pthread_mutex_lock(&config_compiler_lock);
-
-    if (config_compiler != NULL) {
-        mrb_close(config_compiler);
-        config_compiler = NULL;
-    }
-
-    pthread_mutex_unlock(&config_compiler_lock);
 }
 
 
@@ -854,8 +734,7 @@ script_refresh_locked(mrb_interp *interp, mrb_script *script,
 
     script->file_id = id;
     script->source_hash = hash;
-    rc = script_compile_locked(mrb_interp_state(interp), script, src, len,
-                               err, errlen);
+    rc = script_compile_locked(script, src, len, err, errlen);
     free(src);
 
     if (rc != 0) {
@@ -884,6 +763,43 @@ script_proc_toplevel(mrb_state *mrb, struct RProc *proc)
 {
     proc->upper = NULL;
     MRB_PROC_SET_TARGET_CLASS(proc, mrb->object_class);
+}
+
+
+static mrb_value
+script_intern_name(mrb_state *mrb, void *name)
+{
+    return mrb_symbol_value(mrb_intern_cstr(mrb, name));
+}
+
+
+/*
+ * Gives a proc loaded from the script's bytecode the interpreter's symbol
+ * for the script's name (mrb_script_compile.h): the one of the version it
+ * replaces, or else interned, which may raise (out of memory) where no run
+ * has a handler: protected.  Returns 0, or -1.
+ */
+static int
+script_proc_name_file(mrb_interp *interp, mrb_script *script,
+    struct RProc *proc)
+{
+    mrb_state     *mrb = mrb_interp_state(interp);
+    struct RProc  *last = mrb_interp_proc_any(interp, script->id);
+    mrb_sym        file = last != NULL ? mrb_script_file_get(last) : 0;
+    mrb_value      v;
+    mrb_bool       failed;
+
+    if (file == 0) {
+        v = mrb_protect_error(mrb, script_intern_name, script->name, &failed);
+        if (failed) {
+            mrb->exc = NULL;
+            return -1;
+        }
+        file = mrb_symbol(v);
+    }
+
+    mrb_script_file_set(proc, file);
+    return 0;
 }
 
 
@@ -1117,6 +1033,12 @@ script_proc(mrb_interp *interp, mrb_script *script, int watch, int keep,
     proc = mrb_proc_ptr(v);
     script_proc_toplevel(mrb, proc);
 
+    if (script_proc_name_file(interp, script, proc) != 0) {
+        snprintf(err, errlen, "%s: out of memory loading", script->name);
+        proc = NULL;
+        goto done;
+    }
+
     if (mrb_interp_proc_keep(interp, script->id, script->generation, proc)
         != 0)
     {
@@ -1145,8 +1067,8 @@ script_proc_uncached(mrb_interp *interp, mrb_script *script, char *err,
         return NULL;
     }
 
-    proc = code_compile(mrb_interp_state(interp), src, len, script->name, 1,
-                        err, errlen);
+    proc = mrb_script_parse(mrb_interp_state(interp), src, len, script->name,
+                            1, err, errlen);
     free(src);
 
     if (proc != NULL) {

@@ -55,8 +55,9 @@ mrb_script *mrb_script_from_code(const char *code, size_t len,
 
 void mrb_script_free(mrb_script *script);
 
-/* Frees the compiler that configuration-time compiles share (see
- * mrb_script_from_file); call it when a configuration has been read. */
+/* Frees the process's compiler (mrb_script_compile.h), which
+ * configuration-time compiles open; call it when a configuration has been
+ * read. */
 void mrb_script_compiler_close(void);
 
 /*

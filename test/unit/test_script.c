@@ -14,6 +14,7 @@
 #include "mrb_interp.h"
 #include "mrb_script.h"
 #include "unit.h"
+#include "unit_intern.h"
 
 
 static char   test_out[4096];
@@ -316,6 +317,48 @@ TEST(script_stat_recompiles_on_change_and_recovers_from_errors)
     mrb_run_init(&run, (void *) 1, 0);
     CHECK_EQ(mrb_script_run(interp, s, &run), 0);
     CHECK_EQ(run.result, 3);
+
+    mrb_script_free(s);
+    mrb_interp_close(interp);
+    unlink(path);
+}
+
+
+/*
+ * mruby 3.1 finds a name in a symbol table that holds the file names of N
+ * scripts in up to N steps (mrb_script_compile.c): the recompile and load
+ * of an edited script must not look up its file name in the interpreter,
+ * (the compiler, a state of its own, does), and the backtraces of the new
+ * version still name the file, in blocks and methods too.
+ */
+TEST(script_edit_looks_up_no_file_name_and_names_it)
+{
+    const char   *path = tmp_path("named.rb");
+    mrb_interp   *interp = interp_new();
+    mrb_script   *s;
+    mrb_run       run;
+    char          err[256], where[192];
+
+    REQUIRE(interp != NULL);
+    write_file(path, "Apache.return 1\n");
+    s = mrb_script_from_file(path, MRB_CACHE_STAT, err, sizeof(err));
+    REQUIRE(s != NULL);
+    mrb_run_init(&run, (void *) 1, 0);
+    CHECK_EQ(mrb_script_run(interp, s, &run), 0);
+    CHECK_EQ(run.result, 1);
+
+    write_file(path, "def f\n  [1].each do\n    raise 'edited'\n  end\n"
+               "end\nf\n");
+    unit_intern_watch(mrb_interp_state(interp), path);
+    mrb_run_init(&run, (void *) 1, 0);
+    CHECK_EQ(mrb_script_run(interp, s, &run), -1);
+    CHECK_EQ(unit_intern_count(), 0);
+    unit_intern_watch(NULL, NULL);
+
+    snprintf(where, sizeof(where), "edited (%s:3", path);
+    CHECK(strstr(run.error, where) != NULL);
+    snprintf(where, sizeof(where), "%s:6", path);
+    CHECK(strstr(run.error, where) != NULL);
 
     mrb_script_free(s);
     mrb_interp_close(interp);
