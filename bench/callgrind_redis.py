@@ -5,8 +5,9 @@ master_process off, one keep-alive connection, a server life of 3,000
 requests minus one of 1,000, divided by 2,000): what waiting for the reply
 on the event loop (a coroutine, the socket watched through epoll) costs
 next to the blocking client.  Compare builds by running it once with each
-MRUBY_BUILD; `top` runs the same GET after setting a top-level constant,
-which makes the call block (docs/nginx.md, "Redis without blocking").
+MRUBY_BUILD; `top` runs the same GET after setting a top-level constant
+(the slide-30 script: the call used to block; now it waits as the other
+does, and only the isolation cleanup's restore of the constant is extra).
 
     build/venv/bin/python bench/callgrind_redis.py [local|top]
 """

@@ -376,9 +376,31 @@ mrb_interp_global_removed(mrb_interp *interp)
 
 
 int
-mrb_interp_toplevel_unchanged(mrb_interp *interp)
+mrb_interp_toplevel_take(mrb_interp *interp, mrb_value *aside)
 {
-    return mrb_toplevel_unchanged(interp->head.mrb, interp->toplevel);
+    char  err[MRB_ERR_MSG_LEN];
+    int   rc;
+
+    rc = mrb_toplevel_take(interp->head.mrb, interp->toplevel, aside, err,
+                           sizeof(err));
+
+    if (err[0] != '\0') {
+        mrb_interp_log(interp, MRB_LOG_ERR,
+                       "mruby: keeping the top-level state of a run that "
+                       "waits: %s%s", err,
+                       rc != 0 ? " (the run fails when it resumes)" : "");
+    }
+
+    return rc;
+}
+
+
+int
+mrb_interp_toplevel_put_back(mrb_interp *interp, mrb_value aside,
+    mrb_value *exc)
+{
+    return mrb_toplevel_put_back(interp->head.mrb, interp->toplevel, aside,
+                                 exc);
 }
 
 
@@ -513,6 +535,10 @@ mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run)
     mrb_value            ret;
     int                  ai = mrb_gc_arena_save(mrb);
     int                  rc, what;
+
+    if (interp->head.held != NULL && interp->head.run == NULL) {
+        mrb_wait_set_aside(interp);
+    }
 
     if (run->may_wait && c == mrb->root_c && c->ci == c->cibase
         && (interp->wait_always

@@ -199,6 +199,9 @@ typedef struct {
     void               *log_target;
     mrb_run            *run;        /* the run in progress, or NULL */
     void               *lib;        /* src/lib's state (mrb_lib.h) */
+    void               *held;       /* a suspended run whose top-level
+                                       state the tables still hold
+                                       (mrb_wait_set_aside), or NULL */
 } mrb_interp_head;
 
 static inline mrb_state *

@@ -49,10 +49,16 @@ unsigned long mrb_interp_toplevel_restores(mrb_interp *interp);
  * whose bytecode could change them (mrb_toplevel_scan.c). */
 unsigned long mrb_interp_toplevel_compares(mrb_interp *interp);
 
-/* Whether the runs of interp left the top-level state as it was sealed
- * (a run that set a top-level constant or global would lose it if it
- * waited while another run ends: see mrb_wait_fd). */
-int mrb_interp_toplevel_unchanged(mrb_interp *interp);
+/*
+ * For a run of interp that is suspended and resumed (mrb_wait.c):
+ * mrb_toplevel_take and mrb_toplevel_put_back on the interpreter's
+ * top-level state.  What goes wrong taking it is logged, one line for the
+ * current run; take returns -1 (the exception in *aside) when what the
+ * run set could not be kept.
+ */
+int mrb_interp_toplevel_take(mrb_interp *interp, mrb_value *aside);
+int mrb_interp_toplevel_put_back(mrb_interp *interp, mrb_value aside,
+    mrb_value *exc);
 
 /* Tells interp that the current request left a Redis connection in a state
  * of its own: mrb_redis_run_end runs when the request's run ends. */
@@ -101,6 +107,10 @@ mrb_wait_quiet(const struct RProc *proc)
 
 int mrb_wait_wanted(mrb_interp *interp, struct RProc *proc);
 int mrb_wait_note_startup(mrb_interp *interp, struct RProc *proc);
+
+/* Before a run starts while the tables hold a suspended run's top-level
+ * state (mrb_interp_head.held): takes that aside (mrb_wait.c). */
+void mrb_wait_set_aside(mrb_interp *interp);
 
 /* Runs proc as run (may_wait) on a coroutine: 0, -1 or MRB_RUN_WAITING. */
 int mrb_wait_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run);

@@ -14,6 +14,7 @@
  */
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,6 +26,7 @@
 #include <mruby/variable.h>
 #include <mruby/version.h>
 
+#include "mrb_errbuf.h"
 #include "mrb_interp_core.h"
 #include "mrb_toplevel.h"
 
@@ -552,6 +554,16 @@ tl_restore_recorded(mrb_state *mrb, tl_table *t)
 }
 
 
+/* Whether a restore leaves the values of t (TL_CONSTANTS, TL_METHODS)
+ * alone: after a run that could not change them, only the size says (the
+ * globals a regexp match sets bring every such run to the restore). */
+static int
+tl_values_untouched(mrb_state *mrb, const mrb_toplevel *tl, const tl_table *t)
+{
+    return (!tl->full && tl_size(t) == t->size) || tl_bytes_unchanged(mrb, t);
+}
+
+
 static mrb_value
 tl_restore_body(mrb_state *mrb, void *arg)
 {
@@ -566,12 +578,7 @@ tl_restore_body(mrb_state *mrb, void *arg)
     for (i = 0; i < tl->ntables; i++) {
         t = &tl->tables[i];
 
-        /* a run that could not change values: only sizes say (the
-         * globals a regexp match sets bring every such run here) */
-        if (t->kind >= TL_CONSTANTS
-            && ((!tl->full && tl_size(t) == t->size)
-                || tl_bytes_unchanged(mrb, t)))
-        {
+        if (t->kind >= TL_CONSTANTS && tl_values_untouched(mrb, tl, t)) {
             continue;
         }
 
@@ -651,9 +658,9 @@ mrb_toplevel_run_begin(mrb_toplevel *tl, const struct RProc *proc)
 
 
 /*
- * A run that waits is counted from its beginning to its end: runs that end
- * meanwhile compare the values too (as before, what it changed before it
- * waited is put back then), and so does its own end.
+ * A run that waits is counted from its beginning to its end: taking its
+ * changes aside when another run starts compares the values, and so do
+ * the ends of the runs meanwhile and its own end.
  */
 void
 mrb_toplevel_run_end(mrb_toplevel *tl, int what)
@@ -671,11 +678,351 @@ mrb_toplevel_run_end(mrb_toplevel *tl, int what)
 }
 
 
-int
-mrb_toplevel_unchanged(mrb_state *mrb, const mrb_toplevel *tl)
+/*
+ * Runs that wait (mrb_wait.c).  While one is suspended others run in the
+ * interpreter, and each of their ends puts the tables back as recorded:
+ * what the waiting run set would be gone when it resumes, and seen by
+ * the others meanwhile.  So when another run starts, the waiting run's
+ * changes (what a restore would undo) are taken into an Array and the
+ * tables put back; before it resumes they are set again.  The Array,
+ * kept by the caller, holds the values for the GC:
+ *
+ *   [frozen, code, name, value, code, name, value, ...]
+ *
+ * frozen: a bit per tl->frozen_obj that was frozen; code: the table's
+ * index << 3 | TL_TAKE_*; name: a Symbol; value: the global, instance
+ * variable or constant, or the method (its Proc; a C function's address
+ * as a cptr; nil: undefined), or nil with TL_TAKE_REMOVED (a recorded
+ * constant or method the run removed).
+ */
+#define TL_TAKE_REMOVED  1
+#define TL_TAKE_FUNC     2
+#define TL_TAKE_NOARG    4
+#define TL_TAKE_SHIFT    3
+
+
+static void
+tl_take_push(mrb_state *mrb, mrb_value aside, int code, mrb_sym sym,
+    mrb_value value)
 {
-    return tl == NULL
-           || (tl_sizes_unchanged(tl) && tl_values_unchanged(mrb, tl));
+    mrb_ary_push(mrb, aside, mrb_fixnum_value(code));
+    mrb_ary_push(mrb, aside, mrb_symbol_value(sym));
+    mrb_ary_push(mrb, aside, value);
+}
+
+
+/* Whether t's own table holds sym now (undefined methods included). */
+static int
+tl_holds(mrb_state *mrb, const tl_table *t, mrb_sym sym)
+{
+    struct tl_tbl   *h = tl_current(mrb, t);
+    const uint32_t  *keys;
+    int              i;
+
+    if (h == NULL || h->alloc == 0) {
+        return 0;
+    }
+
+    keys = (const uint32_t *) ((const char *) h->ptr
+                               + (size_t) h->alloc * TL_ENTRY);
+
+    for (i = 0; i < h->alloc; i++) {
+        if (tl_key_sym(t->kind, keys[i]) == sym) {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+
+/* The method sym of t's class as it is now: into aside, or removed. */
+static void
+tl_take_method(mrb_state *mrb, mrb_value aside, int code, const tl_table *t,
+    mrb_sym sym)
+{
+    struct RClass  *c = t->owner;
+    mrb_method_t    m = mrb_method_search_vm(mrb, &c, sym);
+    mrb_value       value;
+
+    if (c != t->owner || (MRB_METHOD_UNDEF_P(m) && !tl_holds(mrb, t, sym))) {
+        tl_take_push(mrb, aside, code | TL_TAKE_REMOVED, sym,
+                     mrb_nil_value());
+        return;
+    }
+
+    if (MRB_METHOD_NOARG_P(m)) {
+        code |= TL_TAKE_NOARG;
+    }
+
+    if (MRB_METHOD_FUNC_P(m)) {
+        code |= TL_TAKE_FUNC;
+        value = mrb_cptr_value(mrb, (void *) MRB_METHOD_FUNC(m));
+
+    } else if (MRB_METHOD_PROC(m) != NULL) {
+        value = mrb_obj_value(MRB_METHOD_PROC(m));
+
+    } else {
+        value = mrb_nil_value();
+    }
+
+    tl_take_push(mrb, aside, code, sym, value);
+}
+
+
+/* The names of t added since it was recorded, with their values. */
+static void
+tl_take_added(mrb_state *mrb, mrb_value aside, int code, const tl_table *t)
+{
+    struct tl_tbl   *h = tl_current(mrb, t);
+    const uint32_t  *keys;
+    mrb_sym          sym;
+    int              i;
+
+    if (h == NULL || h->alloc == 0) {
+        return;
+    }
+
+    /* pushing allocates, and the GC may run: it never moves a table */
+    keys = (const uint32_t *) ((const char *) h->ptr
+                               + (size_t) h->alloc * TL_ENTRY);
+
+    for (i = 0; i < h->alloc; i++) {
+        sym = tl_key_sym(t->kind, keys[i]);
+        if (sym == 0 || tl_has(t, sym)) {
+            continue;
+        }
+
+        switch (t->kind) {
+        case TL_GLOBALS:
+            tl_take_push(mrb, aside, code, sym, mrb_gv_get(mrb, sym));
+            break;
+        case TL_METHODS:
+            tl_take_method(mrb, aside, code, t, sym);
+            break;
+        default:
+            tl_take_push(mrb, aside, code, sym,
+                         mrb_iv_get(mrb, t->self, sym));
+        }
+    }
+}
+
+
+/* The recorded constants and methods of t the run reassigned or removed
+ * (instance and class variables keep their new values, as globals do). */
+static void
+tl_take_recorded(mrb_state *mrb, mrb_value aside, int code, const tl_table *t)
+{
+    struct RClass  *c;
+    mrb_method_t    m;
+    int             i;
+
+    for (i = 0; i < t->n; i++) {
+        if (t->kind == TL_METHODS) {
+            c = t->owner;
+            m = mrb_method_search_vm(mrb, &c, t->syms[i]);
+            if (c != t->owner
+                || memcmp(&m, &t->methods[i], sizeof(mrb_method_t)) != 0)
+            {
+                tl_take_method(mrb, aside, code, t, t->syms[i]);
+            }
+
+        } else if (tl_sym_is_variable(mrb, t->syms[i])) {
+            continue;
+
+        } else if (!mrb_iv_defined(mrb, t->self, t->syms[i])) {
+            tl_take_push(mrb, aside, code | TL_TAKE_REMOVED, t->syms[i],
+                         mrb_nil_value());
+
+        } else if (!mrb_obj_eq(mrb, mrb_iv_get(mrb, t->self, t->syms[i]),
+                               t->values[i]))
+        {
+            tl_take_push(mrb, aside, code, t->syms[i],
+                         mrb_iv_get(mrb, t->self, t->syms[i]));
+        }
+    }
+}
+
+
+/* What a restore now would undo, as an Array (it changes nothing). */
+static mrb_value
+tl_take_body(mrb_state *mrb, void *arg)
+{
+    mrb_toplevel  *tl = arg;
+    tl_table      *t;
+    mrb_value      aside = mrb_ary_new(mrb);
+    mrb_int        frozen = 0;
+    int            i;
+
+    for (i = 0; i < tl->nfrozen; i++) {
+        if (MRB_FROZEN_P(tl->frozen_obj[i])) {
+            frozen |= (mrb_int) 1 << i;
+        }
+    }
+
+    mrb_ary_push(mrb, aside, mrb_fixnum_value(frozen));
+
+    for (i = 0; i < tl->ntables; i++) {
+        t = &tl->tables[i];
+
+        if (t->kind < TL_CONSTANTS) {
+            tl_take_added(mrb, aside, i << TL_TAKE_SHIFT, t);
+
+        } else if (!tl_values_untouched(mrb, tl, t)) {
+            tl_take_added(mrb, aside, i << TL_TAKE_SHIFT, t);
+            tl_take_recorded(mrb, aside, i << TL_TAKE_SHIFT, t);
+        }
+    }
+
+    return aside;
+}
+
+
+/* mrb_toplevel_take once something changed: out of the hot path. */
+static MRB_NOINLINE int
+tl_take(mrb_state *mrb, mrb_toplevel *tl, mrb_value *aside, char *err,
+    size_t errlen)
+{
+    char      restore_err[MRB_ERR_MSG_LEN];
+    mrb_bool  failed;
+    int       rc = 0;
+
+    /* the message names the class only: formatting more allocates, and
+     * this runs where nothing may raise (mrb_wait.c) */
+    *aside = mrb_protect_error(mrb, tl_take_body, tl, &failed);
+    if (failed) {
+        snprintf(err, errlen, "%s taking aside what the run set",
+                 mrb_obj_classname(mrb, *aside));
+        rc = -1;
+    }
+
+    /* also when the take failed: the other runs must not see what the
+     * run set (it is lost; the run is told when it resumes) */
+    if (tl_restore(mrb, tl, restore_err, sizeof(restore_err)) != 0
+        && rc == 0)
+    {
+        snprintf(err, errlen, "restoring the top-level state: %s",
+                 restore_err);
+    }
+
+    return rc;
+}
+
+
+int
+mrb_toplevel_take(mrb_state *mrb, mrb_toplevel *tl, mrb_value *aside,
+    char *err, size_t errlen)
+{
+    err[0] = '\0';
+    *aside = mrb_nil_value();
+
+    if (tl == NULL) {
+        return 0;
+    }
+
+    tl->full = tl->always || tl->dirty || tl->changing != 0;
+    tl->dirty = 0;
+
+    if (tl_sizes_unchanged(tl)
+        && (!tl->full || tl_values_unchanged(mrb, tl)))
+    {
+        return 0;
+    }
+
+    return tl_take(mrb, tl, aside, err, errlen);
+}
+
+
+typedef struct {
+    mrb_toplevel  *tl;
+    mrb_value      aside;
+} tl_put_back_args;
+
+
+static mrb_value
+tl_put_back_body(mrb_state *mrb, void *arg)
+{
+    tl_put_back_args  *a = arg;
+    mrb_toplevel      *tl = a->tl;
+    mrb_value          aside = a->aside;
+    const tl_table    *t;
+    mrb_method_t       m;
+    mrb_value          value;
+    mrb_sym            sym;
+    mrb_int            i, code, frozen;
+
+    for (i = 1; i + 2 < RARRAY_LEN(aside); i += 3) {
+        code = mrb_fixnum(RARRAY_PTR(aside)[i]);
+        sym = mrb_symbol(RARRAY_PTR(aside)[i + 1]);
+        value = RARRAY_PTR(aside)[i + 2];
+        t = &tl->tables[code >> TL_TAKE_SHIFT];
+
+        if (code & TL_TAKE_REMOVED) {
+            if (!tl_holds(mrb, t, sym)) {
+                continue;
+            }
+            if (t->kind == TL_METHODS) {
+                mrb_remove_method(mrb, t->owner, sym);
+            } else {
+                mrb_iv_remove(mrb, t->self, sym);
+            }
+            continue;
+        }
+
+        switch (t->kind) {
+        case TL_GLOBALS:
+            mrb_gv_set(mrb, sym, value);
+            break;
+
+        case TL_METHODS:
+            if (code & TL_TAKE_FUNC) {
+                MRB_METHOD_FROM_FUNC(m, (mrb_func_t) mrb_cptr(value));
+            } else {
+                MRB_METHOD_FROM_PROC(m, mrb_nil_p(value)
+                                        ? NULL : mrb_proc_ptr(value));
+            }
+            if (code & TL_TAKE_NOARG) {
+                MRB_METHOD_NOARG_SET(m);
+            }
+            mrb_define_method_raw(mrb, t->owner, sym, m);
+            break;
+
+        default:
+            mrb_iv_set(mrb, t->self, sym, value);
+        }
+    }
+
+    frozen = mrb_fixnum(RARRAY_PTR(aside)[0]);
+    for (i = 0; i < tl->nfrozen; i++) {
+        if (frozen & ((mrb_int) 1 << i)) {
+            MRB_SET_FROZEN_FLAG(tl->frozen_obj[i]);
+        }
+    }
+
+    return mrb_nil_value();
+}
+
+
+int
+mrb_toplevel_put_back(mrb_state *mrb, mrb_toplevel *tl, mrb_value aside,
+    mrb_value *exc)
+{
+    tl_put_back_args  a;
+    mrb_bool          failed;
+
+    if (tl == NULL || !mrb_array_p(aside)) {
+        return 0;
+    }
+
+    a.tl = tl;
+    a.aside = aside;
+    *exc = mrb_protect_error(mrb, tl_put_back_body, &a, &failed);
+    if (failed) {
+        mrb->exc = NULL;
+        return -1;
+    }
+
+    return 0;
 }
 
 

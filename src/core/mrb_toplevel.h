@@ -102,9 +102,31 @@ mrb_toplevel_quiet(const struct RProc *proc)
 int mrb_toplevel_run_begin(mrb_toplevel *tl, const struct RProc *proc);
 void mrb_toplevel_run_end(mrb_toplevel *tl, int what);
 
-/* Whether the state is as recorded: a restore now would put back
- * nothing (the cheap check mrb_toplevel_restore starts with). */
-int mrb_toplevel_unchanged(mrb_state *mrb, const mrb_toplevel *tl);
+/*
+ * A run that waits (mrb_wait.c): while it is suspended and another run
+ * starts, what it changed is taken aside and the tables put back as
+ * recorded, so that the other runs neither see nor remove it; before it
+ * resumes, it is put back.
+ *
+ * mrb_toplevel_take, where nothing may raise: costs what a run's end check
+ * does when nothing changed (*aside nil).  Otherwise *aside is an Array of
+ * what the run changed (added globals, top-level instance variables and
+ * constants with their values, reassigned or removed constants, methods
+ * and frozen flags), which the caller keeps reachable for the GC, and the
+ * tables are as recorded; returns 0.  Returns -1 when the Array could not
+ * be made (out of memory): *aside is the exception, and the tables are
+ * put back all the same (what the run set is lost).  err says what failed
+ * (also after a 0, when putting the tables back failed: the next restore
+ * tries again); it is "" when nothing did.
+ */
+int mrb_toplevel_take(mrb_state *mrb, mrb_toplevel *tl, mrb_value *aside,
+    char *err, size_t errlen);
+
+/* Sets what mrb_toplevel_take took again (nil: nothing); returns 0, or -1
+ * with the exception in *exc when that raised (out of memory: part of it
+ * may be set, and the run's end removes it). */
+int mrb_toplevel_put_back(mrb_state *mrb, mrb_toplevel *tl, mrb_value aside,
+    mrb_value *exc);
 
 /* Tells the next restore that a global was removed: sizes then lie. */
 void mrb_toplevel_global_removed(mrb_toplevel *tl);

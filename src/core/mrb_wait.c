@@ -60,12 +60,16 @@ typedef struct mrb_wait_slot_s  mrb_wait_slot;
 
 /*
  * A run on a coroutine.  keep (GC-reachable through the state's array) is
- * [fiber, stash, the slot itself, arena values while suspended...].
+ * [fiber, stash, the slot itself, top-level state, arena values while
+ * suspended...]; the top-level state is what the run set there, while it
+ * is suspended (mrb_toplevel_take), or the exception that says it was
+ * lost, or nil.
  */
-#define WAIT_KEEP_FIBER   0
-#define WAIT_KEEP_STASH   1
-#define WAIT_KEEP_SLOT    2
-#define WAIT_KEEP_ARENA   3
+#define WAIT_KEEP_FIBER     0
+#define WAIT_KEEP_STASH     1
+#define WAIT_KEEP_SLOT      2
+#define WAIT_KEEP_TOPLEVEL  3
+#define WAIT_KEEP_ARENA     4
 
 struct mrb_wait_slot_s {
     mrb_run              run;        /* the run itself, owned here */
@@ -92,6 +96,8 @@ struct mrb_wait_slot_s {
     int                  resumer_idx;
 
     unsigned             cancelled:1;
+    unsigned             aside:1;    /* top-level state in keep */
+    unsigned             lost:1;     /* ... could not be kept: exception */
     unsigned             saved:1;    /* arena values in keep */
     unsigned             stashed:1;  /* the resumer's arena in stash */
     mrb_wait_slot       *next_idle;
@@ -459,6 +465,7 @@ wait_slot_new_body(mrb_state *mrb, void *p)
     mrb_ary_push(mrb, slot->keep, mrb_obj_value(slot->fiber));
     mrb_ary_push(mrb, slot->keep, mrb_ary_new(mrb));
     mrb_ary_push(mrb, slot->keep, mrb_cptr_value(mrb, slot));
+    mrb_ary_push(mrb, slot->keep, mrb_nil_value());
     slot->keep_index = RARRAY_LEN(a->st->keeps);
     mrb_ary_push(mrb, a->st->keeps, slot->keep);
     return mrb_nil_value();
@@ -513,6 +520,12 @@ wait_slot_give_back(mrb_state *mrb, mrb_wait_state *st, mrb_wait_slot *slot)
     slot->ctx->stbase[0] = mrb_nil_value();
     slot->ctx->stbase[1] = mrb_nil_value();
     slot->proc = NULL;
+
+    if (slot->aside || slot->lost) {
+        mrb_ary_set(mrb, slot->keep, WAIT_KEEP_TOPLEVEL, mrb_nil_value());
+        slot->aside = 0;
+        slot->lost = 0;
+    }
 
     if (st->nidle < WAIT_KEEP_IDLE) {
         slot->next_idle = st->idle;
@@ -632,6 +645,71 @@ wait_arena_fill(mrb_state *mrb, int base)
 
 
 /*
+ * The top-level state of runs that wait (mrb_toplevel.h).  A run that
+ * suspends leaves what it set in the tables, held for it
+ * (mrb_interp_head.held).  Before another run starts or resumes
+ * (mrb_interp_exec, wait_switch_in) this takes it aside into the held
+ * run's keep and puts the tables back as sealed, so that the other runs
+ * neither see it nor remove it; wait_put_back sets it again before the
+ * run resumes.  A run that waits while no other runs (one request's
+ * sleep) so costs a store and a compare.  Nothing here raises: a failure
+ * marks the run's state lost, and the run raises when it resumes.
+ */
+void
+mrb_wait_set_aside(mrb_interp *interp)
+{
+    mrb_state        *mrb = mrb_interp_state(interp);
+    mrb_interp_head  *head = (mrb_interp_head *) interp;
+    mrb_wait_slot    *slot = head->held;
+    mrb_run          *run = head->run;
+    mrb_value         aside;
+    int               ai = mrb_gc_arena_save(mrb);
+
+    head->held = NULL;
+
+    /* a line it logs is the held run's */
+    head->run = &slot->run;
+
+    /* keep's entry exists: setting it allocates nothing */
+    if (mrb_interp_toplevel_take(interp, &aside) != 0) {
+        slot->lost = 1;
+        mrb_ary_set(mrb, slot->keep, WAIT_KEEP_TOPLEVEL, aside);
+
+    } else if (!mrb_nil_p(aside)) {
+        slot->aside = 1;
+        mrb_ary_set(mrb, slot->keep, WAIT_KEEP_TOPLEVEL, aside);
+    }
+
+    head->run = run;
+    mrb_gc_arena_restore(mrb, ai);
+}
+
+
+/* Sets slot's top-level state again, before it resumes; a failure marks
+ * it lost (the run raises when it resumes). */
+static MRB_NOINLINE void
+wait_put_back(mrb_state *mrb, mrb_wait_slot *slot)
+{
+    mrb_value  exc;
+    int        ai = mrb_gc_arena_save(mrb);
+
+    slot->aside = 0;
+
+    /* keep's entry exists: setting it allocates nothing */
+    if (mrb_interp_toplevel_put_back(slot->interp,
+            RARRAY_PTR(slot->keep)[WAIT_KEEP_TOPLEVEL], &exc) != 0)
+    {
+        slot->lost = 1;
+        mrb_ary_set(mrb, slot->keep, WAIT_KEEP_TOPLEVEL, exc);
+    } else {
+        mrb_ary_set(mrb, slot->keep, WAIT_KEEP_TOPLEVEL, mrb_nil_value());
+    }
+
+    mrb_gc_arena_restore(mrb, ai);
+}
+
+
+/*
  * Switches into slot's run: its context, jmp, current run and arena slice
  * (at its base: what the resumer has above that base waits in stash).
  * Returns mrb_coro_resume's result, with the resumer's state back.
@@ -640,8 +718,23 @@ static int
 wait_switch_in(mrb_state *mrb, mrb_wait_state *st, mrb_wait_slot *slot)
 {
     mrb_interp_head  *head = (mrb_interp_head *) slot->interp;
-    int               idx = mrb->gc.arena_idx;
+    int               idx;
 
+    /* the tables hold slot's own top-level state, or another run's, or
+     * the sealed state and slot's own is aside */
+    if (head->held == slot) {
+        head->held = NULL;
+
+    } else {
+        if (head->held != NULL) {
+            mrb_wait_set_aside(slot->interp);
+        }
+        if (slot->aside) {
+            wait_put_back(mrb, slot);
+        }
+    }
+
+    idx = mrb->gc.arena_idx;
     slot->resumer_c = mrb->c;
     slot->resumer_jmp = mrb->jmp;
     slot->resumer_run = head->run;
@@ -776,6 +869,8 @@ mrb_wait_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run)
     slot->interp = interp;
     slot->proc = proc;
     slot->cancelled = 0;
+    slot->aside = 0;
+    slot->lost = 0;
     slot->saved = 0;
     slot->stashed = 0;
     wait_slot_reset(mrb, slot);
@@ -905,19 +1000,48 @@ wait_cancelled_class(mrb_state *mrb)
 }
 
 
-/* Suspends slot's run until it is resumed or cancelled. */
+/*
+ * Suspends slot's run until it is resumed or cancelled, once what wakes
+ * it is set up: nothing here raises.  What the run set at top level stays
+ * in the tables, held for it (mrb_wait_set_aside).
+ */
 static void
-wait_suspend(mrb_state *mrb, mrb_wait_slot *slot)
+wait_suspend_raw(mrb_state *mrb, mrb_wait_state *st, mrb_wait_slot *slot)
 {
-    mrb_wait_state  *st = *mrb_interp_wait_state(slot->interp);
-
+    ((mrb_interp_head *) slot->interp)->held = slot;
     wait_switch_out(mrb, st, slot, 1);
     mrb_coro_suspend(slot->coro);
+}
+
+
+/* After a resumption that must not go on: the run was cancelled, or its
+ * top-level state was lost (out of memory; its exception is in keep). */
+static MRB_NOINLINE void
+wait_raise_stopped(mrb_state *mrb, mrb_wait_slot *slot)
+{
+    mrb_value  exc = RARRAY_PTR(slot->keep)[WAIT_KEEP_TOPLEVEL];
 
     if (slot->cancelled) {
         mrb_raise(mrb, wait_cancelled_class(mrb),
                   "the request was cancelled while it waited "
                   "(the client went away, or the server is stopping)");
+    }
+
+    /* from here on mrb->exc holds it */
+    slot->lost = 0;
+    mrb_ary_set(mrb, slot->keep, WAIT_KEEP_TOPLEVEL, mrb_nil_value());
+    mrb_exc_raise(mrb, exc);
+}
+
+
+/* Suspends slot's run until it is resumed or cancelled. */
+static void
+wait_suspend(mrb_state *mrb, mrb_wait_slot *slot)
+{
+    wait_suspend_raw(mrb, *mrb_interp_wait_state(slot->interp), slot);
+
+    if (slot->cancelled || slot->lost) {
+        wait_raise_stopped(mrb, slot);
     }
 }
 
@@ -976,6 +1100,12 @@ mrb_wait_sleep(mrb_state *mrb, mrb_int msec, const char *what)
 void
 mrb_wait_raise_cancelled(mrb_state *mrb)
 {
+    mrb_wait_state  *st = *mrb_interp_wait_state(mrb_interp_from_state(mrb));
+
+    if (wait_can(mrb) && st->current->lost) {
+        wait_raise_stopped(mrb, st->current);
+    }
+
     mrb_raise(mrb, wait_cancelled_class(mrb),
               "the request was cancelled while it waited "
               "(the client went away, or the server is stopping)");
@@ -1014,12 +1144,8 @@ mrb_wait_fd(mrb_state *mrb, int fd, int events, mrb_int msec)
     mrb_wait_slot      *slot;
     int                 ready;
 
-    /* a run that set top-level constants or globals would find them
-     * gone after the wait (another run's end removes them): it blocks,
-     * as it always did, rather than break */
     if (server->wake_on_fd == NULL || st == NULL || st->current == NULL
-        || mrb_interp_run(mrb) != &st->current->run
-        || !mrb_interp_toplevel_unchanged(interp))
+        || mrb_interp_run(mrb) != &st->current->run)
     {
         return wait_fd_poll(fd, events, msec);
     }
@@ -1034,10 +1160,9 @@ mrb_wait_fd(mrb_state *mrb, int fd, int events, mrb_int msec)
         return wait_fd_poll(fd, events, msec);
     }
 
-    wait_switch_out(mrb, st, slot, 1);
-    mrb_coro_suspend(slot->coro);
+    wait_suspend_raw(mrb, st, slot);
 
-    return slot->cancelled ? MRB_WAIT_CANCELLED : ready;
+    return (slot->cancelled || slot->lost) ? MRB_WAIT_CANCELLED : ready;
 }
 
 

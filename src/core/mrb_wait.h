@@ -61,26 +61,26 @@ void mrb_wait(mrb_state *mrb);
  */
 void mrb_wait_sleep(mrb_state *mrb, mrb_int msec, const char *what);
 
-/* mrb_wait_fd: the run was cancelled while it waited. */
+/* mrb_wait_fd: the run was cancelled while it waited, or cannot go on. */
 #define MRB_WAIT_CANCELLED  (-2)
 
 /*
  * Waits until descriptor fd is ready for events (MRB_FD_READ or
  * MRB_FD_WRITE) or msec milliseconds pass.  Suspends the run where it can
  * (a server with mrb_server.wake_on_fd, a run on a coroutine, not nested
- * in another run, whose runs left the top-level state as it was sealed:
- * a constant or global set before the wait would be gone after it);
- * blocks the thread in poll() everywhere else (Apache, startup scripts,
- * the log phase, `Server = get_server_class` at the top of a script):
- * never raises, so that C code can give up what it started before it
- * raises.  Returns 1 (ready), 0 (the time
- * passed), -1 (poll failed: errno), or MRB_WAIT_CANCELLED: the request is
- * going away; the caller undoes what it started (a command in flight on
- * fd) and raises with mrb_wait_raise_cancelled.
+ * in another run; what it set at top level is its own across the wait,
+ * as across a sleep); blocks the thread in poll() everywhere else
+ * (Apache, startup scripts, the log phase): never raises, so that C code
+ * can give up what it started before it raises.  Returns 1 (ready), 0
+ * (the time passed), -1 (poll failed: errno), or MRB_WAIT_CANCELLED: the
+ * request is going away, or the run's top-level state was lost while it
+ * waited (out of memory); the caller undoes what it started (a command in
+ * flight on fd) and raises with mrb_wait_raise_cancelled.
  */
 int mrb_wait_fd(mrb_state *mrb, int fd, int events, mrb_int msec);
 
-/* Raises Server::Async::Cancelled, after mrb_wait_fd said so. */
+/* Raises Server::Async::Cancelled (or the NoMemoryError that lost the
+ * run's top-level state), after mrb_wait_fd said so. */
 void mrb_wait_raise_cancelled(mrb_state *mrb);
 
 /*

@@ -521,3 +521,71 @@ server {
         assert hold.result().text == "held"
         assert wait.result().text == "got it"
     assert get("/state").text == "111"
+
+
+TOPLEVEL_SET = '''
+d = Nginx::SharedDict.new("gate")
+v = Nginx::Request.new.args
+$tl_value = v
+TL_VALUE = v
+@tl_value = v
+d["set-" + v] = "1"
+600.times { break if d["go-" + v]; Nginx::Async.sleep 50 }
+Nginx.rputs "#{$tl_value} #{TL_VALUE} #{@tl_value}"
+'''
+
+# /peek?NAME: whether /set?NAME has set its values, and what this request sees
+TOPLEVEL_PEEK = (
+    'n = Nginx::Request.new.args\n'
+    'Nginx.rputs "#{Nginx::SharedDict.new("gate")["set-" + n]}|'
+    '#{$tl_value.inspect} #{Object.const_defined?(:TL_VALUE)} '
+    '#{@tl_value.inspect}"')
+
+
+def test_a_waiting_requests_top_level_state_is_its_own(nginx):
+    """Two requests on one worker set the same global, top-level constant
+    and top-level instance variable, each to its own value, then sleep
+    until released; each finds its own values after its sleep, and every
+    request that set nothing, before, between and after, sees neither.
+    (The isolation cleanup of every request that ended meanwhile used to
+    remove what the sleeping ones had set: the first request after each
+    /set saw its values, and /set failed with NameError.)"""
+    n = nginx("mruby_shared_dict gate 1m;\nserver {\n"
+              "    listen 127.0.0.1:{port};\n"
+              + loc("/set", "mruby_content_handler_code", TOPLEVEL_SET)
+              + loc("/peek", "mruby_content_handler_code", TOPLEVEL_PEEK)
+              + loc("/go", "mruby_content_handler_code",
+                    'Nginx::SharedDict.new("gate")['
+                    '"go-" + Nginx::Request.new.args] = "1"')
+              + "}\n")
+    nothing = "nil false nil"
+
+    def peek(name="x"):
+        r = n.get("/peek?" + name, timeout=30)
+        assert r.status_code == 200
+        flag, seen = r.text.split("|")
+        assert seen == nothing
+        return flag
+
+    def wait_set(name):
+        deadline = time.monotonic() + 30
+        while peek(name) != "1":
+            assert time.monotonic() < deadline, f"/set?{name} never set"
+            time.sleep(0.05)
+
+    peek()
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        a = pool.submit(n.get, "/set?a", timeout=60)
+        wait_set("a")
+        b = pool.submit(n.get, "/set?b", timeout=60)
+        wait_set("b")
+        n.get("/go?a", timeout=30)
+        r = a.result(60)
+        assert (r.status_code, r.text) == (200, "a a a")
+        assert not b.done()
+        peek()
+        n.get("/go?b", timeout=30)
+        r = b.result(60)
+        assert (r.status_code, r.text) == (200, "b b b")
+    peek()
+    assert len(n.worker_pids()) == 1

@@ -5,8 +5,13 @@
  * a resume, cancellation, and places where a script cannot wait.
  */
 
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <mruby.h>
 #include "mrb_alloc.h"
 #include "mrb_interp.h"
@@ -782,5 +787,300 @@ TEST(wait_redis_puts_a_run_on_a_coroutine_only_where_sockets_are_watched)
     mrb_wait_counts(interp, &live, &idle);
     CHECK_EQ(live, 0);
     CHECK_EQ(idle, 1);
+    mrb_interp_close(interp);
+}
+
+
+/*
+ * What a run sets at top level before it waits: it finds its own values
+ * after the wait, while runs that run meanwhile (one that sets the same
+ * names and waits too, one that sets nothing) see only the sealed state,
+ * and a full GC in between frees nothing it set.  Each ends as sealed.
+ */
+#define WAIT_TL_SET(v)                                                     \
+    "$tl = '" v "'; TL = '" v "'; @tl = '" v "'\n"                         \
+    "Nginx::HTTP_OK = '" v "'\n"                                           \
+    "Nginx.send(:remove_const, :HTTP_NOT_FOUND)\n"                         \
+    "module Kernel; def tl_m; '" v "'; end; def server_name; '" v "'; end;" \
+    " end\n"                                                               \
+    "Nginx.freeze\n"                                                       \
+    "Nginx::Async.sleep(1)\n"                                              \
+    "Nginx.rputs \"#{$tl}#{TL}#{@tl}#{Nginx::HTTP_OK}#{tl_m}#{server_name}"\
+    " #{Nginx.const_defined?(:HTTP_NOT_FOUND)} #{Nginx.frozen?};\"\n"
+
+#define WAIT_TL_PEEK                                                       \
+    "Nginx.rputs \"[#{$tl.inspect} #{Object.const_defined?(:TL)} "         \
+    "#{@tl.inspect} #{Nginx::HTTP_OK} #{respond_to?(:tl_m)} #{server_name}" \
+    " #{Nginx.const_defined?(:HTTP_NOT_FOUND)} #{Nginx.frozen?}]\""
+
+#define WAIT_TL_SEALED  "[nil false nil 200 false Test true false]"
+
+TEST(wait_a_runs_top_level_state_is_its_own_across_its_wait)
+{
+    mrb_interp  *interp = wait_interp();
+    mrb_script  *a = wait_script(WAIT_TL_SET("a"));
+    mrb_script  *b = wait_script(WAIT_TL_SET("b"));
+    mrb_script  *peek = wait_script(WAIT_TL_PEEK);
+    mrb_state   *mrb;
+    mrb_run      ra, rb, rp, *wa, *wb;
+
+    REQUIRE(interp != NULL && a != NULL && b != NULL && peek != NULL);
+    mrb = mrb_interp_state(interp);
+
+    CHECK_EQ(wait_start(interp, a, &ra), MRB_RUN_WAITING);
+    wa = ra.waiting;
+    CHECK_EQ(wait_start(interp, peek, &rp), 0);
+    CHECK_EQ(wait_start(interp, b, &rb), MRB_RUN_WAITING);
+    wb = rb.waiting;
+    CHECK_EQ(wait_start(interp, peek, &rp), 0);
+
+    mrb_full_gc(mrb);
+    CHECK_EQ(mrb_wait_resume(interp, wa, &ra), 0);
+    CHECK_EQ(wait_start(interp, peek, &rp), 0);
+    mrb_full_gc(mrb);
+    CHECK_EQ(mrb_wait_resume(interp, wb, &rb), 0);
+    CHECK_EQ(wait_start(interp, peek, &rp), 0);
+
+    CHECK(strcmp(wait_out, WAIT_TL_SEALED WAIT_TL_SEALED
+                           "aaaaaa false true;" WAIT_TL_SEALED
+                           "bbbbbb false true;" WAIT_TL_SEALED) == 0);
+    if (ra.error[0] != '\0' || rb.error[0] != '\0') {
+        printf("  out: %s\n  a: %s\n  b: %s\n", wait_out, ra.error,
+               rb.error);
+    }
+
+    mrb_script_free(a);
+    mrb_script_free(b);
+    mrb_script_free(peek);
+    mrb_interp_close(interp);
+}
+
+
+/*
+ * Out of memory while a run's top-level state is taken aside (when
+ * another run starts while it waits) or put back (when it resumes), at
+ * each allocation in turn: the run either goes on with its own state or
+ * fails with NoMemoryError when it resumes (never goes on without it);
+ * the other run sees the sealed state either way, nothing crashes, and
+ * the heap does not grow.
+ */
+TEST(wait_out_of_memory_keeping_the_top_level_state_fails_the_run)
+{
+    mrb_interp  *interp = wait_interp();
+    mrb_script  *a = wait_script(
+        "$tl = 'a' * 2; TL = 'a' * 2; @tl = 'a' * 2\n"
+        "Nginx::Async.sleep(1)\n"
+        "Nginx.rputs \"#{$tl}#{TL}#{@tl};\"\n");
+    mrb_script  *peek = wait_script(
+        "Nginx.rputs \"[#{$tl.inspect} #{Object.const_defined?(:TL)} "
+        "#{@tl.inspect}]\"");
+    mrb_state   *mrb;
+    mrb_run      ra, rp;
+    size_t       before = 0;
+    long         n;
+    int          phase, rc, lost, kept, round, done;
+
+    REQUIRE(interp != NULL && a != NULL && peek != NULL);
+    mrb = mrb_interp_state(interp);
+
+    /* loaded, scanned, a slot and the tables grown once */
+    REQUIRE(wait_start(interp, a, &ra) == MRB_RUN_WAITING);
+    REQUIRE(wait_start(interp, peek, &rp) == 0);
+    REQUIRE(mrb_wait_resume(interp, ra.waiting, &ra) == 0);
+
+    /* phase 0: failing from the start of the run in between (the take
+     * fails); phase 1: from the waiting run's resumption (the put-back) */
+    for (round = 0; round < 2; round++) {
+        for (phase = 0; phase < 2; phase++) {
+            lost = 0;
+            kept = 0;
+            done = 0;
+            if (round == 1 && phase == 0) {
+                mrb_full_gc(mrb);
+                before = unit_heap_bytes();
+            }
+
+            for (n = 0; n < 1000 && !done; n++) {
+                REQUIRE(wait_start(interp, a, &ra) == MRB_RUN_WAITING);
+
+                wait_out[0] = '\0';
+                if (phase == 0) {
+                    unit_oom_after(mrb, n);
+                }
+                rc = wait_start(interp, peek, &rp);
+                if (phase == 0) {
+                    unit_oom_end(mrb);
+                    done = !unit_oom_failed();
+                }
+                CHECK(rc == -1 || strcmp(wait_out, "[nil false nil]") == 0);
+
+                wait_out[0] = '\0';
+                REQUIRE(wait_start(interp, peek, &rp) == 0);
+                CHECK(strcmp(wait_out, "[nil false nil]") == 0);
+
+                wait_out[0] = '\0';
+                if (phase == 1) {
+                    unit_oom_after(mrb, n);
+                }
+                rc = mrb_wait_resume(interp, ra.waiting, &ra);
+                if (phase == 1) {
+                    unit_oom_end(mrb);
+                    done = !unit_oom_failed();
+                }
+
+                if (rc == 0) {
+                    CHECK(strcmp(wait_out, "aaaaaa;") == 0);
+                    kept++;
+                } else {
+                    CHECK_EQ(rc, -1);
+                    CHECK(strstr(ra.error, "NoMemoryError") != NULL);
+                    lost++;
+                }
+
+                wait_out[0] = '\0';
+                REQUIRE(wait_start(interp, peek, &rp) == 0);
+                CHECK(strcmp(wait_out, "[nil false nil]") == 0);
+            }
+
+            /* putting back re-adds names to tables that kept their room:
+             * it allocated nothing when this was written */
+            CHECK(done);
+            CHECK(phase == 1 || lost > 0);
+            CHECK(kept > 0);
+        }
+    }
+
+    /* the second round's failures: nothing stays but what the
+     * interpreter's allocator keeps (mrb_alloc.h) */
+    mrb_full_gc(mrb);
+    if (unit_heap_bytes() > before + MRB_ALLOC_KEEP_BYTES) {
+        unit_fail(__FILE__, __LINE__, "the heap grew by %zu bytes",
+                  unit_heap_bytes() - before);
+    }
+
+    mrb_script_free(a);
+    mrb_script_free(peek);
+    mrb_interp_close(interp);
+}
+
+
+/* wait_fd_server's loop, played by the test: the watch last asked for */
+static int   wait_fd_events;
+static int  *wait_fd_ready;
+
+
+static int
+wait_watch_fd(mrb_run *run, int fd, int events, mrb_int msec, int *ready)
+{
+    wait_fd_events = events;
+    wait_fd_ready = ready;
+    return 0;
+}
+
+
+static const mrb_server  wait_watch_server = {
+    "Test", "Nginx", "ngx_mruby", "test", 1, NULL, wait_write, wait_logger,
+    wait_log_enabled, wait_wake_after, 0, wait_watch_fd
+};
+
+
+/* A listening loopback socket; *port is set. */
+static int
+wait_listen(int *port)
+{
+    struct sockaddr_in  sa;
+    socklen_t           len = sizeof(sa);
+    int                 fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+
+    if (fd < 0 || bind(fd, (struct sockaddr *) &sa, sizeof(sa)) != 0
+        || listen(fd, 4) != 0
+        || getsockname(fd, (struct sockaddr *) &sa, &len) != 0)
+    {
+        if (fd >= 0) {
+            close(fd);
+        }
+        return -1;
+    }
+
+    *port = ntohs(sa.sin_port);
+    return fd;
+}
+
+
+/*
+ * `Server = get_server_class` and a global before a Redis call (the
+ * slide-30 script): the call suspends the run where the server watches
+ * sockets, instead of blocking the thread in poll() as it did while the
+ * top-level state could not survive a wait; a run meanwhile sees neither,
+ * and the script finds both after the reply.  (A blocking poll here
+ * would find no reply: the fake server answers only between resumptions.)
+ */
+TEST(wait_a_redis_call_after_a_top_level_constant_suspends_the_run)
+{
+    char          err[256], code[512], buf[256];
+    mrb_interp   *interp;
+    mrb_script   *s, *peek;
+    mrb_run       run, rp;
+    struct pollfd pfd;
+    int           lfd, cfd = -1, port, rc, waits = 0;
+
+    lfd = wait_listen(&port);
+    REQUIRE(lfd >= 0);
+    snprintf(code, sizeof(code),
+             "Server = get_server_class\n"
+             "$g = 'g'\n"
+             "v = Redis.new('127.0.0.1', %d, timeout: 1).get('k')\n"
+             "Server.rputs \"#{v} #{$g} #{Server::HTTP_OK}\"\n", port);
+
+    interp = mrb_interp_open(&wait_watch_server, NULL, err, sizeof(err));
+    REQUIRE(interp != NULL);
+    mrb_interp_seal(interp);
+    wait_out[0] = '\0';
+    s = wait_script(code);
+    peek = wait_script("Nginx.rputs \"[#{$g.inspect} "
+                       "#{Object.const_defined?(:Server)}]\"");
+    REQUIRE(s != NULL && peek != NULL);
+
+    rc = wait_start(interp, s, &run);
+    while (rc == MRB_RUN_WAITING && waits < 10) {
+        waits++;
+        REQUIRE(wait_start(interp, peek, &rp) == 0);
+
+        if (cfd < 0) {
+            cfd = accept(lfd, NULL, NULL);
+            REQUIRE(cfd >= 0);
+        }
+
+        if (wait_fd_events == MRB_FD_READ) {
+            /* the GET is in: answer it */
+            pfd.fd = cfd;
+            pfd.events = POLLIN;
+            REQUIRE(poll(&pfd, 1, 5000) == 1);
+            CHECK(read(cfd, buf, sizeof(buf)) > 0);
+            CHECK(write(cfd, "$1\r\nx\r\n", 7) == 7);
+        }
+
+        *wait_fd_ready = 1;
+        rc = mrb_wait_resume(interp, run.waiting, &run);
+    }
+
+    CHECK_EQ(rc, 0);
+    CHECK(waits >= 1);
+    CHECK(strncmp(wait_out, "[nil false]", 11) == 0);
+    CHECK(strstr(wait_out, "x g 200") != NULL);
+    if (rc != 0) {
+        printf("  out: %s\n  error: %s\n", wait_out, run.error);
+    }
+
+    if (cfd >= 0) {
+        close(cfd);
+    }
+    close(lfd);
+    mrb_script_free(s);
+    mrb_script_free(peek);
     mrb_interp_close(interp);
 }
