@@ -238,6 +238,53 @@ Nginx.rputs v.inspect
         gate.remove()
 
 
+def test_a_link_a_nested_run_left_in_multi_stays_with_its_request(nginx):
+    """A script run inside the request's script (an mruby_set_code
+    variable the content script reads) starts MULTI and ends: the link it
+    left stays the request's (the outermost run's), so the content script,
+    after a wait on another Redis server, gets its EXEC on that link; a
+    request meanwhile gets its own value, not "QUEUED"; no MULTI is left
+    open on any link after the request."""
+    with harness.Redis("tx") as main, harness.Redis("gate") as gate:
+        nested = ('r = Redis.new("127.0.0.1", MAIN, timeout: 30); '
+                  'r.call("MULTI"); r.set("t", "nested"); "queued"')
+        content = """
+v = Nginx::Request.new.var.tx
+Redis.new("127.0.0.1", GATE, timeout: 30).blpop("go", 20)
+e = Redis.new("127.0.0.1", MAIN, timeout: 30).call("EXEC")
+Nginx.rputs "#{v} #{e.inspect}"
+"""
+        get = 'Nginx.rputs Redis.new("127.0.0.1", MAIN).get("k").inspect'
+
+        def port(ruby):
+            return (ruby.replace("MAIN", str(main.port))
+                    .replace("GATE", str(gate.port)))
+
+        n = nginx("location = /tx {\n"
+                  f"    mruby_set_code $tx {code(port(nested))};\n"
+                  f"    mruby_content_handler_code {code(port(content))};\n"
+                  "}\n" + loc("/get", port(get)))
+        main.command("SET", "k", "v")
+        assert n.get("/get").text == '"v"'
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            first = pool.submit(n.get, "/tx", timeout=60)
+            wait_for(lambda: info(gate, "blocked_clients") == 1,
+                     "the request's script to wait")
+            assert n.get("/get", timeout=10).text == '"v"'
+            gate.command("RPUSH", "go", "1")
+            r = first.result(30)
+        assert (r.status_code, r.text) == (200, 'queued ["OK"]')
+        assert main.command("GET", "t") == "nested"
+        # no transaction left open on any link, and the next requests,
+        # whichever idle link they take, get their values
+        clients = main.command("CLIENT", "LIST").splitlines()
+        assert all("multi=-1" in c for c in clients), clients
+        for _ in range(3):
+            assert n.get("/get").text == '"v"'
+        main.remove()
+        gate.remove()
+
+
 def test_a_script_that_set_a_top_level_constant_waits_without_blocking(
         nginx, redis_server):
     """The slide-30 script: `Server = get_server_class` and a global, then
