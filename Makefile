@@ -229,7 +229,7 @@ bench: deps
 	$(MAKE) all venv
 	$(PYTHON) bench/run.py
 	$(MAKE) $(BUILD)/coro_bench $(BUILD)/test_core
-	$(PYTHON) bench/coro.py
+	$(PYTHON) bench/coro.py --rounds 5
 
 # the file watch with 1,000 to 100,000 stat scripts (bench/watch_scale.py)
 bench-watch: deps

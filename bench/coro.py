@@ -9,6 +9,8 @@ lua-nginx-module's ngx.sleep in the same run.
     python3 bench/coro.py --counts     # only the callgrind counts and the
                                        # unit benches, into the results
     python3 bench/coro.py --nginx      # only the nginx sleep run, into them
+    python3 bench/coro.py --nginx --rounds 5   # 5 interleaved rounds of
+                                       # ours and ngx.sleep: median, range
 
 build/coro_bench (bench/coro_bench.c) runs the experiments; every figure
 of a pair comes from the same process.  Results go to
@@ -21,6 +23,7 @@ import datetime
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 
@@ -115,8 +118,10 @@ def wrk(url, conns, seconds):
     return rps, p99
 
 
-def nginx_sleep():
-    """1,000 connections, each request sleeping 100 ms, one worker."""
+def nginx_sleep(rounds=1):
+    """1,000 connections, each request sleeping 100 ms, one worker: rounds
+    of ours and ngx.sleep interleaved (the one that goes first alternates),
+    so that a drift of the machine's load falls on both."""
     import harness
     lua = all(os.path.exists(m) for m in LUA_MODULES)
     n = harness.Nginx(
@@ -138,14 +143,26 @@ def nginx_sleep():
                                  "worker_connections 4096;"))
     n.generate = more_connections
     n.start()
-    res = {}
+    names = ["mruby", "lua"] if lua else ["mruby"]
+    runs = {name: [] for name in names}
     try:
-        for name in ["mruby", "lua"] if lua else ["mruby"]:
-            wrk(n.url("/" + name), 1000, 2)            # warm-up
-            res[name] = wrk(n.url("/" + name), 1000, 6)
+        for r in range(rounds):
+            for name in names if r % 2 == 0 else names[::-1]:
+                wrk(n.url("/" + name), 1000, 2)            # warm-up
+                runs[name].append(wrk(n.url("/" + name), 1000, 6))
+                print(f"round {r + 1} {name}: {runs[name][-1][0]:,.0f} "
+                      f"req/s, p99 {runs[name][-1][1]:.1f} ms",
+                      file=sys.stderr)
     finally:
         n.stop()
-    return {k: {"rps": v[0], "p99_ms": v[1]} for k, v in res.items()}
+    res = {}
+    for name, v in runs.items():
+        rps = [x[0] for x in v]
+        p99 = [x[1] for x in v]
+        res[name] = {"rps": statistics.median(rps),
+                     "p99_ms": statistics.median(p99),
+                     "rps_rounds": rps, "p99_rounds": p99}
+    return res
 
 
 def plot(res):
@@ -252,22 +269,41 @@ def render(res):
               "switch alone)."]
     ns = res.get("nginx")
     if ns:
+        nrounds = len(ns["mruby"].get("rps_rounds", [0]))
         lines += ["",
                   "### 1,000 requests at once, each sleeping 100 ms, one "
                   "nginx worker",
                   "",
-                  "| | requests/s | p99 (ms) |",
-                  "|---|---:|---:|"]
+                  f"| | requests/s, median of {nrounds} | range | "
+                  "p99 (ms), median | range |",
+                  "|---|---:|---:|---:|---:|"]
+
+        def span(v, fmt):
+            return (fmt.format(min(v)) + "-" + fmt.format(max(v))
+                    if v else "-")
         for name, label in (("mruby", "`Nginx::Async.sleep 100`"),
                             ("lua", "lua-nginx-module `ngx.sleep(0.1)`")):
             if name in ns:
-                lines.append(f"| {label} | {ns[name]['rps']:,.0f} | "
-                             f"{ns[name]['p99_ms']:.0f} |")
+                x = ns[name]
+                lines.append(
+                    f"| {label} | {x['rps']:,.0f} | "
+                    f"{span(x.get('rps_rounds', []), '{:,.0f}')} | "
+                    f"{x['p99_ms']:.1f} | "
+                    f"{span(x.get('p99_rounds', []), '{:.1f}')} |")
+        ratios = [a / b for a, b in zip(
+            ns["mruby"].get("rps_rounds", []),
+            ns.get("lua", {}).get("rps_rounds", []))]
         lines.append("")
         lines.append("wrk, 1 thread, 1,000 connections, 6 s after a 2 s "
-                     "warm-up; the limit is 10,000 requests/s"
+                     f"warm-up, {nrounds} rounds of each interleaved "
+                     "(`python3 bench/coro.py --nginx --rounds "
+                     f"{nrounds}`); the limit is 10,000 requests/s"
                      + (f" ({res['nginx_note']})" if res.get("nginx_note")
-                        else "") + ".")
+                        else "") + "."
+                     + (" Ours over ngx.sleep's, round by round: "
+                        + ", ".join(f"{r:.4f}" for r in ratios)
+                        + f" (median {statistics.median(ratios):.4f})."
+                        if ratios else ""))
     sw0 = sw[0]["ours"]
     unit = res.get("unit", {})
     counts = res.get("counts")
@@ -359,6 +395,9 @@ def main():
     ap.add_argument("--nginx", action="store_true")
     ap.add_argument("--no-nginx", action="store_true")
     ap.add_argument("--note", default="")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="nginx sleep rounds of ours and ngx.sleep, "
+                         "interleaved")
     args = ap.parse_args()
     if args.render:
         res = json.load(open(RESULTS))
@@ -368,7 +407,7 @@ def main():
             res.update(counts_and_unit())
         if args.nginx:
             before = load_note()
-            res["nginx"] = nginx_sleep()
+            res["nginx"] = nginx_sleep(args.rounds)
             res["nginx_note"] = (f"run alone {datetime.date.today()}: "
                                  f"{before} before it, "
                                  f"{os.getloadavg()[0]:.1f} after")
@@ -377,7 +416,7 @@ def main():
         res = experiments()
         res.update(counts_and_unit())
         if not args.no_nginx:
-            res["nginx"] = nginx_sleep()
+            res["nginx"] = nginx_sleep(args.rounds)
         res["date"] = datetime.date.today().isoformat()
         res["note"] = args.note or os.uname().nodename
         json.dump(res, open(RESULTS, "w"), indent=1)

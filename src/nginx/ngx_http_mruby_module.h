@@ -107,7 +107,7 @@ struct ngx_http_mruby_ctx_s {
     /* a run of a phase up to content, which may wait (mrb_wait.h) */
     ngx_http_mruby_run_data_t  data;
     mrb_run              *waiting;        /* while its script waits */
-    ngx_event_t           wake;           /* Async.sleep's timer */
+    ngx_mruby_wake_t      wake;           /* Async.sleep's timer */
     ngx_mruby_fd_wait_t   fd_wait;        /* a Redis reply's socket */
     ngx_http_request_t   *sr_last;        /* Async::HTTP.last_response */
     ngx_int_t             sr_rc;          /* its error status, or 0 */

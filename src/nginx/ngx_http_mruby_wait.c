@@ -27,13 +27,13 @@ ngx_http_mruby_wake_after(mrb_run *run, mrb_int msec)
 {
     ngx_http_request_t         *r = run->request;
     ngx_http_mruby_run_data_t  *data = run->data;
-    ngx_event_t                *ev = &data->ctx->wake;
+    ngx_mruby_wake_t           *wake = &data->ctx->wake;
 
-    ev->handler = ngx_http_mruby_wake_handler;
-    ev->data = r;
-    ev->log = r->connection->log;
+    wake->handler = ngx_http_mruby_wake_handler;
+    wake->ev.data = r;
+    wake->ev.log = r->connection->log;
 
-    ngx_mruby_wake_timer(ev, msec);
+    ngx_mruby_wake_timer(wake, msec);
     return 0;
 }
 
@@ -54,7 +54,7 @@ ngx_http_mruby_wake_on_fd(mrb_run *run, int fd, int events, mrb_int msec,
                            r->connection->log)
         != NGX_OK)
     {
-        ngx_del_timer(&ctx->wake);
+        ngx_mruby_wake_stop(&ctx->wake);
         return -1;
     }
 
@@ -78,9 +78,7 @@ ngx_http_mruby_wait_begin(ngx_http_request_t *r, ngx_http_mruby_ctx_t *ctx,
         if (cln == NULL) {
             interp = ngx_mruby_interp(&ngx_http_mruby_process,
                                       r->connection->log);
-            if (ctx->wake.timer_set) {
-                ngx_del_timer(&ctx->wake);
-            }
+            ngx_mruby_wake_stop(&ctx->wake);
             ngx_mruby_fd_unwatch(&ctx->fd_wait);
             mrb_wait_cancel(interp, ctx->waiting);
             ctx->waiting = NULL;

@@ -12,6 +12,7 @@
 
 #include <ngx_config.h>
 #include <ngx_core.h>
+#include <ngx_event.h>
 
 #include <mruby.h>
 
@@ -200,13 +201,27 @@ ngx_int_t ngx_mruby_run(ngx_mruby_process_t *p, ngx_mruby_script_t *s,
     mrb_run *run, ngx_log_t *log);
 
 /*
+ * What wakes a waiting script after a time (Async.sleep, the deadline of
+ * a Redis reply): nginx's timer, then checked against the exact deadline
+ * (ngx_mruby_wake_timer).  The adapter sets handler, ev.data and ev.log;
+ * zeroed memory is an unarmed one.
+ */
+typedef struct {
+    ngx_event_t           ev;       /* first: the event is the wake */
+    ngx_event_handler_pt  handler;  /* the adapter's: resumes the script */
+    int64_t               due;      /* ns on nginx's clock; 0: at once */
+    ngx_queue_t           queue;    /* in the early ones, when early */
+    unsigned              early:1;
+} ngx_mruby_wake_t;
+
+/*
  * A descriptor a waiting script watches (mrb_server.wake_on_fd: a Redis
  * reply), as a connection of the worker's event loop while it is watched;
  * the run's wake timer is the deadline.  Zeroed memory is an unwatched one.
  */
 typedef struct {
     ngx_connection_t  *conn;
-    ngx_event_t       *wake;    /* its handler resumes the script */
+    ngx_mruby_wake_t  *wake;    /* its handler resumes the script */
     int               *ready;   /* set to 1 when the descriptor is ready */
 } ngx_mruby_fd_wait_t;
 
@@ -215,15 +230,24 @@ typedef struct {
  * then ends the watch, removes wake's timer, sets *ready and calls wake's
  * handler.  NGX_OK, or NGX_ERROR (no free connection, epoll refused).
  */
-ngx_int_t ngx_mruby_fd_watch(ngx_mruby_fd_wait_t *w, ngx_event_t *wake,
+ngx_int_t ngx_mruby_fd_watch(ngx_mruby_fd_wait_t *w, ngx_mruby_wake_t *wake,
     int fd, int events, int *ready, ngx_log_t *log);
 
 /* Ends the watch, if any; the descriptor stays open (it is not ours). */
 void ngx_mruby_fd_unwatch(ngx_mruby_fd_wait_t *w);
 
-/* Arms wake to fire msec milliseconds from now, never sooner
- * (Async.sleep's timer, http and stream). */
-void ngx_mruby_wake_timer(ngx_event_t *wake, mrb_int msec);
+/*
+ * Calls wake's handler at the first pass of the event loop at or after
+ * msec milliseconds from now, never sooner (Async.sleep, http and stream).
+ */
+void ngx_mruby_wake_timer(ngx_mruby_wake_t *wake, mrb_int msec);
+
+/* Disarms wake, whatever it waits on. */
+void ngx_mruby_wake_stop(ngx_mruby_wake_t *wake);
+
+/* Posts the wakes that fired early and are due now to the current pass of
+ * the loop (ngx_mruby_wake_timer); a script about to start calls it. */
+void ngx_mruby_wake_poll(void);
 
 /* mrb_server.trim_later: a timer of the worker that trims interp's stacks
  * (mrb_wait_trim), cancelable: it does not hold up the worker's exit. */
@@ -234,7 +258,7 @@ void ngx_mruby_trim_later(mrb_interp *interp);
  * a timeout, the worker's end): the wake timer and the watch go and the
  * script ends now; *waiting becomes NULL.
  */
-void ngx_mruby_wait_end(ngx_mruby_process_t *p, ngx_event_t *wake,
+void ngx_mruby_wait_end(ngx_mruby_process_t *p, ngx_mruby_wake_t *wake,
     ngx_mruby_fd_wait_t *fd_wait, mrb_run **waiting);
 
 

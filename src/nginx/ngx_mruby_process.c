@@ -217,17 +217,167 @@ ngx_mruby_trim_later(mrb_interp *interp)
 
 
 /*
- * From the time read now, not the event loop's cached time, which may be
- * some milliseconds old; and one millisecond more, because nginx's timers
- * count whole milliseconds of a clock read once per loop: a timer set at
- * 1000.9 ms for 3 ms is due at 1003, 2.1 ms later, and fires then if the
- * loop wakes for something else.
+ * A wake at its deadline, never before.
+ *
+ * nginx's timers count whole milliseconds of ngx_current_msec, the clock
+ * read once per pass of the event loop (ngx_time_update), and fire at the
+ * first pass whose millisecond is at or past theirs.  A deadline in the
+ * middle of a millisecond is either early there (a timer for its own
+ * millisecond fires at any pass in it) or late (one for the next fires
+ * only then, 0.5 ms after the deadline on average); and when the worker
+ * has nothing else to do, the epoll timeout counts from the pass's cached
+ * time, which adds up to another millisecond: a sleep armed for msec + 1
+ * from the fresh clock ended ~1.1 ms late on an idle worker.
+ *
+ * So the deadline is kept in nanoseconds of nginx's own clock and the
+ * timer is set for its millisecond.  An idle worker's epoll_wait then
+ * returns at the deadline or just after it (the timeout counts from a
+ * cached time at or before now).  A timer that fires early (the loop woke
+ * for something else in that millisecond) is checked against the exact
+ * deadline and waits on: on a timer for the next millisecond, and in the
+ * list of early wakes, which every script that starts on the worker and
+ * every wake that fires looks at (ngx_mruby_wake_poll, one comparison
+ * while the list is empty): the first of those after the deadline posts
+ * it to run at the end of the current pass.  Not posted to the next pass
+ * (ngx_posted_next_events) to be checked at every pass: that makes
+ * epoll_wait return at once, and a worker with nothing else to do would
+ * spin until the deadline.
+ *
+ * The deadline is a microsecond more than asked: scripts read the time in
+ * microseconds (Time.now), and a sleep that ended within the same
+ * microsecond could look a microsecond short to them.
  */
-void
-ngx_mruby_wake_timer(ngx_event_t *wake, mrb_int msec)
+
+#define NGX_MRUBY_WAKE_MARGIN_NS  1000
+
+static ngx_queue_t  ngx_mruby_wake_early;
+
+
+/* ngx_current_msec's clock (ngx_monotonic_time in nginx's ngx_times.c),
+ * in nanoseconds: its milliseconds are this / 1,000,000. */
+static int64_t
+ngx_mruby_clock_ns(void)
 {
-    ngx_time_update();
-    ngx_add_timer(wake, (ngx_msec_t) (msec > 0 ? msec + 1 : 0));
+#if (NGX_HAVE_CLOCK_MONOTONIC)
+    struct timespec  ts;
+
+#if defined(CLOCK_MONOTONIC_FAST)
+    clock_gettime(CLOCK_MONOTONIC_FAST, &ts);
+#else
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+#endif
+
+    return (int64_t) ts.tv_sec * 1000000000 + ts.tv_nsec;
+#else
+    struct timeval  tv;
+
+    ngx_gettimeofday(&tv);
+    return (int64_t) tv.tv_sec * 1000000000 + (int64_t) tv.tv_usec * 1000;
+#endif
+}
+
+
+static void
+ngx_mruby_wake_unlist(ngx_mruby_wake_t *wake)
+{
+    if (wake->early) {
+        ngx_queue_remove(&wake->queue);
+        wake->early = 0;
+    }
+}
+
+
+void
+ngx_mruby_wake_poll(void)
+{
+    int64_t            now;
+    ngx_queue_t       *q, *next;
+    ngx_mruby_wake_t  *wake;
+
+    if (ngx_mruby_wake_early.next == NULL
+        || ngx_queue_empty(&ngx_mruby_wake_early))
+    {
+        return;
+    }
+
+    now = ngx_mruby_clock_ns();
+
+    for (q = ngx_queue_head(&ngx_mruby_wake_early);
+         q != ngx_queue_sentinel(&ngx_mruby_wake_early);
+         q = next)
+    {
+        next = ngx_queue_next(q);
+        wake = ngx_queue_data(q, ngx_mruby_wake_t, queue);
+
+        if (now >= wake->due) {
+            ngx_mruby_wake_unlist(wake);
+            ngx_del_timer(&wake->ev);
+            ngx_post_event(&wake->ev, &ngx_posted_events);
+        }
+    }
+}
+
+
+static void
+ngx_mruby_wake_check(ngx_event_t *ev)
+{
+    ngx_mruby_wake_t  *wake = (ngx_mruby_wake_t *) ev;
+
+    ngx_mruby_wake_unlist(wake);
+
+    if (ngx_mruby_clock_ns() < wake->due) {
+        /* ngx_current_msec is this pass's: the millisecond after the
+         * deadline's */
+        ngx_add_timer(ev, (ngx_msec_t) (wake->due / 1000000 + 1)
+                          - ngx_current_msec);
+
+        if (ngx_mruby_wake_early.next == NULL) {
+            ngx_queue_init(&ngx_mruby_wake_early);
+        }
+        ngx_queue_insert_tail(&ngx_mruby_wake_early, &wake->queue);
+        wake->early = 1;
+        return;
+    }
+
+    wake->handler(ev);
+    ngx_mruby_wake_poll();
+}
+
+
+void
+ngx_mruby_wake_timer(ngx_mruby_wake_t *wake, mrb_int msec)
+{
+    ngx_event_t  *ev = &wake->ev;
+
+    ev->handler = ngx_mruby_wake_check;
+
+    if (msec <= 0) {
+        wake->due = 0;
+        ngx_add_timer(ev, 0);
+        return;
+    }
+
+    wake->due = ngx_mruby_clock_ns() + (int64_t) msec * 1000000
+                + NGX_MRUBY_WAKE_MARGIN_NS;
+
+    /* ngx_current_msec, read at the start of this pass, is at most the
+     * millisecond of now: the timer is msec or more */
+    ngx_add_timer(ev, (ngx_msec_t) (wake->due / 1000000) - ngx_current_msec);
+}
+
+
+void
+ngx_mruby_wake_stop(ngx_mruby_wake_t *wake)
+{
+    ngx_mruby_wake_unlist(wake);
+
+    if (wake->ev.timer_set) {
+        ngx_del_timer(&wake->ev);
+    }
+
+    if (wake->ev.posted) {
+        ngx_delete_posted_event(&wake->ev);
+    }
 }
 
 
@@ -236,21 +386,17 @@ ngx_mruby_fd_ready(ngx_event_t *ev)
 {
     ngx_connection_t     *c = ev->data;
     ngx_mruby_fd_wait_t  *w = c->data;
-    ngx_event_t          *wake = w->wake;
+    ngx_mruby_wake_t     *wake = w->wake;
 
     *w->ready = 1;
     ngx_mruby_fd_unwatch(w);
-
-    if (wake->timer_set) {
-        ngx_del_timer(wake);
-    }
-
-    wake->handler(wake);
+    ngx_mruby_wake_stop(wake);
+    wake->handler(&wake->ev);
 }
 
 
 ngx_int_t
-ngx_mruby_fd_watch(ngx_mruby_fd_wait_t *w, ngx_event_t *wake, int fd,
+ngx_mruby_fd_watch(ngx_mruby_fd_wait_t *w, ngx_mruby_wake_t *wake, int fd,
     int events, int *ready, ngx_log_t *log)
 {
     ngx_int_t          rc;
@@ -327,15 +473,13 @@ ngx_mruby_fd_unwatch(ngx_mruby_fd_wait_t *w)
 
 
 void
-ngx_mruby_wait_end(ngx_mruby_process_t *p, ngx_event_t *wake,
+ngx_mruby_wait_end(ngx_mruby_process_t *p, ngx_mruby_wake_t *wake,
     ngx_mruby_fd_wait_t *fd_wait, mrb_run **waiting)
 {
     mrb_run     *run;
     mrb_interp  *interp;
 
-    if (wake->timer_set) {
-        ngx_del_timer(wake);
-    }
+    ngx_mruby_wake_stop(wake);
 
     /* before the script unwinds: its Redis link closes the descriptor */
     ngx_mruby_fd_unwatch(fd_wait);
@@ -354,9 +498,7 @@ ngx_mruby_wait_end(ngx_mruby_process_t *p, ngx_event_t *wake,
 
     /* the script's ensure clauses cannot arm it again (mrb_wait_check
      * raises in a cancelled run); checked all the same: the request goes */
-    if (wake->timer_set) {
-        ngx_del_timer(wake);
-    }
+    ngx_mruby_wake_stop(wake);
 }
 
 
@@ -370,6 +512,8 @@ ngx_mruby_run(ngx_mruby_process_t *p, ngx_mruby_script_t *s, mrb_run *run,
     if (interp == NULL) {
         return NGX_ERROR;
     }
+
+    ngx_mruby_wake_poll();
 
     switch (mrb_script_run(interp, s->script, run)) {
 

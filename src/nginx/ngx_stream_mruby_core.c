@@ -75,8 +75,8 @@ ngx_stream_mruby_wake_after(mrb_run *run, mrb_int msec)
     ngx_stream_mruby_ctx_t  *ctx = run->data;
 
     ctx->wake.handler = ngx_stream_mruby_wake_handler;
-    ctx->wake.data = ctx;
-    ctx->wake.log = ctx->session->connection->log;
+    ctx->wake.ev.data = ctx;
+    ctx->wake.ev.log = ctx->session->connection->log;
 
     ngx_mruby_wake_timer(&ctx->wake, msec);
     return 0;
@@ -96,7 +96,7 @@ ngx_stream_mruby_wake_on_fd(mrb_run *run, int fd, int events, mrb_int msec,
                            ctx->session->connection->log)
         != NGX_OK)
     {
-        ngx_del_timer(&ctx->wake);
+        ngx_mruby_wake_stop(&ctx->wake);
         return -1;
     }
 

@@ -30,7 +30,7 @@ typedef struct {
 typedef struct {
     ngx_stream_session_t  *session;
     mrb_run               *waiting;       /* while its script waits */
-    ngx_event_t            wake;          /* Async.sleep's timer */
+    ngx_mruby_wake_t       wake;          /* Async.sleep's timer */
     ngx_mruby_fd_wait_t    fd_wait;       /* a Redis reply's socket */
     mrb_int                result;        /* when the script has ended */
     ngx_int_t              status;        /* NGX_OK, or NGX_ERROR */
