@@ -43,6 +43,7 @@
 #include "mrb_api.h"
 #include "mrb_coro.h"
 #include "mrb_interp_core.h"
+#include "mrb_lib.h"
 #include "mrb_mruby_version.h"
 #include "mrb_wait.h"
 
@@ -60,16 +61,18 @@ typedef struct mrb_wait_slot_s  mrb_wait_slot;
 
 /*
  * A run on a coroutine.  keep (GC-reachable through the state's array) is
- * [fiber, stash, the slot itself, top-level state, arena values while
- * suspended...]; the top-level state is what the run set there, while it
- * is suspended (mrb_toplevel_take), or the exception that says it was
- * lost, or nil.
+ * [fiber, stash, the slot itself, top-level state, library state, lost,
+ * arena values while suspended...]: while the run is suspended and others
+ * run, what it set at top level (mrb_toplevel_take) and its last match
+ * (mrb_lib_take), or nil; the exception that lost them, or nil.
  */
 #define WAIT_KEEP_FIBER     0
 #define WAIT_KEEP_STASH     1
 #define WAIT_KEEP_SLOT      2
 #define WAIT_KEEP_TOPLEVEL  3
-#define WAIT_KEEP_ARENA     4
+#define WAIT_KEEP_LIB       4
+#define WAIT_KEEP_LOST      5
+#define WAIT_KEEP_ARENA     6
 
 struct mrb_wait_slot_s {
     mrb_run              run;        /* the run itself, owned here */
@@ -96,7 +99,7 @@ struct mrb_wait_slot_s {
     int                  resumer_idx;
 
     unsigned             cancelled:1;
-    unsigned             aside:1;    /* top-level state in keep */
+    unsigned             aside:1;    /* top-level, library state in keep */
     unsigned             lost:1;     /* ... could not be kept: exception */
     unsigned             saved:1;    /* arena values in keep */
     unsigned             stashed:1;  /* the resumer's arena in stash */
@@ -466,6 +469,8 @@ wait_slot_new_body(mrb_state *mrb, void *p)
     mrb_ary_push(mrb, slot->keep, mrb_ary_new(mrb));
     mrb_ary_push(mrb, slot->keep, mrb_cptr_value(mrb, slot));
     mrb_ary_push(mrb, slot->keep, mrb_nil_value());
+    mrb_ary_push(mrb, slot->keep, mrb_nil_value());
+    mrb_ary_push(mrb, slot->keep, mrb_nil_value());
     slot->keep_index = RARRAY_LEN(a->st->keeps);
     mrb_ary_push(mrb, a->st->keeps, slot->keep);
     return mrb_nil_value();
@@ -510,6 +515,22 @@ wait_slot_take(mrb_state *mrb, mrb_wait_state *st)
 }
 
 
+/* Forgets what slot kept of its run's top-level and library state. */
+static void
+wait_keep_clear(mrb_state *mrb, mrb_wait_slot *slot)
+{
+    int  i;
+
+    /* the entries exist: setting them allocates nothing */
+    for (i = WAIT_KEEP_TOPLEVEL; i <= WAIT_KEEP_LOST; i++) {
+        mrb_ary_set(mrb, slot->keep, i, mrb_nil_value());
+    }
+
+    slot->aside = 0;
+    slot->lost = 0;
+}
+
+
 static void
 wait_slot_give_back(mrb_state *mrb, mrb_wait_state *st, mrb_wait_slot *slot)
 {
@@ -522,9 +543,7 @@ wait_slot_give_back(mrb_state *mrb, mrb_wait_state *st, mrb_wait_slot *slot)
     slot->proc = NULL;
 
     if (slot->aside || slot->lost) {
-        mrb_ary_set(mrb, slot->keep, WAIT_KEEP_TOPLEVEL, mrb_nil_value());
-        slot->aside = 0;
-        slot->lost = 0;
+        wait_keep_clear(mrb, slot);
     }
 
     if (st->nidle < WAIT_KEEP_IDLE) {
@@ -670,14 +689,23 @@ mrb_wait_set_aside(mrb_interp *interp)
     /* a line it logs is the held run's */
     head->run = &slot->run;
 
-    /* keep's entry exists: setting it allocates nothing */
+    /* keep's entries exist: setting them allocates nothing */
     if (mrb_interp_toplevel_take(interp, &aside) != 0) {
         slot->lost = 1;
-        mrb_ary_set(mrb, slot->keep, WAIT_KEEP_TOPLEVEL, aside);
+        mrb_ary_set(mrb, slot->keep, WAIT_KEEP_LOST, aside);
 
     } else if (!mrb_nil_p(aside)) {
         slot->aside = 1;
         mrb_ary_set(mrb, slot->keep, WAIT_KEEP_TOPLEVEL, aside);
+    }
+
+    if (mrb_lib_take(mrb, &aside) != 0) {
+        slot->lost = 1;
+        mrb_ary_set(mrb, slot->keep, WAIT_KEEP_LOST, aside);
+
+    } else if (!mrb_nil_p(aside)) {
+        slot->aside = 1;
+        mrb_ary_set(mrb, slot->keep, WAIT_KEEP_LIB, aside);
     }
 
     head->run = run;
@@ -694,17 +722,18 @@ wait_put_back(mrb_state *mrb, mrb_wait_slot *slot)
     int        ai = mrb_gc_arena_save(mrb);
 
     slot->aside = 0;
+    mrb_lib_put_back(mrb, RARRAY_PTR(slot->keep)[WAIT_KEEP_LIB]);
+    mrb_ary_set(mrb, slot->keep, WAIT_KEEP_LIB, mrb_nil_value());
 
-    /* keep's entry exists: setting it allocates nothing */
+    /* keep's entries exist: setting them allocates nothing */
     if (mrb_interp_toplevel_put_back(slot->interp,
             RARRAY_PTR(slot->keep)[WAIT_KEEP_TOPLEVEL], &exc) != 0)
     {
         slot->lost = 1;
-        mrb_ary_set(mrb, slot->keep, WAIT_KEEP_TOPLEVEL, exc);
-    } else {
-        mrb_ary_set(mrb, slot->keep, WAIT_KEEP_TOPLEVEL, mrb_nil_value());
+        mrb_ary_set(mrb, slot->keep, WAIT_KEEP_LOST, exc);
     }
 
+    mrb_ary_set(mrb, slot->keep, WAIT_KEEP_TOPLEVEL, mrb_nil_value());
     mrb_gc_arena_restore(mrb, ai);
 }
 
@@ -1019,7 +1048,7 @@ wait_suspend_raw(mrb_state *mrb, mrb_wait_state *st, mrb_wait_slot *slot)
 static MRB_NOINLINE void
 wait_raise_stopped(mrb_state *mrb, mrb_wait_slot *slot)
 {
-    mrb_value  exc = RARRAY_PTR(slot->keep)[WAIT_KEEP_TOPLEVEL];
+    mrb_value  exc = RARRAY_PTR(slot->keep)[WAIT_KEEP_LOST];
 
     if (slot->cancelled) {
         mrb_raise(mrb, wait_cancelled_class(mrb),
@@ -1029,7 +1058,7 @@ wait_raise_stopped(mrb_state *mrb, mrb_wait_slot *slot)
 
     /* from here on mrb->exc holds it */
     slot->lost = 0;
-    mrb_ary_set(mrb, slot->keep, WAIT_KEEP_TOPLEVEL, mrb_nil_value());
+    mrb_ary_set(mrb, slot->keep, WAIT_KEEP_LOST, mrb_nil_value());
     mrb_exc_raise(mrb, exc);
 }
 

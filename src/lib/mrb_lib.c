@@ -9,6 +9,7 @@
 
 #include <mruby.h>
 #include <mruby/data.h>
+#include <mruby/error.h>
 #include <mruby/variable.h>
 
 #include "mrb_digest.h"
@@ -67,6 +68,39 @@ mrb_lib_run_end_slow(mrb_state *mrb)
 
     mrb_regexp_run_end(mrb);
     lib->run_state = 0;
+}
+
+
+static mrb_value
+lib_take_body(mrb_state *mrb, void *arg)
+{
+    return mrb_regexp_take(mrb);
+}
+
+
+int
+mrb_lib_take(mrb_state *mrb, mrb_value *kept)
+{
+    mrb_lib   *lib = mrb_lib_get(mrb);
+    mrb_bool   failed = FALSE;
+
+    *kept = mrb_nil_value();
+
+    if (lib != NULL && lib->run_state) {
+        *kept = mrb_protect_error(mrb, lib_take_body, NULL, &failed);
+        mrb_lib_run_end_slow(mrb);
+    }
+
+    return failed ? -1 : 0;
+}
+
+
+void
+mrb_lib_put_back(mrb_state *mrb, mrb_value kept)
+{
+    if (!mrb_nil_p(kept)) {
+        mrb_regexp_put_back(mrb, kept);
+    }
 }
 
 

@@ -60,4 +60,15 @@ mrb_lib_run_end(mrb_state *mrb)
     }
 }
 
+/*
+ * For a run that waits while others run (mrb_wait.c): what the library
+ * keeps of it (the last match) taken out and forgotten, so that the runs
+ * meanwhile neither see nor replace it: 0 and *kept (nil: nothing), or -1
+ * when that raised (out of memory: *kept is the exception, and the match
+ * is forgotten all the same).  mrb_lib_put_back sets it again before the
+ * run resumes; it allocates nothing.
+ */
+int mrb_lib_take(mrb_state *mrb, mrb_value *kept);
+void mrb_lib_put_back(mrb_state *mrb, mrb_value kept);
+
 #endif /* MRB_LIB_H */

@@ -477,6 +477,42 @@ mrb_regexp_run_end(mrb_state *mrb)
 }
 
 
+mrb_value
+mrb_regexp_take(mrb_state *mrb)
+{
+    regexp_state  *st = regexp_state_get(mrb);
+    mrb_value      gc = mrb_obj_value(st->gc);
+    mrb_value      md;
+
+    if (mrb_nil_p(mrb_ary_ref(mrb, gc, REGEXP_LAST_STR))) {
+        return mrb_nil_value();
+    }
+
+    md = mrb_ary_ref(mrb, gc, REGEXP_LAST_MD);
+    if (mrb_nil_p(md)) {
+        md = mrb_matchdata_new(mrb, mrb_ary_ref(mrb, gc, REGEXP_LAST_RE),
+                               mrb_ary_ref(mrb, gc, REGEXP_LAST_STR),
+                               &st->last);
+    }
+
+    return md;
+}
+
+
+void
+mrb_regexp_put_back(mrb_state *mrb, mrb_value md)
+{
+    regexp_state  *st = regexp_state_get(mrb);
+
+    regexp_gc_set(mrb, st, REGEXP_LAST_RE,
+                  mrb_iv_get(mrb, md, mrb_lib_get(mrb)->sym_regexp));
+    regexp_gc_set(mrb, st, REGEXP_LAST_STR,
+                  mrb_iv_get(mrb, md, mrb_lib_get(mrb)->sym_string));
+    regexp_gc_set(mrb, st, REGEXP_LAST_MD, md);
+    mrb_lib_get(mrb)->run_state = 1;
+}
+
+
 void
 mrb_regexp_set_last_match(mrb_state *mrb, mrb_value md)
 {

@@ -80,6 +80,12 @@ mrb_int mrb_regexp_char_len(mrb_value re, const char *p, const char *end);
 /* Forgets the last match (when a run ends). */
 void mrb_regexp_run_end(mrb_state *mrb);
 
+/* The last match as a MatchData (made now if none was: may raise), or
+ * nil; mrb_regexp_put_back makes such a value the last match again
+ * (allocates nothing, sets no global). */
+mrb_value mrb_regexp_take(mrb_state *mrb);
+void mrb_regexp_put_back(mrb_state *mrb, mrb_value md);
+
 void mrb_regexp_define(mrb_state *mrb);
 void mrb_matchdata_define(mrb_state *mrb);
 void mrb_regexp_string_define(mrb_state *mrb);

@@ -529,9 +529,10 @@ v = Nginx::Request.new.args
 $tl_value = v
 TL_VALUE = v
 @tl_value = v
+v =~ Regexp.new("(.)")
 d["set-" + v] = "1"
 600.times { break if d["go-" + v]; Nginx::Async.sleep 50 }
-Nginx.rputs "#{$tl_value} #{TL_VALUE} #{@tl_value}"
+Nginx.rputs "#{$tl_value} #{TL_VALUE} #{@tl_value} #{Regexp.last_match(1)}"
 '''
 
 # /peek?NAME: whether /set?NAME has set its values, and what this request sees
@@ -539,13 +540,13 @@ TOPLEVEL_PEEK = (
     'n = Nginx::Request.new.args\n'
     'Nginx.rputs "#{Nginx::SharedDict.new("gate")["set-" + n]}|'
     '#{$tl_value.inspect} #{Object.const_defined?(:TL_VALUE)} '
-    '#{@tl_value.inspect}"')
+    '#{@tl_value.inspect} #{Regexp.last_match.inspect}"')
 
 
 def test_a_waiting_requests_top_level_state_is_its_own(nginx):
     """Two requests on one worker set the same global, top-level constant
-    and top-level instance variable, each to its own value, then sleep
-    until released; each finds its own values after its sleep, and every
+    and top-level instance variable, each to its own value, and match a
+    regexp, then sleep until released; each finds its own values after its sleep, and every
     request that set nothing, before, between and after, sees neither.
     (The isolation cleanup of every request that ended meanwhile used to
     remove what the sleeping ones had set: the first request after each
@@ -558,7 +559,7 @@ def test_a_waiting_requests_top_level_state_is_its_own(nginx):
                     'Nginx::SharedDict.new("gate")['
                     '"go-" + Nginx::Request.new.args] = "1"')
               + "}\n")
-    nothing = "nil false nil"
+    nothing = "nil false nil nil"
 
     def peek(name="x"):
         r = n.get("/peek?" + name, timeout=30)
@@ -581,11 +582,11 @@ def test_a_waiting_requests_top_level_state_is_its_own(nginx):
         wait_set("b")
         n.get("/go?a", timeout=30)
         r = a.result(60)
-        assert (r.status_code, r.text) == (200, "a a a")
+        assert (r.status_code, r.text) == (200, "a a a a")
         assert not b.done()
         peek()
         n.get("/go?b", timeout=30)
         r = b.result(60)
-        assert (r.status_code, r.text) == (200, "b b b")
+        assert (r.status_code, r.text) == (200, "b b b b")
     peek()
     assert len(n.worker_pids()) == 1

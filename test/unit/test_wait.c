@@ -857,23 +857,24 @@ TEST(wait_a_runs_top_level_state_is_its_own_across_its_wait)
 
 
 /*
- * Out of memory while a run's top-level state is taken aside (when
- * another run starts while it waits) or put back (when it resumes), at
- * each allocation in turn: the run either goes on with its own state or
- * fails with NoMemoryError when it resumes (never goes on without it);
- * the other run sees the sealed state either way, nothing crashes, and
- * the heap does not grow.
+ * Out of memory while a run's top-level state (and its last match) is
+ * taken aside (when another run starts while it waits) or put back (when
+ * it resumes), at each allocation in turn: the run either goes on with
+ * its own state or fails with NoMemoryError when it resumes (never goes
+ * on without it); the other run sees the sealed state either way, nothing
+ * crashes, and the heap does not grow.
  */
 TEST(wait_out_of_memory_keeping_the_top_level_state_fails_the_run)
 {
     mrb_interp  *interp = wait_interp();
     mrb_script  *a = wait_script(
         "$tl = 'a' * 2; TL = 'a' * 2; @tl = 'a' * 2\n"
+        "'xaby' =~ Regexp.new('a(b)')\n"
         "Nginx::Async.sleep(1)\n"
-        "Nginx.rputs \"#{$tl}#{TL}#{@tl};\"\n");
+        "Nginx.rputs \"#{$tl}#{TL}#{@tl}#{Regexp.last_match(1)};\"\n");
     mrb_script  *peek = wait_script(
         "Nginx.rputs \"[#{$tl.inspect} #{Object.const_defined?(:TL)} "
-        "#{@tl.inspect}]\"");
+        "#{@tl.inspect} #{Regexp.last_match.inspect}]\"");
     mrb_state   *mrb;
     mrb_run      ra, rp;
     size_t       before = 0;
@@ -912,11 +913,11 @@ TEST(wait_out_of_memory_keeping_the_top_level_state_fails_the_run)
                     unit_oom_end(mrb);
                     done = !unit_oom_failed();
                 }
-                CHECK(rc == -1 || strcmp(wait_out, "[nil false nil]") == 0);
+                CHECK(rc == -1 || strcmp(wait_out, "[nil false nil nil]") == 0);
 
                 wait_out[0] = '\0';
                 REQUIRE(wait_start(interp, peek, &rp) == 0);
-                CHECK(strcmp(wait_out, "[nil false nil]") == 0);
+                CHECK(strcmp(wait_out, "[nil false nil nil]") == 0);
 
                 wait_out[0] = '\0';
                 if (phase == 1) {
@@ -929,7 +930,7 @@ TEST(wait_out_of_memory_keeping_the_top_level_state_fails_the_run)
                 }
 
                 if (rc == 0) {
-                    CHECK(strcmp(wait_out, "aaaaaa;") == 0);
+                    CHECK(strcmp(wait_out, "aaaaaab;") == 0);
                     kept++;
                 } else {
                     CHECK_EQ(rc, -1);
@@ -939,7 +940,7 @@ TEST(wait_out_of_memory_keeping_the_top_level_state_fails_the_run)
 
                 wait_out[0] = '\0';
                 REQUIRE(wait_start(interp, peek, &rp) == 0);
-                CHECK(strcmp(wait_out, "[nil false nil]") == 0);
+                CHECK(strcmp(wait_out, "[nil false nil nil]") == 0);
             }
 
             /* putting back re-adds names to tables that kept their room:
@@ -1081,6 +1082,40 @@ TEST(wait_a_redis_call_after_a_top_level_constant_suspends_the_run)
     }
     close(lfd);
     mrb_script_free(s);
+    mrb_script_free(peek);
+    mrb_interp_close(interp);
+}
+
+
+/* The last regexp match (Regexp.last_match, kept by src/lib outside the
+ * tables) is a run's own across its wait too: the run in between sees
+ * none, and its own match does not replace the waiting run's. */
+TEST(wait_a_runs_last_match_is_its_own_across_its_wait)
+{
+    mrb_interp  *interp = wait_interp();
+    mrb_script  *a = wait_script(
+        "'xaby' =~ Regexp.new('a(b)')\n"
+        "Nginx::Async.sleep(1)\n"
+        "Nginx.rputs \"#{Regexp.last_match.inspect};\"\n");
+    mrb_script  *peek = wait_script(
+        "Nginx.rputs \"#{Regexp.last_match.inspect}|\"\n"
+        "'q' =~ Regexp.new('q')\n");
+    mrb_run      ra, rp;
+
+    REQUIRE(interp != NULL && a != NULL && peek != NULL);
+
+    CHECK_EQ(wait_start(interp, a, &ra), MRB_RUN_WAITING);
+    CHECK_EQ(wait_start(interp, peek, &rp), 0);
+    mrb_full_gc(mrb_interp_state(interp));
+    CHECK_EQ(mrb_wait_resume(interp, ra.waiting, &ra), 0);
+    CHECK_EQ(wait_start(interp, peek, &rp), 0);
+
+    CHECK(strcmp(wait_out, "nil|#<MatchData \"ab\" 1:\"b\">;nil|") == 0);
+    if (strcmp(wait_out, "nil|#<MatchData \"ab\" 1:\"b\">;nil|") != 0) {
+        printf("  out: %s\n  error: %s\n", wait_out, ra.error);
+    }
+
+    mrb_script_free(a);
     mrb_script_free(peek);
     mrb_interp_close(interp);
 }
