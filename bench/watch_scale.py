@@ -15,6 +15,11 @@ each server and N:
     deploy stall   the longest wait of a client requesting an unchanged
                    script in a loop while all N scripts are rewritten, next
                    to its longest wait with no edits (ms)
+    in the worker  nginx, where `perf` can trace it (bench/worker_loop.py):
+                   the worker's own time for the request after an edit
+                   (its loop iterations between the client's send and
+                   receive) and its longest loop iteration while all N are
+                   rewritten, in wall-clock and CPU time
     edits 100/s    wrk on an unchanged script while 100 other scripts are
                    rewritten per second, as a ratio of wrk with no edits
                    (pairs a few seconds apart, median of 3)
@@ -31,6 +36,7 @@ and docs/img/watch_scale.png.
 """
 
 import json
+import multiprocessing
 import os
 import random
 import re
@@ -47,6 +53,7 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(REPO, "test"))
 
 import harness  # noqa: E402
+from worker_loop import LoopTrace  # noqa: E402
 
 RESULTS = os.path.join(HERE, "watch_results.json")
 SECTION = os.path.join(HERE, "watch_scale.md")
@@ -144,10 +151,31 @@ def timed_get(session, url):
     return (time.perf_counter() - t0) * 1000, r.text
 
 
-def measure_edit(s, which, n):
+def traced(s, which, during):
+    """during() with the nginx worker's loop traced (or None)."""
+    if which != "nginx" or not LoopTrace.available():
+        return during(), None
+    with LoopTrace(s.worker_pids()[0]) as trace:
+        out = during()
+    return out, trace
+
+
+def worker_share(trace, windows):
+    """Per client request window (monotonic start, end): the wall-clock and
+    CPU ms of the worker's loop iterations that began within it."""
+    shares = []
+    for a, b in windows:
+        its = [i for i in trace.iterations if a <= i.start <= b]
+        shares.append((sum(i.wall_ms for i in its),
+                       sum(i.cpu_ms for i in its)))
+    return shares
+
+
+def measure_edit(s, which, n, windows=None):
     """The request to an edited script right after the edit returned: on
     Apache, requests until the new version answers (the watcher thread's
-    window), counted in stale answers; nginx must answer it at once."""
+    window), counted in stale answers; nginx must answer it at once.
+    windows: gets the (start, end) of each edited script's requests."""
     cls = CLASS[which]
     session = requests.Session()
     base, edited, unchanged, stale = [], [], [], 0
@@ -157,6 +185,7 @@ def measure_edit(s, which, n):
         with open(os.path.join(s.docroot, "s", f"{j}.rb"), "w") as f:
             f.write(script(cls, j, k + 1))
         t0 = time.perf_counter()
+        m0 = time.monotonic()
         while True:
             text = timed_get(session, s.url(f"/s/{j}.rb"))[1]
             if text == f"{j}.{k + 1}":
@@ -165,6 +194,8 @@ def measure_edit(s, which, n):
                 raise RuntimeError(f"edit of {j} not seen: {text!r}")
             stale += 1
         edited.append((time.perf_counter() - t0) * 1000)
+        if windows is not None:
+            windows.append((m0, time.monotonic()))
         with open(os.path.join(s.docroot, "s", f"{(j + 1) % n or 1}.rb"),
                   "w") as f:
             f.write(script(cls, (j + 1) % n or 1, k + 100))
@@ -178,13 +209,16 @@ def measure_edit(s, which, n):
 
 def longest_wait(s, seconds=None, during=None):
     """A client requesting /s/0.rb in a loop: its longest wait, in ms,
-    while during() runs (or for seconds)."""
-    waits, stop = [], threading.Event()
+    while during() runs (or for seconds), and when (monotonic)."""
+    waits, stop, slowest = [], threading.Event(), [0, 0, 0]
 
     def client():
         session = requests.Session()
         while not stop.is_set():
+            m0 = time.monotonic()
             waits.append(timed_get(session, s.url("/s/0.rb"))[0])
+            if waits[-1] > slowest[0]:
+                slowest[:] = [waits[-1], m0, time.monotonic()]
 
     t = threading.Thread(target=client)
     t.start()
@@ -199,15 +233,49 @@ def longest_wait(s, seconds=None, during=None):
     t.join()
     waits.sort()
     return {"max_ms": waits[-1], "p99_ms": waits[int(len(waits) * 0.99)],
-            "requests": len(waits), "seconds": elapsed}
+            "requests": len(waits), "seconds": elapsed,
+            "max_window": slowest[1:]}
 
 
-def rewrite_all(s, which, n, version):
-    cls = CLASS[which]
-    d = os.path.join(s.docroot, "s")
+def worker_stall(trace, wait):
+    """The worker's side of a rewrite: its longest loop iteration (wall
+    ms, and the CPU ms within it), the most CPU one iteration took, and,
+    for the client's longest wait, when the worker read that request and
+    wrote its response (ms after the client began it), and how long the
+    worker, woken for the request, waited for a CPU."""
+    longest = max(trace.iterations, key=lambda i: i.wall_ms)
+    busiest = max(trace.iterations, key=lambda i: i.cpu_ms)
+    a, b = wait.pop("max_window")
+    read = [(t - a) * 1000 for t in trace.reads if a <= t <= b]
+    written = [(t - a) * 1000 for t in trace.writes if a <= t <= b]
+    woken = [i.woken_wait_ms for i in trace.iterations if a <= i.start <= b]
+    return {"iterations": len(trace.iterations),
+            "longest_ms": longest.wall_ms, "longest_cpu_ms": longest.cpu_ms,
+            "longest_preempted_ms": longest.preempted_ms,
+            "most_cpu_ms": busiest.cpu_ms,
+            "slowest_read_after_ms": read[0] if read else None,
+            "slowest_written_after_ms": written[-1] if written else None,
+            "slowest_cpu_wait_ms": max(woken) if woken else None}
+
+
+def rewrite_files(d, cls, n, version):
     for i in range(1, n):
         with open(os.path.join(d, f"{i}.rb"), "w") as f:
             f.write(script(cls, i, version))
+
+
+def rewrite_all(s, which, n, version):
+    """In a process of its own: a writer thread in the client's process
+    held the interpreter lock from the client, whose longest waits during
+    the rewrite (76 ms at 10,000 scripts, with the worker's response
+    written 0.8 ms after the request) were then its own."""
+    p = multiprocessing.get_context("fork").Process(
+        target=rewrite_files,
+        args=(os.path.join(s.docroot, "s"), CLASS[which], n, version))
+    p.start()
+    p.join()
+    if p.exitcode != 0:
+        raise RuntimeError(f"rewriting the scripts failed: {p.exitcode}")
 
 
 def wrk_rps(url):
@@ -258,9 +326,24 @@ def run_one(which, n):
         first_all = time.monotonic() - t0
         rss1 = worker_rss_kb(s)
         print(f"{which} N={n}: edits", flush=True)
-        edit = measure_edit(s, which, n)
+        windows = []
+        edit, trace = traced(s, which,
+                             lambda: measure_edit(s, which, n, windows))
+        worker = {}
+        if trace is not None:
+            share = worker_share(trace, windows)
+            worker["edit_ms"] = statistics.median(w for w, _ in share)
+            worker["edit_max_ms"] = max(w for w, _ in share)
+            worker["edit_cpu_ms"] = statistics.median(c for _, c in share)
+            worker["edit_cpu_max_ms"] = max(c for _, c in share)
         quiet = longest_wait(s, seconds=3)
-        deploy = longest_wait(s, during=lambda: rewrite_all(s, which, n, 7))
+        quiet.pop("max_window")
+        deploy, trace = traced(s, which, lambda: longest_wait(
+            s, during=lambda: rewrite_all(s, which, n, 7)))
+        if trace is not None:
+            worker["rewrite"] = worker_stall(trace, deploy)
+        else:
+            deploy.pop("max_window")
         ratio = edits_ratio(s, which, n)
         log = s.error_log()
         limits = re.findall(r"inotify watches[^\n]*", log)
@@ -268,7 +351,8 @@ def run_one(which, n):
                 "first_run_all_s": first_all,
                 "rss_per_script_bytes": (rss1 - rss0) * 1024 / n,
                 "edit": edit, "quiet_wait": quiet, "deploy_wait": deploy,
-                "edits_100_per_s_ratio": ratio,
+                "edits_100_per_s_ratio": ratio, "worker": worker,
+                "load": os.getloadavg()[0],
                 "log_limits": limits[:1]}
     finally:
         s.stop()
@@ -306,6 +390,32 @@ def render(results):
             f"{d['max_ms']:.1f} ms over {d['seconds']:.1f} s "
             f"({q['max_ms']:.1f} ms) | "
             f"{r['edits_100_per_s_ratio']:.3f} |")
+    traced_rows = [r for r in rows if r.get("worker")]
+    if traced_rows:
+        out += ["", "In the nginx worker (`bench/worker_loop.py`: `perf` "
+                "traces its `epoll_wait` calls and scheduling; wall-clock "
+                "and CPU ms of its loop iterations; the load average is "
+                "the machine's when the row ended):", "",
+                "| N | load | request after an edit: wall / CPU, median "
+                "(max) | while all N are rewritten: longest loop iteration "
+                "(its CPU), most CPU in one iteration | the client's "
+                "longest wait: the worker read / answered it after (its "
+                "wait for a CPU) |",
+                "|---:|---:|---|---|---|"]
+        for r in traced_rows:
+            w, d = r["worker"], r["worker"].get("rewrite", {})
+            ms = [d.get(k) for k in ("slowest_read_after_ms",
+                                      "slowest_written_after_ms",
+                                      "slowest_cpu_wait_ms")]
+            ms = ["-" if v is None else f"{v:.1f}" for v in ms]
+            after = f"{ms[0]} / {ms[1]} ms ({ms[2]})"
+            out.append(
+                f"| {r['n']:,} | {r.get('load', 0):.1f} | "
+                f"{w['edit_ms']:.2f} / {w['edit_cpu_ms']:.2f} ms "
+                f"({w['edit_max_ms']:.2f} / {w['edit_cpu_max_ms']:.2f}) | "
+                f"{d['longest_ms']:.1f} ms ({d['longest_cpu_ms']:.1f}), "
+                f"{d['most_cpu_ms']:.1f} ms | "
+                f"{r['deploy_wait']['max_ms']:.1f} ms: {after} |")
     out += ["", "![cost against the number of scripts](img/"
             "watch_scale.png)", ""]
     with open(os.path.join(HERE, "watch_scale_notes.md")) as f:
@@ -331,6 +441,14 @@ def plot(rows):
                 label=f"{which}: request after an edit (median)")
         ax.plot(ns, [r["deploy_wait"]["max_ms"] for r in rs], "s--",
                 label=f"{which}: longest wait, all N rewritten")
+        rs = [r for r in rs if r.get("worker")]
+        if rs:
+            ns = [r["n"] for r in rs]
+            ax.plot(ns, [r["worker"]["edit_ms"] for r in rs], "o:",
+                    label=f"{which} worker: request after an edit")
+            ax.plot(ns, [r["worker"]["rewrite"]["longest_ms"] for r in rs],
+                    "s:", label=f"{which} worker: longest loop iteration, "
+                    "all N rewritten")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("scripts watched")
