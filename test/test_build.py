@@ -38,7 +38,8 @@ def test_a_module_exports_only_what_its_server_looks_up(path, expected):
 # What only mruby's insides have: a file that uses one must carry the guard.
 INSIDES = [r"struct iv_tbl\b", r"\btl_tbl\b", r"->cibase\b", r"->ci\b",
            r"->root_c\b", r"\bmrb->jmp\b", r"\bmrb_vm_ci_env", r"\bmrb_vm_run\b",
-           r"\bmrb_env_unshare\b", r"\bgc\.arena\b", r"->globals\b"]
+           r"\bmrb_env_unshare\b", r"\bgc\.arena\b", r"->globals\b",
+           r"->filename_sym\b", r"->symidx\b"]
 
 
 def guarded(text):

@@ -36,6 +36,7 @@
 #include <mruby/dump.h>
 #include <mruby/proc.h>
 
+#include "mrb_mruby_version.h"
 #include "mrb_script.h"
 #include "mrb_script_compile.h"
 
