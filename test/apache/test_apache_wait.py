@@ -155,3 +155,64 @@ Apache.rputs "#{h[21]} #{o} #{s.inspect}"
     assert (r.status_code, r.text) == (200, "42 slept [1, 2, 3]"), \
         a.error_log()[-2000:]
     assert r.headers.get("Connection") == "close"
+
+
+# /set?NAME sets a global, a top-level constant and instance variable to
+# NAME, matches a regexp, and sleeps until /go?NAME; /peek?NAME says
+# whether /set?NAME has set them, and what it sees itself.
+TOPLEVEL = """\
+mrubySharedDict gate 1m
+<Location /set>
+    mrubyHandlerMiddleCode 'd = Apache::SharedDict.new("gate"); \
+v = Apache::Request.new.args; $tl_value = v; TL_VALUE = v; @tl_value = v; \
+v =~ Regexp.new("(.)"); d["set-" + v] = "1"; t = Time.now + 60; \
+sleep 0.05 until d["go-" + v] || Time.now > t; \
+Apache.rputs "#{$tl_value} #{TL_VALUE} #{@tl_value} #{Regexp.last_match(1)}"'
+</Location>
+<Location /peek>
+    mrubyHandlerMiddleCode 'n = Apache::Request.new.args; \
+Apache.rputs "#{Apache::SharedDict.new("gate")["set-" + n]}|\
+#{$tl_value.inspect} #{Object.const_defined?(:TL_VALUE)} \
+#{@tl_value.inspect} #{Regexp.last_match.inspect}"'
+</Location>
+<Location /go>
+    mrubyHandlerMiddleCode 'Apache::SharedDict.new("gate")[\
+"go-" + Apache::Request.new.args] = "1"; Apache.rputs "go"'
+</Location>
+"""
+
+
+def test_a_sleeping_handlers_top_level_state_is_its_own(apache):
+    """Two handlers set the same global, top-level constant and instance
+    variable to their own values and match a regexp, then sleep; each
+    finds its own after its sleep, and every request that set nothing sees
+    neither, before, between and after.  A sleeper gives its interpreter
+    back, and the requests one after another meanwhile take that one (the
+    one given back last).  (The cleanup of each request that ended
+    meanwhile used to remove what the sleepers had set, and the first one
+    after each /set saw it.)"""
+    a = apache(TOPLEVEL, mpm="event", mpm_conf=FOUR_THREADS)
+    nothing = "nil false nil nil"
+
+    def peek(name="x"):
+        r = requests.get(a.url("/peek?" + name), timeout=30)
+        assert r.status_code == 200
+        flag, seen = r.text.split("|")
+        assert seen == nothing
+        return flag
+
+    peek()
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        first = pool.submit(requests.get, a.url("/set?a"), timeout=120)
+        wait_for("/set?a to set", lambda: peek("a") == "1")
+        second = pool.submit(requests.get, a.url("/set?b"), timeout=120)
+        wait_for("/set?b to set", lambda: peek("b") == "1")
+        assert requests.get(a.url("/go?a"), timeout=30).text == "go"
+        r = first.result(120)
+        assert (r.status_code, r.text) == (200, "a a a a")
+        assert not second.done()
+        peek()
+        assert requests.get(a.url("/go?b"), timeout=30).text == "go"
+        r = second.result(120)
+        assert (r.status_code, r.text) == (200, "b b b b")
+    peek()
