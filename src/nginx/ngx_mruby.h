@@ -324,6 +324,10 @@ void ngx_mruby_upstream_check_peers(mrb_state *mrb, const char *what,
 /* Puts this worker's file watch into its event loop (or says why not). */
 void ngx_mruby_file_watch_init(ngx_cycle_t *cycle);
 
+/* Takes it out of the loop as the worker exits: nginx alerts for a
+ * connection left open. */
+void ngx_mruby_file_watch_exit(void);
+
 /* Logs what the `stat` scripts of the configuration need of inotify. */
 void ngx_mruby_file_watch_limits(ngx_cycle_t *cycle);
 

@@ -84,7 +84,9 @@ ngx_mruby_file_watch_init(ngx_cycle_t *cycle)
     ngx_mruby_file_watch_conn = c;
 
     if (ngx_add_event(c->read, NGX_READ_EVENT, NGX_LEVEL_EVENT) != NGX_OK) {
+        ngx_mruby_file_watch_conn = NULL;
         ngx_free_connection(c);
+        c->fd = (ngx_socket_t) -1;
         goto polled;
     }
 
@@ -98,6 +100,37 @@ polled:
                   "is not in the event loop (no free connection): each "
                   "`stat` run asks it");
     mrb_file_watch_stop_driving();
+}
+
+
+/* The descriptor stays the core's (mrb_file_watch_start): the connection
+ * lets go of it, and runs from now on ask the queue themselves. */
+void
+ngx_mruby_file_watch_exit(void)
+{
+    ngx_connection_t  *c = ngx_mruby_file_watch_conn;
+
+    if (ngx_mruby_file_watch_timer.timer_set) {
+        ngx_del_timer(&ngx_mruby_file_watch_timer);
+    }
+
+    if (c == NULL) {
+        return;
+    }
+
+    ngx_mruby_file_watch_conn = NULL;
+    mrb_file_watch_stop_driving();
+
+    if (c->read->active) {
+        ngx_del_event(c->read, NGX_READ_EVENT, 0);
+    }
+
+    if (c->read->posted) {
+        ngx_delete_posted_event(c->read);
+    }
+
+    ngx_free_connection(c);
+    c->fd = (ngx_socket_t) -1;
 }
 
 

@@ -171,6 +171,8 @@ ngx_mruby_exit_worker(ngx_mruby_process_t *p, ngx_mruby_main_conf_t *mcf,
         ngx_del_timer(&ngx_mruby_trim_timer);
     }
 
+    ngx_mruby_file_watch_exit();
+
     /* the process exits next: close it so that its finalizers run */
     mrb_interp_close(p->interp);
     p->interp = NULL;
