@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include <mruby.h>
+#include <mruby/array.h>
 #include <mruby/data.h>
 #include <mruby/error.h>
 #include <mruby/variable.h>
@@ -61,20 +62,57 @@ mrb_lib_define(mrb_state *mrb)
 }
 
 
+/*
+ * What a class keeps of a run (it sets run_state): dropped when the run
+ * ends, taken aside and put back around the run's waits.  One entry holds
+ * all three, so that what a take keeps is what run_end drops.
+ */
+typedef struct {
+    void       (*run_end)(mrb_state *mrb);
+    mrb_value  (*take)(mrb_state *mrb);         /* nil: nothing */
+    void       (*put_back)(mrb_state *mrb, mrb_value kept);
+} lib_run_state;
+
+static const lib_run_state  lib_run_states[] = {
+    { mrb_regexp_run_end, mrb_regexp_take, mrb_regexp_put_back },
+};
+
+#define LIB_RUN_STATES  (sizeof(lib_run_states) / sizeof(lib_run_states[0]))
+
+
 void
 mrb_lib_run_end_slow(mrb_state *mrb)
 {
     mrb_lib  *lib = mrb_lib_get(mrb);
+    size_t    i;
 
-    mrb_regexp_run_end(mrb);
+    for (i = 0; i < LIB_RUN_STATES; i++) {
+        lib_run_states[i].run_end(mrb);
+    }
     lib->run_state = 0;
 }
 
 
+/* An Array of what each entry of lib_run_states took, by index (made at
+ * the first that took something), or nil. */
 static mrb_value
 lib_take_body(mrb_state *mrb, void *arg)
 {
-    return mrb_regexp_take(mrb);
+    mrb_value  kept = mrb_nil_value(), one;
+    size_t     i;
+
+    for (i = 0; i < LIB_RUN_STATES; i++) {
+        one = lib_run_states[i].take(mrb);      /* in the arena */
+        if (mrb_nil_p(one)) {
+            continue;
+        }
+        if (mrb_nil_p(kept)) {
+            kept = mrb_ary_new_capa(mrb, LIB_RUN_STATES);
+        }
+        mrb_ary_set(mrb, kept, (mrb_int) i, one);
+    }
+
+    return kept;
 }
 
 
@@ -98,8 +136,18 @@ mrb_lib_take(mrb_state *mrb, mrb_value *kept)
 void
 mrb_lib_put_back(mrb_state *mrb, mrb_value kept)
 {
-    if (!mrb_nil_p(kept)) {
-        mrb_regexp_put_back(mrb, kept);
+    mrb_value  one;
+    size_t     i;
+
+    if (mrb_nil_p(kept)) {
+        return;
+    }
+
+    for (i = 0; i < (size_t) RARRAY_LEN(kept); i++) {
+        one = RARRAY_PTR(kept)[i];
+        if (!mrb_nil_p(one)) {
+            lib_run_states[i].put_back(mrb, one);
+        }
     }
 }
 
