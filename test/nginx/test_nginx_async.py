@@ -7,6 +7,7 @@ import concurrent.futures
 import os
 import signal
 import socket
+import threading
 import time
 
 import pytest
@@ -121,21 +122,46 @@ def test_1000_concurrent_sleeping_requests_on_one_worker(nginx):
 def test_a_sleep_is_never_shorter_than_asked_while_others_wake_the_worker(
         nginx):
     """nginx's timers count whole milliseconds of a clock read once per
-    loop: one set at 1000.9 ms for 3 ms was due at 1003, 2.1 ms later,
-    and fired then whenever the loop woke for something else; twenty
-    requests sleeping at once keep waking it.  Load only makes a sleep
-    longer."""
+    pass of the loop, and fire at any pass in their millisecond: a sleep
+    due at 1003.7 ms whose timer is for 1003 ends 0.7 ms early when the
+    loop wakes at 1003.2 for something else.  Here it keeps waking: four
+    requests sleep 1-3 ms fifty times each, and a client sends requests
+    one after another on a keep-alive connection meanwhile.  Each script
+    times its own sleeps in whole microseconds (Time.now, the clock
+    scripts have); load only makes a sleep longer.  Without the check of
+    the exact deadline about half of the 200 sleeps end early."""
     n = nginx(loc("/", "mruby_content_handler_code",
+                  "def us(t) t.to_i * 1_000_000 + t.usec end\n"
                   "short = 0\n"
-                  "10.times do\n"
-                  "  t = Time.now\n"
-                  "  Nginx::Async.sleep 3\n"
-                  "  short += 1 if Time.now - t < 0.003\n"
+                  "50.times do |i|\n"
+                  "  ms = 1 + i % 3\n"
+                  "  t = us(Time.now)\n"
+                  "  Nginx::Async.sleep ms\n"
+                  "  short += 1 if us(Time.now) - t < ms * 1000\n"
                   "end\n"
-                  "Nginx.rputs short.to_s"))
-    with concurrent.futures.ThreadPoolExecutor(20) as pool:
-        out = list(pool.map(lambda _: n.get("/").text, range(40)))
-    assert out == ["0"] * 40
+                  "Nginx.rputs short.to_s")
+              + "location /tick { return 204; }\n")
+    stop = threading.Event()
+
+    def tick():
+        with socket.create_connection(("127.0.0.1", n.port),
+                                      timeout=harness.HTTP_TIMEOUT) as s:
+            while not stop.is_set():
+                s.sendall(b"GET /tick HTTP/1.1\r\nHost: x\r\n\r\n")
+                answer = b""
+                while not answer.endswith(b"\r\n\r\n"):
+                    chunk = s.recv(4096)
+                    assert chunk, "nginx closed the ticking connection"
+                    answer += chunk
+
+    with concurrent.futures.ThreadPoolExecutor(5) as pool:
+        ticking = pool.submit(tick)
+        try:
+            out = list(pool.map(lambda _: n.get("/").text, range(4)))
+        finally:
+            stop.set()
+        ticking.result()
+    assert out == ["0"] * 4
 
 
 def test_an_exception_after_a_wait_is_a_500_with_file_line(nginx):
