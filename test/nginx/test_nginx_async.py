@@ -233,18 +233,71 @@ end""")
 
 
 def stack_mappings(pid, stack_size=256 * 1024, page=4096):
-    """Coroutine stacks mapped in pid: a PROT_NONE guard page right below a
-    mapping of the stack size (/proc/PID/maps)."""
+    """Coroutine stacks mapped in pid (/proc/PID/maps): an anonymous
+    PROT_NONE guard page right below an anonymous read-write mapping of the
+    stack size.  The kernel merges a mapping with a neighbour of the same
+    flags and protection: the first stack of a run of them may grow into
+    an anonymous mapping above, the last guard into one below; each still
+    counts (one side keeps its exact size)."""
     rows = []
     with open(f"/proc/{pid}/maps") as f:
         for line in f:
-            lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
-            rows.append((lo, hi, line.split()[1]))
+            fields = line.split()
+            if len(fields) > 5:          # a file, [heap], [stack]...
+                continue
+            lo, hi = (int(x, 16) for x in fields[0].split("-"))
+            rows.append((lo, hi, fields[1]))
     rows.sort()
     return sum(1 for a, b in zip(rows, rows[1:])
-               if a[1] - a[0] == page and a[2].startswith("---")
-               and b[0] == a[1] and b[1] - b[0] == stack_size
-               and b[2].startswith("rw"))
+               if a[2].startswith("---") and b[2].startswith("rw")
+               and b[0] == a[1] and b[1] - b[0] >= stack_size
+               and (a[1] - a[0] == page or b[1] - b[0] == stack_size))
+
+
+# how soon after its sleepers are closed a burst's stacks are seen kept:
+# the first trim comes a second after the release that passes the pool's
+# 64 and keeps them all (each was taken since the trim before), the next
+# a second later unmaps them
+BURST_SEEN_IN_TIME = 1.5
+
+
+def burst_of_sleepers(n, count):
+    """count requests sleeping at once, then closed by their client: the
+    most finished stacks /count saw kept while they were released, and
+    whether the first reading with none left sleeping came back soon enough
+    that no second trim can have run (BURST_SEEN_IN_TIME)."""
+    socks = []
+    for _ in range(count):
+        s = socket.create_connection(("127.0.0.1", n.port), timeout=5)
+        s.sendall(b"GET /nap HTTP/1.1\r\nHost: x\r\n\r\n")
+        socks.append(s)
+    deadline = time.monotonic() + 10
+    while pool_counts(n)[0] < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pool_counts(n)[0] == count
+    assert stack_mappings(n.worker_pids()[0]) >= count
+
+    closed = time.monotonic()
+    for s in socks:
+        s.close()
+    most_kept = 0
+    deadline = closed + 10
+    while time.monotonic() < deadline:
+        live, idle = pool_counts(n)
+        most_kept = max(most_kept, idle)
+        if live == 0:
+            break
+    assert live == 0
+    return most_kept, time.monotonic() - closed < BURST_SEEN_IN_TIME
+
+
+def stacks_trimmed_to_the_pool(n, pid):
+    """No request from here on: the worker's own timer trims."""
+    deadline = time.monotonic() + 15
+    while stack_mappings(pid) > 64 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert stack_mappings(pid) <= 64
+    assert pool_counts(n) == (0, 63)   # /count's own run holds the 64th
 
 
 def test_a_burst_beyond_the_pool_is_kept_a_while_then_given_back(nginx):
@@ -252,41 +305,21 @@ def test_a_burst_beyond_the_pool_is_kept_a_while_then_given_back(nginx):
     many there are, until a trim (about every second) finds it unused for
     a whole period: a burst's stacks beyond the 64 the pool keeps are
     kept for at least a second, then unmapped without any request to
-    trigger it."""
+    trigger it.  A burst whose release this process saw too late (off the
+    CPU over a second) tells nothing: tried again, three bursts at most."""
     n = nginx(
         loc("/nap", "mruby_content_handler_code", "Nginx::Async.sleep 30_000")
         + loc("/count", "mruby_content_handler_code",
               'Nginx.rputs Nginx::Async.coroutines.join(" ")'))
     pid = n.worker_pids()[0]
-    socks = []
-    for _ in range(150):
-        s = socket.create_connection(("127.0.0.1", n.port), timeout=5)
-        s.sendall(b"GET /nap HTTP/1.1\r\nHost: x\r\n\r\n")
-        socks.append(s)
-    deadline = time.monotonic() + 10
-    while pool_counts(n)[0] < 150 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert pool_counts(n)[0] == 150
-    assert stack_mappings(pid) >= 150
-
-    for s in socks:
-        s.close()
-    most_kept = 0
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        live, idle = pool_counts(n)
-        most_kept = max(most_kept, idle)
-        if live == 0:
+    for _ in range(3):
+        most_kept, in_time = burst_of_sleepers(n, 150)
+        if most_kept > 64 or in_time:
             break
-    assert live == 0
-    assert most_kept > 64
-
-    # no request from here on: the worker's own timer trims
-    deadline = time.monotonic() + 15
-    while stack_mappings(pid) > 64 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert stack_mappings(pid) <= 64
-    assert pool_counts(n) == (0, 63)   # /count's own run holds the 64th
+        stacks_trimmed_to_the_pool(n, pid)
+    assert most_kept > 64, ("no burst's release seen within "
+                            f"{BURST_SEEN_IN_TIME} s" if not in_time else "")
+    stacks_trimmed_to_the_pool(n, pid)
 
 
 def test_quit_waits_for_sleeping_requests(nginx):
