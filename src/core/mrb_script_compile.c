@@ -8,12 +8,12 @@
  * parser's file name, each irep's debug record), so in an interpreter that
  * has run N scripts a lookup of a name that is neither built in nor inline
  * (at most 5 letters or digits) scans up to N entries: with 10,000 scripts,
- * the three lookups of the file name in the recompile and load of an edited
+ * the five lookups of the file name in the recompile and load of an edited
  * script were 90% of that request's time, 4-9 ms of it at 100,000.  So:
  *
  * - a file is compiled in the process's compiler, a state of its own that
- *   is opened again once it has interned COMPILER_NAMES names, not in the
- *   interpreter that runs it;
+ *   is opened again once it has interned COMPILER_NAMES names since its
+ *   first compile, not in the interpreter that runs it;
  * - the bytecode names its file by FILE_PLACEHOLDER, an inline symbol that
  *   no table holds, so a load looks up no file name; the loaded ireps are
  *   then given the interpreter's symbol for the file (interned at its first
@@ -34,6 +34,7 @@
 #include <mruby/irep.h>
 #include <mruby/debug.h>
 #include <mruby/dump.h>
+#include <mruby/error.h>
 #include <mruby/proc.h>
 
 #include "mrb_mruby_version.h"
@@ -44,8 +45,32 @@
 #define FILE_PLACEHOLDER  "f"
 
 static mrb_state       *compiler;
-static mrb_sym          compiler_opened_at;     /* its symidx when opened */
+static mrb_sym          compiler_names_from;    /* symidx after its first
+                                                 * compile, or 0 */
 static pthread_mutex_t  compiler_lock = PTHREAD_MUTEX_INITIALIZER;
+
+
+typedef struct {
+    const char               *src;
+    size_t                    len;
+    mrbc_context             *cxt;
+    struct mrb_parser_state  *p;
+    struct RProc             *proc;
+} parse_job;
+
+
+static mrb_value
+parse_body(mrb_state *mrb, void *arg)
+{
+    parse_job  *job = arg;
+
+    job->p = mrb_parse_nstring(mrb, job->src, job->len, job->cxt);
+    if (job->p != NULL && job->p->nerr == 0) {
+        job->proc = mrb_generate_code(mrb, job->p);
+    }
+
+    return mrb_nil_value();
+}
 
 
 /*
@@ -53,15 +78,17 @@ static pthread_mutex_t  compiler_lock = PTHREAD_MUTEX_INITIALIZER;
  * and mrbc_context_new() and mrbc_filename() would allocate it and a copy
  * of the name each time.  The parser interns the name; what it allocates in
  * the context (the names of the top level's local variables)
- * mrbc_cleanup_local_variables() frees.
+ * mrbc_cleanup_local_variables() frees.  Out of memory raises in the code
+ * generator (the parser catches its own): caught here, as the compiler has
+ * no frame of its own to catch it and mruby would abort().
  */
 struct RProc *
 mrb_script_parse(mrb_state *mrb, const char *src, size_t len,
     const char *name, int line, char *err, size_t errlen)
 {
-    mrbc_context              cxt = { 0 };
-    struct mrb_parser_state  *p;
-    struct RProc             *proc = NULL;
+    mrbc_context  cxt = { 0 };
+    parse_job     job = { src, len, &cxt, NULL, NULL };
+    mrb_bool      failed = FALSE;
 
     cxt.capture_errors = TRUE;
     cxt.no_exec = TRUE;
@@ -70,28 +97,26 @@ mrb_script_parse(mrb_state *mrb, const char *src, size_t len,
         cxt.lineno = (uint16_t) line;
     }
 
-    p = mrb_parse_nstring(mrb, src, len, &cxt);
+    mrb_protect_error(mrb, parse_body, &job, &failed);
 
-    if (p == NULL) {
+    if (failed || job.p == NULL) {
+        job.proc = NULL;
         snprintf(err, errlen, "%s: out of memory compiling", name);
-    } else if (p->nerr > 0) {
+    } else if (job.p->nerr > 0) {
         snprintf(err, errlen, "%s:%d: %s", name,
-                 (int) p->error_buffer[0].lineno,
-                 p->error_buffer[0].message ? p->error_buffer[0].message
-                                            : "syntax error");
-    } else {
-        proc = mrb_generate_code(mrb, p);
-        if (proc == NULL) {
-            snprintf(err, errlen, "%s: code generation failed", name);
-        }
+                 (int) job.p->error_buffer[0].lineno,
+                 job.p->error_buffer[0].message
+                 ? job.p->error_buffer[0].message : "syntax error");
+    } else if (job.proc == NULL) {
+        snprintf(err, errlen, "%s: code generation failed", name);
     }
 
-    if (p != NULL) {
-        mrb_parser_free(p);
+    if (job.p != NULL) {
+        mrb_parser_free(job.p);
     }
     mrbc_cleanup_local_variables(mrb, &cxt);
     mrb->exc = NULL;
-    return proc;
+    return job.proc;
 }
 
 
@@ -133,56 +158,92 @@ mrb_script_file_get(const struct RProc *proc)
 }
 
 
-/* Under compiler_lock: the compiler, opened if needed. */
+/*
+ * Under compiler_lock: the compiler, opened if needed, or again once names
+ * interned since its first compile passed COMPILER_NAMES.  Counted from
+ * the first compile, not from the opening: a script of more names than
+ * that would otherwise reopen it at each of its compiles.
+ */
 static mrb_state *
 compiler_get_locked(void)
 {
+    if (compiler != NULL && compiler_names_from != 0
+        && compiler->symidx - compiler_names_from > COMPILER_NAMES)
+    {
+        mrb_close(compiler);
+        compiler = NULL;
+    }
+
     if (compiler == NULL) {
         compiler = mrb_open_core(mrb_default_allocf, NULL);
-        if (compiler != NULL) {
-            compiler_opened_at = compiler->symidx;
-        }
+        compiler_names_from = 0;
     }
 
     return compiler;
 }
 
 
+typedef struct {
+    struct RProc  *proc;
+    uint8_t       *dump;
+    size_t         dump_len;
+    int            rc;
+} dump_job;
+
+
+static mrb_value
+dump_body(mrb_state *mrb, void *arg)
+{
+    dump_job  *job = arg;
+
+    irep_file_set(job->proc->body.irep,
+                  mrb_intern_lit(mrb, FILE_PLACEHOLDER));
+    job->rc = mrb_dump_irep(mrb, job->proc->body.irep, MRB_DUMP_DEBUG_INFO,
+                            &job->dump, &job->dump_len);
+
+    return mrb_nil_value();
+}
+
+
+/* Returns 0, or -1 with err. */
 static int
 compile_locked(mrb_state *mrb, const char *src, size_t len, const char *name,
     int line, uint8_t **bin, size_t *bin_len, char *err, size_t errlen)
 {
-    struct RProc  *proc;
-    uint8_t       *dump;
-    size_t         dump_len;
-    int            ai = mrb_gc_arena_save(mrb);
-    int            rc = -1;
+    dump_job   job = { NULL, NULL, 0, MRB_DUMP_GENERAL_FAILURE };
+    mrb_bool   failed = FALSE;
+    int        ai = mrb_gc_arena_save(mrb);
+    int        rc = -1;
 
-    proc = mrb_script_parse(mrb, src, len, name, line, err, errlen);
-    if (proc == NULL) {
+    job.proc = mrb_script_parse(mrb, src, len, name, line, err, errlen);
+    if (job.proc == NULL) {
         goto done;
     }
 
-    irep_file_set(proc->body.irep, mrb_intern_lit(mrb, FILE_PLACEHOLDER));
+    mrb_protect_error(mrb, dump_body, &job, &failed);
+    mrb->exc = NULL;
 
-    if (mrb_dump_irep(mrb, proc->body.irep, MRB_DUMP_DEBUG_INFO, &dump,
-                      &dump_len) != MRB_DUMP_OK)
-    {
+    if (failed) {
+        snprintf(err, errlen, "%s: out of memory compiling", name);
+        goto done;
+    }
+
+    if (job.rc != MRB_DUMP_OK) {
         snprintf(err, errlen, "%s: cannot dump the bytecode", name);
         goto done;
     }
 
     /* Bytecode outlives the state that made it: copy it out. */
-    *bin = malloc(dump_len);
+    *bin = malloc(job.dump_len);
     if (*bin == NULL) {
         snprintf(err, errlen, "%s: out of memory keeping the bytecode", name);
     } else {
-        memcpy(*bin, dump, dump_len);
-        *bin_len = dump_len;
+        memcpy(*bin, job.dump, job.dump_len);
+        *bin_len = job.dump_len;
         rc = 0;
     }
 
-    mrb_free(mrb, dump);
+    mrb_free(mrb, job.dump);
 
 done:
     mrb_gc_arena_restore(mrb, ai);
@@ -206,14 +267,26 @@ mrb_script_compile(const char *src, size_t len, const char *name, int line,
         rc = compile_locked(mrb, src, len, name, line, bin, bin_len, err,
                             errlen);
 
-        if (mrb->symidx - compiler_opened_at > COMPILER_NAMES) {
-            mrb_close(mrb);
-            compiler = NULL;
+        if (compiler_names_from == 0) {
+            compiler_names_from = mrb->symidx;
         }
     }
 
     pthread_mutex_unlock(&compiler_lock);
     return rc;
+}
+
+
+mrb_state *
+mrb_script_compiler_get(void)
+{
+    mrb_state  *mrb;
+
+    pthread_mutex_lock(&compiler_lock);
+    mrb = compiler_get_locked();
+    pthread_mutex_unlock(&compiler_lock);
+
+    return mrb;
 }
 
 

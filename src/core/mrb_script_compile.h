@@ -29,6 +29,10 @@ struct RProc *mrb_script_parse(mrb_state *mrb, const char *src, size_t len,
 int mrb_script_compile(const char *src, size_t len, const char *name,
     int line, uint8_t **bin, size_t *bin_len, char *err, size_t errlen);
 
+/* The process's compiler, opened if needed (NULL if it cannot be): for
+ * the unit tests, which give it a failing allocator. */
+mrb_state *mrb_script_compiler_get(void);
+
 /* The symbol in mrb that the ireps of proc name their file by, or 0. */
 mrb_sym mrb_script_file_get(const struct RProc *proc);
 

@@ -15,6 +15,8 @@
 #include "mrb_script.h"
 #include "unit.h"
 #include "unit_intern.h"
+#include "unit_oom.h"
+#include "mrb_script_compile.h"
 
 
 static char   test_out[4096];
@@ -363,6 +365,111 @@ TEST(script_edit_looks_up_no_file_name_and_names_it)
     mrb_script_free(s);
     mrb_interp_close(interp);
     unlink(path);
+}
+
+
+/*
+ * The compiler runs with no frame of mruby's to catch a raise: out of
+ * memory in its bytecode dump (mrb_dump_irep) aborted the process.  Each
+ * of the dump's allocations failing in turn is an error that says so, and
+ * the compiler compiles on after it.  (The parser and the code generator
+ * catch their own; mruby 3.1's code generator crashes when its first pool
+ * cannot be had, so the failures here start after it.)
+ */
+TEST(script_compile_out_of_memory_is_an_error)
+{
+    static const char  src[] =
+        "class Oom\n  def f(a)\n    [a, 2].map { |x| x * 3 }\n  end\nend\n"
+        "Oom.new.f(1)\n";
+    mrb_state     *mrb;
+    struct RProc  *proc;
+    uint8_t       *bin = NULL;
+    size_t         bin_len;
+    long           parsed, compiled, failures, failed = 0;
+    int            ai, rc;
+    char           err[256];
+
+    /* its names interned: the next compiles ask for the same allocations */
+    REQUIRE(mrb_script_compile(src, sizeof(src) - 1, "oom.rb", 0, &bin,
+                               &bin_len, err, sizeof(err)) == 0);
+    free(bin);
+
+    mrb = mrb_script_compiler_get();
+    REQUIRE(mrb != NULL);
+    ai = mrb_gc_arena_save(mrb);
+    unit_oom_after(mrb, 1000000);
+    proc = mrb_script_parse(mrb, src, sizeof(src) - 1, "oom.rb", 0, err,
+                            sizeof(err));
+    parsed = unit_oom_asked();
+    unit_oom_end(mrb);
+    mrb_gc_arena_restore(mrb, ai);
+    REQUIRE(proc != NULL);
+
+    unit_oom_after(mrb, 1000000);
+    REQUIRE(mrb_script_compile(src, sizeof(src) - 1, "oom.rb", 0, &bin,
+                               &bin_len, err, sizeof(err)) == 0);
+    compiled = unit_oom_asked();
+    unit_oom_end(mrb);
+    free(bin);
+    REQUIRE(compiled > parsed);
+
+    for (failures = parsed; failures < compiled; failures++) {
+        REQUIRE(mrb_script_compiler_get() == mrb);
+        unit_oom_after(mrb, failures);
+        rc = mrb_script_compile(src, sizeof(src) - 1, "oom.rb", 0, &bin,
+                                &bin_len, err, sizeof(err));
+        unit_oom_end(mrb);
+        if (rc == 0) {
+            free(bin);
+            continue;
+        }
+        failed++;
+        CHECK(strcmp(err, "oom.rb: out of memory compiling") == 0);
+    }
+
+    CHECK(failed > 0);
+    REQUIRE(mrb_script_compile(src, sizeof(src) - 1, "oom.rb", 0, &bin,
+                               &bin_len, err, sizeof(err)) == 0);
+    free(bin);
+}
+
+
+/*
+ * The compiler is opened again once the names interned since its first
+ * compile pass 1,024 (mrb_script_compile.c): a script of more names than
+ * that alone must not reopen it at each of its compiles.
+ */
+TEST(script_compile_of_many_names_keeps_the_compiler)
+{
+    mrb_state  *mrb;
+    char       *src;
+    size_t      len = 0;
+    uint8_t    *bin;
+    size_t      bin_len;
+    char        err[256];
+    int         i;
+
+    src = malloc(1500 * 32);
+    REQUIRE(src != NULL);
+    for (i = 0; i < 1500; i++) {
+        len += (size_t) sprintf(src + len, ":a_long_name_%04d\n", i);
+    }
+
+    REQUIRE(mrb_script_compile(src, len, "many.rb", 0, &bin, &bin_len, err,
+                               sizeof(err)) == 0);
+    free(bin);
+
+    /* a name only this state holds: gone if the state is another */
+    mrb = mrb_script_compiler_get();
+    REQUIRE(mrb != NULL);
+    mrb_intern_lit(mrb, "only_in_this_compiler");
+
+    REQUIRE(mrb_script_compile(src, len, "many.rb", 0, &bin, &bin_len, err,
+                               sizeof(err)) == 0);
+    free(bin);
+    mrb = mrb_script_compiler_get();
+    CHECK(mrb_intern_check_cstr(mrb, "only_in_this_compiler") != 0);
+    free(src);
 }
 
 

@@ -17,12 +17,14 @@ static void       *oom_ud;
 static long        oom_left;     /* allocations before the failing ones */
 static long        oom_count;    /* failing ones from there; -1: all */
 static int         oom_failed;
+static long        oom_asked;
 
 
 static void *
 oom_failing_allocf(mrb_state *mrb, void *p, size_t size, void *ud)
 {
     if (size != 0) {
+        oom_asked++;
         if (oom_left > 0) {
             oom_left--;
 
@@ -46,6 +48,7 @@ unit_oom_after(mrb_state *mrb, long n)
     oom_left = n;
     oom_count = -1;
     oom_failed = 0;
+    oom_asked = 0;
     mrb->allocf = oom_failing_allocf;
 }
 
@@ -89,6 +92,13 @@ int
 unit_oom_failed(void)
 {
     return oom_failed;
+}
+
+
+long
+unit_oom_asked(void)
+{
+    return oom_asked;
 }
 
 

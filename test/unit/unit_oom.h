@@ -28,6 +28,9 @@ void unit_oom_heap_full(mrb_state *mrb);
 /* Whether an allocation failed since unit_oom_after. */
 int unit_oom_failed(void);
 
+/* The allocations mrb asked for since unit_oom_after, failed or not. */
+long unit_oom_asked(void);
+
 /* The process's open file descriptors. */
 int unit_open_fds(void);
 
