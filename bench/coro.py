@@ -131,17 +131,7 @@ def nginx_sleep(rounds=1):
            "{ ngx.sleep(0.1) ngx.print(\"ok\") } }\n" if lua else ""),
         main_conf="worker_rlimit_nofile 8192;",
         modules=LUA_MODULES if lua else (), access_log=False,
-        loglevel="warn")
-    generate = n.generate
-
-    def more_connections():
-        # the harness allows 1,024 connections; 1,000 clients need more
-        generate()
-        text = open(n.conf_path).read()
-        with open(n.conf_path, "w") as f:
-            f.write(text.replace("worker_connections 1024;",
-                                 "worker_connections 4096;"))
-    n.generate = more_connections
+        loglevel="warn", worker_connections=4096)
     n.start()
     names = ["mruby", "lua"] if lua else ["mruby"]
     runs = {name: [] for name in names}

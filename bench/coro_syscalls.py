@@ -63,16 +63,7 @@ def measure(conns, window=4):
         "'Nginx.rputs Nginx::Async.coroutines.join(\" \")'; }\n"
         "location /status { stub_status; }\n",
         main_conf="worker_rlimit_nofile 8192;", access_log=False,
-        loglevel="warn")
-    generate = n.generate
-
-    def more_connections():
-        generate()
-        text = open(n.conf_path).read()
-        with open(n.conf_path, "w") as f:
-            f.write(text.replace("worker_connections 1024;",
-                                 "worker_connections 4096;"))
-    n.generate = more_connections
+        loglevel="warn", worker_connections=4096)
     n.start()
     try:
         pid = n.worker_pids()[0]

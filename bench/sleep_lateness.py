@@ -53,16 +53,8 @@ def main():
     ap.add_argument("--busy", type=int, default=1000)
     args = ap.parse_args()
     n = harness.Nginx(CONF, main_conf="worker_rlimit_nofile 8192;",
-                      access_log=False, loglevel="warn")
-    generate = n.generate
-
-    def more_connections():
-        generate()
-        text = open(n.conf_path).read()
-        with open(n.conf_path, "w") as f:
-            f.write(text.replace("worker_connections 1024;",
-                                 "worker_connections 4096;"))
-    n.generate = more_connections
+                      access_log=False, loglevel="warn",
+                      worker_connections=4096)
     n.start()
     try:
         print("alone:", summary(sample(n, args.samples)))

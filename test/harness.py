@@ -716,14 +716,15 @@ class Nginx(Server):
     conf is the content of the http block.  If it has no "server {" it is
     wrapped into a default server listening on {port} with root {docroot}.
     main_conf goes at main level (before events), stream_conf into a stream
-    block (loading the stream modules).
+    block (loading the stream modules).  worker_connections: the default
+    1,024 is too few for a bench's thousand clients.
     """
 
     name = "nginx"
 
     def __init__(self, conf="", main_conf="", stream_conf="", workers=1,
                  name=None, mruby=True, modules=(), loglevel="info",
-                 access_log=True):
+                 access_log=True, worker_connections=1024):
         if mruby:
             require_file(NGX_HTTP_MRUBY, "ngx_http_mruby_module")
         super().__init__(conf, name=name)
@@ -734,6 +735,7 @@ class Nginx(Server):
         self.modules = tuple(modules)  # extra .so paths (load_module)
         self.loglevel = loglevel
         self.access_log_on = access_log
+        self.worker_connections = worker_connections
         self.conf_path = os.path.join(self.dir, "nginx.conf")
         self.pid_path = os.path.join(self.logs, "nginx.pid")
         self.temp = os.path.join(self.dir, "temp")
@@ -784,7 +786,7 @@ error_log {logs}/error.log {self.loglevel};
 {self.subst(self.main_conf)}
 
 events {{
-    worker_connections 1024;
+    worker_connections {self.worker_connections};
 }}
 
 http {{
