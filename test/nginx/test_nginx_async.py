@@ -196,6 +196,20 @@ def pool_counts(n):
     return int(live) - 1, int(idle)
 
 
+def sleepers(n, count):
+    """count connections whose request sleeps in /nap, once all sleep."""
+    socks = []
+    for _ in range(count):
+        s = socket.create_connection(("127.0.0.1", n.port), timeout=5)
+        s.sendall(b"GET /nap HTTP/1.1\r\nHost: x\r\n\r\n")
+        socks.append(s)
+    deadline = time.monotonic() + 10
+    while pool_counts(n)[0] < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pool_counts(n)[0] == count
+    return socks
+
+
 def test_a_client_that_leaves_mid_sleep_frees_its_coroutine(nginx):
     n = nginx(
         loc("/nap", "mruby_content_handler_code", """
@@ -209,15 +223,7 @@ end""")
     rss0 = harness.rss_kb(n.worker_pids()[0])
 
     for _ in range(3):
-        socks = []
-        for _ in range(50):
-            s = socket.create_connection(("127.0.0.1", n.port), timeout=5)
-            s.sendall(b"GET /nap HTTP/1.1\r\nHost: x\r\n\r\n")
-            socks.append(s)
-        deadline = time.monotonic() + 5
-        while pool_counts(n)[0] < 50 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert pool_counts(n)[0] == 50
+        socks = sleepers(n, 50)
         for s in socks:
             s.close()
         deadline = time.monotonic() + 5
@@ -266,15 +272,7 @@ def burst_of_sleepers(n, count):
     most finished stacks /count saw kept while they were released, and
     whether the first reading with none left sleeping came back soon enough
     that no second trim can have run (BURST_SEEN_IN_TIME)."""
-    socks = []
-    for _ in range(count):
-        s = socket.create_connection(("127.0.0.1", n.port), timeout=5)
-        s.sendall(b"GET /nap HTTP/1.1\r\nHost: x\r\n\r\n")
-        socks.append(s)
-    deadline = time.monotonic() + 10
-    while pool_counts(n)[0] < count and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert pool_counts(n)[0] == count
+    socks = sleepers(n, count)
     assert stack_mappings(n.worker_pids()[0]) >= count
 
     closed = time.monotonic()

@@ -202,6 +202,21 @@ end
              "one link")
 
 
+def tx_with_gets_around_its_wait(n, main, gate):
+    """/tx, which waits on gate until this pushes "go" to it, with a /get
+    of main's "k" before it and one while it waits, both "v": /tx's
+    response."""
+    main.command("SET", "k", "v")
+    assert n.get("/get").text == '"v"'
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        first = pool.submit(n.get, "/tx", timeout=60)
+        wait_for(lambda: info(gate, "blocked_clients") == 1,
+                 "/tx to wait on gate")
+        assert n.get("/get", timeout=10).text == '"v"'
+        gate.command("RPUSH", "go", "1")
+        return first.result(30)
+
+
 def test_a_transaction_keeps_its_link_while_its_request_waits(nginx):
     """A request inside MULTI waits (on another Redis server); a request
     that sends GET (and closes its Redis object) meanwhile on the same
@@ -223,15 +238,7 @@ r.close
 Nginx.rputs v.inspect
 """
         n = nginx(loc("/tx", tx) + loc("/get", get))
-        main.command("SET", "k", "v")
-        assert n.get("/get").text == '"v"'
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            first = pool.submit(n.get, "/tx", timeout=60)
-            wait_for(lambda: info(gate, "blocked_clients") == 1,
-                     "the transaction's request to wait")
-            assert n.get("/get", timeout=10).text == '"v"'
-            gate.command("RPUSH", "go", "1")
-            r = first.result(30)
+        r = tx_with_gets_around_its_wait(n, main, gate)
         assert (r.status_code, r.text) == (200, '["OK"]')
         assert main.command("GET", "t") == "from-tx"
         main.remove()
@@ -264,15 +271,7 @@ Nginx.rputs "#{v} #{e.inspect}"
                   f"    mruby_set_code $tx {code(port(nested))};\n"
                   f"    mruby_content_handler_code {code(port(content))};\n"
                   "}\n" + loc("/get", port(get)))
-        main.command("SET", "k", "v")
-        assert n.get("/get").text == '"v"'
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            first = pool.submit(n.get, "/tx", timeout=60)
-            wait_for(lambda: info(gate, "blocked_clients") == 1,
-                     "the request's script to wait")
-            assert n.get("/get", timeout=10).text == '"v"'
-            gate.command("RPUSH", "go", "1")
-            r = first.result(30)
+        r = tx_with_gets_around_its_wait(n, main, gate)
         assert (r.status_code, r.text) == (200, 'queued ["OK"]')
         assert main.command("GET", "t") == "nested"
         # no transaction left open on any link, and the next requests,
