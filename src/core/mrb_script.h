@@ -56,8 +56,9 @@ mrb_script *mrb_script_from_code(const char *code, size_t len,
 void mrb_script_free(mrb_script *script);
 
 /* Frees the process's compiler (mrb_script_compile.h), which
- * configuration-time compiles open; call it when a configuration has been
- * read. */
+ * configuration-time compiles open; the next compile opens it again.  Both
+ * adapters call it once a configuration has been read (nginx before its
+ * workers fork). */
 void mrb_script_compiler_close(void);
 
 /*

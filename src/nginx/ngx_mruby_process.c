@@ -9,6 +9,7 @@
 #include "ngx_mruby.h"
 #include <ngx_event.h>
 
+#include "mrb_script.h"
 #include "mrb_wait.h"
 
 
@@ -64,6 +65,11 @@ ngx_mruby_init_master(ngx_mruby_process_t *p, ngx_mruby_main_conf_t *mcf,
     char                 err[MRB_ERR_MSG_LEN];
     mrb_interp          *interp;
     ngx_pool_cleanup_t  *cln;
+
+    /* the configuration's scripts are compiled: the compiler (~110 kB)
+     * need not be in every worker; a later compile (a reload's, an edit's
+     * in a worker) opens it again */
+    mrb_script_compiler_close();
 
     if (mcf == NULL || ngx_test_config) {
         return NGX_OK;
