@@ -192,6 +192,28 @@ def read_until_closed(sock):
     return data
 
 
+def setup_example(server, name):
+    """Copies examples/<name> into the server's directory (readable by its
+    workers), its htdocs into <docroot>/<name>/, and returns the server's
+    snippet with the placeholders filled in."""
+    src = os.path.join(REPO, "examples", name)
+    dst = os.path.join(server.dir, "examples", name)
+    shutil.copytree(src, dst)
+    for root, dirs, files in os.walk(os.path.join(server.dir, "examples")):
+        os.chmod(root, 0o755)
+        for f in files:
+            os.chmod(os.path.join(root, f), 0o644)
+    htdocs = os.path.join(dst, "htdocs")
+    if os.path.isdir(htdocs):
+        shutil.copytree(htdocs, os.path.join(server.docroot, name))
+        for root, dirs, files in os.walk(server.docroot):
+            os.chmod(root, 0o755)
+    which = "apache.conf" if server.name == "apache" else "nginx.conf"
+    with open(os.path.join(dst, which)) as f:
+        snippet = f.read()
+    return snippet.replace("@DIR@", dst).replace("@DOCROOT@", server.docroot)
+
+
 def port_open(port, host="127.0.0.1"):
     try:
         with socket.create_connection((host, port), timeout=0.5):

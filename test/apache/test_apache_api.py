@@ -510,3 +510,37 @@ Apache.rputs out.join("\\n")
         "mrubyInputFilter script\n"
         "Apache::AuthnProvider is only available in a script run as a "
         "mruby authn provider")
+
+
+def test_rputs_after_the_response_is_refused(apache):
+    """A log_transaction script's rputs comes after the response's last
+    chunk: it must raise, not put bytes on the keep-alive connection in
+    front of the next response."""
+    a = apache("""
+<Location /c>
+    mrubyHandlerMiddleCode 'Apache.rputs "b" * 100000'
+    mrubyLogTransactionMiddleCode 'Apache.rputs "AFTER" * 10000'
+</Location>
+""")
+    out = a.raw(b"GET /c HTTP/1.1\r\nHost: x\r\n\r\n"
+                b"GET /c HTTP/1.1\r\nHost: x\r\n"
+                b"Connection: close\r\n\r\n")
+    assert b"AFTER" not in out
+    # the second response starts right after the first one's last chunk
+    first, sep, second = out.partition(b"\r\n0\r\n\r\n")
+    assert sep and first.startswith(b"HTTP/1.1 200")
+    assert second.startswith(b"HTTP/1.1 200")
+    a.wait_log("mrubyLogTransactionMiddle: RuntimeError: rputs: the "
+               "response can no longer take a body")
+
+
+def test_table_assign_nil_deletes(apache):
+    a = apache("""
+<Location /t>
+    mrubyHandlerMiddleCode 'r = Apache::Request.new; t = r.headers_out; t["X-Gone"] = "1"; t["X-Kept"] = "1"; t["X-Gone"] = nil; Apache.rputs t["X-Gone"].inspect'
+</Location>
+""")
+    r = a.get("/t")
+    assert r.text == "nil"
+    assert "X-Gone" not in r.headers
+    assert r.headers["X-Kept"] == "1"

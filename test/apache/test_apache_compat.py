@@ -126,3 +126,22 @@ end
     r = a.get("/f/fail")
     assert r.status_code == 503
     assert "<title>503 Service Unavailable</title>" in r.text
+
+
+def test_filter_compatibility_names(apache):
+    """flatten = body, insert_tail = puts, size = length, cleanup empties."""
+    a = apache("""
+<Location /f>
+    mrubyOutputFilter {dir}/f.rb
+    SetOutputFilter mruby
+</Location>
+""", files={"f.rb": """\
+f = Apache::Filter.new
+whole = f.flatten
+n = f.size
+f.cleanup
+empty = f.empty?
+f.insert_tail "#{whole.reverse} #{n} #{empty}"
+"""}, docs={"f": "abcdef"})
+    r = a.get("/f")
+    assert r.text == "fedcba 6 true"

@@ -354,3 +354,43 @@ def test_debian_snippets(apache):
     with open(os.path.join(harness.REPO, "src/apache/mruby.load")) as f:
         assert f.read() == ("LoadModule mruby_module "
                             "/usr/lib/apache2/modules/mod_mruby.so\n")
+
+
+def test_same_slot_twice_in_one_container_keeps_the_last(apache):
+    a = apache("""
+<Location /twice>
+    mrubyHandlerMiddleCode 'Apache.rputs "first"'
+    mrubyHandlerMiddleCode 'Apache.rputs "second"'
+</Location>
+""")
+    assert a.get("/twice").text == "second"
+
+
+def vm_hwm_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return 0
+
+
+def test_output_filter_limit_stops_reading_a_large_file(apache):
+    """A static file comes to the filter as one brigade: past
+    mrubyOutputFilterLimit the filter stops reading it there, rather than
+    copying the whole file into memory and only then answering 500."""
+    size = 48 << 20
+    s = apache("""
+<Location /f/>
+    mrubyOutputFilterLimit 4096
+    mrubyOutputFilter {dir}/f.rb
+    SetOutputFilter mruby
+</Location>
+""", mpm="prefork", mpm_conf=harness.ONE_CHILD["prefork"],
+        files={"f.rb": "f = Apache::Filter.new; f.body = f.body.upcase"},
+        docs={"f/small": "x" * 100, "f/big": "x" * size})
+    assert s.get("/f/small").text == "X" * 100
+    (child,) = s.worker_pids()
+    before = vm_hwm_kib(child)
+    assert s.get("/f/big").status_code == 500
+    grown = vm_hwm_kib(child) - before
+    assert grown < (size >> 10) // 2, f"the child grew by {grown} KiB"

@@ -136,7 +136,7 @@ def test_stat_script_missing_then_created(apache, mpm):
 @pytest.mark.parametrize("mpm", MPMS)
 def test_stat_syntax_error_then_fixed(apache, mpm):
     """With mrubyStatOnError fail (by default the last version that
-    compiled goes on: test/test_stat_edits_live.py)."""
+    compiled goes on: test/shared/test_stat_edits_live.py)."""
     a = apache("mrubyStatOnError fail\n"
                "<Location /s>\nmrubyHandlerMiddle {dir}/s.rb\n</Location>",
                mpm=mpm, files={"s.rb": "Apache.rputs 'v1'"})
@@ -232,3 +232,42 @@ def test_native_handler_without_code(apache):
     a = apache("<Location /n>\nSetHandler mruby-native-script\n</Location>")
     assert a.get("/n").status_code == 500
     a.wait_log("handler mruby-native-script without mrubyHandlerCode")
+
+
+def test_error_line_stays_one_line(apache):
+    """Newlines in a message are escaped; a NUL byte does not cut off the
+    rest of the line and its file:line; an exception whose message method
+    itself raises is still named."""
+    a = apache("""
+<Location /nl>
+    mrubyHandlerMiddleCode 'raise "first\\nsecond\\r\\nthird"'
+</Location>
+<Location /nul>
+    mrubyHandlerMiddle {dir}/nul.rb
+</Location>
+<Location /msg>
+    mrubyHandlerMiddle {dir}/msg.rb
+</Location>
+""", files={"nul.rb": 'raise ArgumentError, "bad\\0byte, after NUL"\n',
+           "msg.rb": """\
+class OddError < StandardError
+  def message
+    raise "no message today"
+  end
+end
+raise OddError
+"""})
+    assert a.get("/nl").status_code == 500
+    assert a.get("/nul").status_code == 500
+    assert a.get("/msg").status_code == 500
+    log = a.wait_log("OddError")
+    lines = mruby_errors(log)
+    assert len(lines) == 3, lines
+    nul = lines.pop(1)
+    assert "ArgumentError: bad" in nul
+    assert "byte, after NUL" in nul and f"{a.dir}/nul.rb:1" in nul
+    # (Apache escapes the backslash of the core's "\\n" once more)
+    assert "RuntimeError: first\\" in lines[0]
+    assert "second\\" in lines[0] and "third (" in lines[0]
+    assert "mrubyHandlerMiddle: OddError: " in lines[1]
+    assert f"{a.dir}/msg.rb:6" in lines[1]

@@ -373,3 +373,18 @@ def test_invalid_return_value_is_an_error(apache):
     r = a.get("/weird")
     assert r.status_code == 500
     a.wait_log("returned 42, which is neither an Apache code")
+
+
+def test_return_does_not_stop_the_script_and_error_document_applies(apache):
+    """Apache.return sets the answer and the script goes on (a header set
+    after it still arrives); the returned status gets the ErrorDocument."""
+    a = apache("""
+ErrorDocument 403 "custom denied page"
+<Location /deny>
+    mrubyAccessCheckerMiddleCode 'Apache.return Apache::HTTP_FORBIDDEN; Apache::Request.new.err_headers_out["X-After-Return"] = "ran"'
+</Location>
+""", docs={"deny": "the page"})
+    r = a.get("/deny")
+    assert r.status_code == 403
+    assert r.text == "custom denied page"
+    assert r.headers["X-After-Return"] == "ran"

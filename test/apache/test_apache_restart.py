@@ -42,3 +42,33 @@ def test_parent_does_not_grow_over_gracefuls(apache):
     # the first restarts settle the heap; after that, nothing accumulates
     # (each configuration's compiler, interpreter and scripts are freed)
     assert sizes[-1] - sizes[1] < 150, sizes
+
+
+PHASES_ADDED = """
+mrubyPostReadRequestFirstCode 'Apache::Request.new.notes["prr"] = "1"'
+<Location /r>
+    mrubyAccessCheckerLastCode 'Apache.return Apache::HTTP_FORBIDDEN if Apache::Request.new.args == "deny"'
+    mrubyFixupsFirstCode 'r = Apache::Request.new; r.headers_out["X-Fixups"] = r.notes["prr"].to_s'
+    mrubyLogTransactionLastCode 'Apache.errlogger Apache::APLOG_NOTICE, "logged #{Apache::Request.new.args}"'
+</Location>
+"""
+
+
+def test_restart_adds_and_drops_phases(apache):
+    """Phases a configuration did not use start running after a graceful
+    restart that adds them, and stop after one that takes them away."""
+    handler = "<Location /r>\nmrubyHandlerMiddleCode 'Apache.rputs \"h\"'\n</Location>\n"
+    a = apache(handler)
+    r = a.get("/r?deny")
+    assert (r.status_code, r.text, "X-Fixups" in r.headers) == (200, "h", False)
+    for n, restart in enumerate((a.graceful, a.restart)):
+        a.conf = handler + PHASES_ADDED
+        restart()
+        assert a.get("/r?deny").status_code == 403
+        r = a.get(f"/r?ok{n}")
+        assert (r.text, r.headers.get("X-Fixups")) == ("h", "1")
+        a.wait_log(f"logged ok{n}")
+        a.conf = handler
+        restart()
+        r = a.get("/r?deny")
+        assert (r.status_code, "X-Fixups" in r.headers) == (200, False)

@@ -403,9 +403,8 @@ def test_sub_request_checks_its_arguments(nginx):
 
 
 def test_example_async_backends_serves_many_at_once(nginx):
-    from test_shared_examples import setup_example
     n = nginx(start=False)
-    n.conf = setup_example(n, "async_backends")
+    n.conf = harness.setup_example(n, "async_backends")
     n.start()
     r = n.get("/async_backends/")
     assert (r.status_code, r.text) == (200, "users: id=7\norders: user=7\n")

@@ -86,7 +86,7 @@ def test_missing_cached_file_fails_configtest(nginx):
 
 def test_stat_syntax_error_then_fix(nginx):
     """With mruby_stat_on_error fail (by default the last version that
-    compiled goes on: test/test_stat_edits_live.py)."""
+    compiled goes on: test/shared/test_stat_edits_live.py)."""
     n = nginx("mruby_stat_on_error fail;\n"
               "location / { mruby_content_handler {dir}/s.rb; }",
               files={"s.rb": "Nginx.rputs 'v1'"})

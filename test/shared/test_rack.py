@@ -129,3 +129,37 @@ def test_rack_malformed_headers_raise_type_error(kind, apache, nginx):
     assert s.get("/bad").status_code == 500
     s.wait_log("TypeError: Rack headers must be a Hash or an Array of "
                "pairs, not String")
+
+
+# rack.input: empty without a body; on nginx, a body that was not read
+# explains itself
+RACK_ECHO = '''
+class Echo
+  def call(env)
+    [200, {"Content-Type" => "text/plain"},
+     ["#{env["REQUEST_METHOD"]} [#{env["rack.input"].read}]"]]
+  end
+end
+run Echo.new
+'''
+
+
+def test_rack_input_apache(apache):
+    a = apache("<Location /app>\n  mrubyHandlerMiddle {dir}/app.rb\n"
+               "</Location>\n", files={"app.rb": RACK_ECHO})
+    assert a.get("/app").text == "GET []"
+    assert a.post("/app", data="x=1").text == "POST [x=1]"
+
+
+def test_rack_input_nginx(nginx):
+    n = nginx("location /app { mruby_content_handler {dir}/app.rb; }\n"
+              "location /read { mruby_enable_read_request_body on;\n"
+              "                 mruby_content_handler {dir}/app.rb; }\n",
+              files={"app.rb": RACK_ECHO})
+    r = n.get("/app")
+    assert (r.status_code, r.text) == (200, "GET []")
+    assert n.post("/read", data="x=1").text == "POST [x=1]"
+    r = n.post("/app", data="x=1")
+    assert r.status_code == 500
+    n.wait_log('RuntimeError: the request has a body, which nginx reads '
+               'only for locations with "mruby_enable_read_request_body on"')

@@ -2,38 +2,13 @@
 under Apache and nginx, and answer the same."""
 
 import os
-import shutil
 import time
 
 import pytest
 import requests
 from urllib.parse import urlsplit
 
-from harness import REPO
-
-EXAMPLES = os.path.join(REPO, "examples")
-
-
-def setup_example(server, name):
-    """Copies examples/<name> into the server's directory (readable by its
-    workers), its htdocs into <docroot>/<name>/, and returns the server's
-    snippet with the placeholders filled in."""
-    src = os.path.join(EXAMPLES, name)
-    dst = os.path.join(server.dir, "examples", name)
-    shutil.copytree(src, dst)
-    for root, dirs, files in os.walk(os.path.join(server.dir, "examples")):
-        os.chmod(root, 0o755)
-        for f in files:
-            os.chmod(os.path.join(root, f), 0o644)
-    htdocs = os.path.join(dst, "htdocs")
-    if os.path.isdir(htdocs):
-        shutil.copytree(htdocs, os.path.join(server.docroot, name))
-        for root, dirs, files in os.walk(server.docroot):
-            os.chmod(root, 0o755)
-    which = "apache.conf" if server.name == "apache" else "nginx.conf"
-    with open(os.path.join(dst, which)) as f:
-        snippet = f.read()
-    return snippet.replace("@DIR@", dst).replace("@DOCROOT@", server.docroot)
+import harness
 
 
 def location_path(response):
@@ -49,10 +24,10 @@ def both(apache, nginx):
     """both(name) -> (apache, nginx), each serving examples/<name>."""
     def make(name):
         a = apache(start=False)
-        a.conf = setup_example(a, name)
+        a.conf = harness.setup_example(a, name)
         a.start()
         n = nginx(start=False)
-        n.conf = setup_example(n, name)
+        n.conf = harness.setup_example(n, name)
         n.start()
         return a, n
     return make

@@ -1,7 +1,7 @@
-"""ngx_mruby next to nginx's own features (error_page, try_files,
+"""ngx_mruby next to nginx's other modules (error_page, try_files,
 auth_request, if, named locations, not_modified): no crash, no desync, no
-silent no-op.  Each test is a defect of issue 17 or a statement of the
-"When scripts run" section of docs/nginx.md."""
+silent no-op.  Each test is a statement of the "When scripts run" section
+of docs/nginx.md, or a case where a script and such a module met."""
 
 import os
 import re

@@ -1,4 +1,4 @@
-"""Editing a live `stat` script never serves an error (issue 15).
+"""Editing a live `stat` script never serves an error.
 
 Clients send requests without pause while the script is changed the ways
 operators change files: `cp` over it, a new file renamed over it, `sed -i`,

@@ -1,6 +1,6 @@
-"""mod_mruby next to Apache's own features (DirectoryIndex, SSI, mod_php):
-each test is a statement of the "When scripts run" section of
-docs/apache.md (issue 17)."""
+"""mod_mruby next to Apache's other modules (DirectoryIndex, SSI, mod_php,
+ErrorDocument): each test is a statement of the "When scripts run" section
+of docs/apache.md."""
 
 import os
 
@@ -181,7 +181,7 @@ def test_connection_keepalive_and_id(apache):
 
 
 def test_output_filter_drops_validators_of_the_original(apache):
-    """issue 17, 7: a conditional request is not answered with 304 by the
+    """A conditional request is not answered with 304 by the
     validators of the file an output filter rewrites (as mod_include)."""
     a = apache("""
 Alias /plain/ {docroot}/
