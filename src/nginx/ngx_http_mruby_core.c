@@ -1,29 +1,13 @@
 /*
  * The Nginx class: what the core's server class does not already have
- * (send_header, status_code=, redirect, versions, constants), the nginx
- * side of mrb_server (response body, error log), and the helpers the Ruby
- * API of the http module shares.
+ * (send_header, status_code=, redirect, versions, constants), and the
+ * helpers the Ruby API of the http module shares.
  */
 
 #include "ngx_http_mruby_module.h"
 
 #include <mruby/class.h>
 #include <mruby/string.h>
-
-
-static int ngx_http_mruby_write(mrb_run *run, const char *data, size_t len);
-static void ngx_http_mruby_log(void *log_target, mrb_run *run, int level,
-    const char *msg, size_t len);
-static int ngx_http_mruby_log_enabled(void *log_target, mrb_run *run,
-    int level);
-static void ngx_http_mruby_define(mrb_state *mrb, struct RClass *nginx);
-
-
-const mrb_server  ngx_http_mruby_server =
-    ngx_mruby_server(ngx_http_mruby_define, ngx_http_mruby_write,
-                     ngx_http_mruby_log, ngx_http_mruby_log_enabled,
-                     ngx_http_mruby_wake_after,
-                     ngx_http_mruby_wake_on_fd);
 
 
 mrb_value
@@ -122,91 +106,6 @@ ngx_http_mruby_answering_run(mrb_state *mrb, const char *what)
     }
 
     return data;
-}
-
-
-static int
-ngx_http_mruby_write(mrb_run *run, const char *p, size_t len)
-{
-    ngx_buf_t                  *b;
-    ngx_chain_t                *cl;
-    ngx_http_request_t         *r;
-    ngx_http_mruby_ctx_t       *ctx;
-    ngx_http_mruby_run_data_t  *data;
-
-    data = run->data;
-
-    if (data == NULL || data->ctx == NULL
-        || data->phase > NGX_HTTP_MRUBY_CONTENT)
-    {
-        return -1;  /* the log phase, filters, mruby_set: no body to add to */
-    }
-
-    if (len == 0) {
-        return 0;
-    }
-
-    r = run->request;
-    ctx = data->ctx;
-
-    b = ngx_create_temp_buf(r->pool, len);
-    cl = ngx_alloc_chain_link(r->pool);
-
-    if (b == NULL || cl == NULL) {
-        return -1;
-    }
-
-    b->last = ngx_cpymem(b->last, p, len);
-
-    cl->buf = b;
-    cl->next = NULL;
-
-    *ctx->last_out = cl;
-    ctx->last_out = &cl->next;
-    ctx->out_len += len;
-
-    return 0;
-}
-
-
-/* The log of the run's request or connection, else the target's. */
-static ngx_log_t *
-ngx_http_mruby_log_of(void *log_target, mrb_run *run)
-{
-    ngx_log_t                  *log;
-    ngx_http_request_t         *r;
-    ngx_http_mruby_run_data_t  *data;
-
-    log = log_target ? log_target : ngx_cycle->log;
-
-    if (run != NULL && run->request != NULL) {
-        r = run->request;
-        log = r->connection->log;
-
-    } else if (run != NULL && run->data != NULL) {
-        data = run->data;
-        if (data->connection != NULL) {
-            log = data->connection->log;
-        }
-    }
-
-    return log;
-}
-
-
-static void
-ngx_http_mruby_log(void *log_target, mrb_run *run, int level,
-    const char *msg, size_t len)
-{
-    ngx_mruby_log(ngx_http_mruby_log_of(log_target, run), level, msg, len);
-}
-
-
-static int
-ngx_http_mruby_log_enabled(void *log_target, mrb_run *run, int level)
-{
-    return ngx_mruby_log_enabled(ngx_http_mruby_log_of(log_target, run),
-                                 level);
 }
 
 
@@ -403,8 +302,8 @@ static const mrb_api_const  ngx_http_mruby_consts[] = {
 };
 
 
-static void
-ngx_http_mruby_define(mrb_state *mrb, struct RClass *nginx)
+void
+ngx_http_mruby_nginx_define(mrb_state *mrb, struct RClass *nginx)
 {
     ngx_mruby_define_codes(mrb, nginx);
     mrb_api_define_consts(mrb, nginx, ngx_http_mruby_consts);
@@ -414,13 +313,4 @@ ngx_http_mruby_define(mrb_state *mrb, struct RClass *nginx)
     mrb_define_const(mrb, nginx, "FALSE", mrb_str_new_lit(mrb, "0"));
 
     mrb_api_define_class_methods(mrb, nginx, ngx_http_mruby_class_methods);
-
-    ngx_http_mruby_request_define(mrb, nginx);
-    ngx_http_mruby_headers_define(mrb, nginx);
-    ngx_http_mruby_var_define(mrb, nginx);
-    ngx_http_mruby_connection_define(mrb, nginx);
-    ngx_http_mruby_filter_define(mrb, nginx);
-    ngx_http_mruby_ssl_define(mrb, nginx);
-    ngx_http_mruby_subrequest_define(mrb, nginx);
-    ngx_http_mruby_upstream_define(mrb, nginx);
 }

@@ -1,6 +1,7 @@
 /*
- * The http module: configuration structures, the interpreter of each worker
- * process, mruby_init in the master, and one script run for a request.
+ * The http module: configuration structures, what nginx gives the core
+ * (mrb_server), the interpreter of each worker process, mruby_init in the
+ * master, and one script run for a request.
  */
 
 #include "ngx_http_mruby_module.h"
@@ -49,6 +50,107 @@ ngx_module_t  ngx_http_mruby_module = {
     NULL,                                  /* exit master */
     NGX_MODULE_V1_PADDING
 };
+
+
+/*
+ * What nginx gives the core (mrb_server): the classes of the Ruby API, the
+ * response body, the error log, and the timers and descriptors a waiting
+ * script wakes on (ngx_http_mruby_wait.c).
+ */
+
+static int
+ngx_http_mruby_write(mrb_run *run, const char *p, size_t len)
+{
+    ngx_buf_t                  *b;
+    ngx_chain_t                *cl;
+    ngx_http_request_t         *r;
+    ngx_http_mruby_ctx_t       *ctx;
+    ngx_http_mruby_run_data_t  *data;
+
+    data = run->data;
+
+    if (data == NULL || data->ctx == NULL
+        || data->phase > NGX_HTTP_MRUBY_CONTENT)
+    {
+        return -1;  /* the log phase, filters, mruby_set: no body to add to */
+    }
+
+    if (len == 0) {
+        return 0;
+    }
+
+    r = run->request;
+    ctx = data->ctx;
+
+    b = ngx_create_temp_buf(r->pool, len);
+    cl = ngx_alloc_chain_link(r->pool);
+
+    if (b == NULL || cl == NULL) {
+        return -1;
+    }
+
+    b->last = ngx_cpymem(b->last, p, len);
+
+    cl->buf = b;
+    cl->next = NULL;
+
+    *ctx->last_out = cl;
+    ctx->last_out = &cl->next;
+    ctx->out_len += len;
+
+    return 0;
+}
+
+
+/* The log of the run's request or connection, else the target's. */
+static ngx_log_t *
+ngx_http_mruby_log_of(void *log_target, mrb_run *run)
+{
+    ngx_log_t                  *log;
+    ngx_http_request_t         *r;
+    ngx_http_mruby_run_data_t  *data;
+
+    log = log_target ? log_target : ngx_cycle->log;
+
+    if (run != NULL && run->request != NULL) {
+        r = run->request;
+        log = r->connection->log;
+
+    } else if (run != NULL && run->data != NULL) {
+        data = run->data;
+        if (data->connection != NULL) {
+            log = data->connection->log;
+        }
+    }
+
+    return log;
+}
+
+
+ngx_mruby_log_hooks(ngx_http_mruby_log, ngx_http_mruby_log_enabled,
+                    ngx_http_mruby_log_of)
+
+
+static void
+ngx_http_mruby_define(mrb_state *mrb, struct RClass *nginx)
+{
+    ngx_http_mruby_nginx_define(mrb, nginx);
+    ngx_http_mruby_request_define(mrb, nginx);
+    ngx_http_mruby_headers_define(mrb, nginx);
+    ngx_http_mruby_var_define(mrb, nginx);
+    ngx_http_mruby_connection_define(mrb, nginx);
+    ngx_http_mruby_filter_define(mrb, nginx);
+    ngx_http_mruby_ssl_define(mrb, nginx);
+    ngx_http_mruby_subrequest_define(mrb, nginx);
+    ngx_http_mruby_upstream_define(mrb, nginx);
+}
+
+
+const mrb_server  ngx_http_mruby_server =
+    ngx_mruby_server(ngx_http_mruby_define, ngx_http_mruby_write,
+                     ngx_http_mruby_log, ngx_http_mruby_log_enabled,
+                     ngx_http_mruby_wake_after,
+                     ngx_http_mruby_wake_on_fd);
 
 
 /*

@@ -129,7 +129,8 @@ extern ngx_module_t  ngx_http_mruby_module;
 extern ngx_module_t  ngx_http_mruby_filter_module;
 
 
-/* ngx_http_mruby_module.c */
+/* ngx_http_mruby_module.c: the module, and what nginx gives the core */
+extern const mrb_server  ngx_http_mruby_server;
 extern ngx_mruby_process_t  ngx_http_mruby_process;
 ngx_http_mruby_ctx_t *ngx_http_mruby_get_ctx(ngx_http_request_t *r);
 ngx_int_t ngx_http_mruby_run(ngx_http_request_t *r, ngx_mruby_script_t *s,
@@ -182,8 +183,8 @@ mrb_value ngx_http_mruby_var_value(mrb_state *mrb, ngx_http_request_t *r,
 ngx_int_t ngx_http_mruby_ssl_init(ngx_conf_t *cf);
 void ngx_http_mruby_ssl_define(mrb_state *mrb, struct RClass *nginx);
 
-/* ngx_http_mruby_core.c: the Nginx class and mrb_server */
-extern const mrb_server  ngx_http_mruby_server;
+/* ngx_http_mruby_core.c: the Nginx class */
+void ngx_http_mruby_nginx_define(mrb_state *mrb, struct RClass *nginx);
 ngx_http_request_t *ngx_http_mruby_request(mrb_state *mrb);
 ngx_http_mruby_run_data_t *ngx_http_mruby_run_data(mrb_state *mrb,
     ngx_http_mruby_phase_e phase, const char *what);

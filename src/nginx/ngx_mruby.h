@@ -338,6 +338,24 @@ void ngx_mruby_file_watch_limits(ngx_cycle_t *cycle);
 void ngx_mruby_log(ngx_log_t *log, int level, const char *msg, size_t len);
 int ngx_mruby_log_enabled(ngx_log_t *log, int level);
 
+/*
+ * Defines the mrb_server log() and log_enabled() of a module: both write
+ * to, or ask, the log that log_of(log_target, run) picks.
+ */
+#define ngx_mruby_log_hooks(log, log_enabled, log_of)                         \
+    static void                                                               \
+    log(void *log_target, mrb_run *run, int level, const char *msg,          \
+        size_t len)                                                           \
+    {                                                                         \
+        ngx_mruby_log(log_of(log_target, run), level, msg, len);              \
+    }                                                                         \
+                                                                              \
+    static int                                                                \
+    log_enabled(void *log_target, mrb_run *run, int level)                    \
+    {                                                                         \
+        return ngx_mruby_log_enabled(log_of(log_target, run), level);         \
+    }
+
 /* nginx's return codes (OK, DECLINED, ...) and log levels (LOG_*) in c. */
 void ngx_mruby_define_codes(mrb_state *mrb, struct RClass *c);
 

@@ -1,6 +1,6 @@
 /*
- * The Ruby API of the stream module: Nginx::Stream (log, constants) and
- * Nginx::Stream::Connection, and the stream side of mrb_server.
+ * The Ruby API of the stream module: Nginx::Stream (log, constants), and
+ * the timers and descriptors a waiting stream script wakes on.
  */
 
 #include "ngx_stream_mruby_module.h"
@@ -8,25 +8,6 @@
 
 #include <mruby/class.h>
 #include <mruby/string.h>
-
-
-static int ngx_stream_mruby_write(mrb_run *run, const char *data,
-    size_t len);
-static void ngx_stream_mruby_log(void *log_target, mrb_run *run, int level,
-    const char *msg, size_t len);
-static int ngx_stream_mruby_log_enabled(void *log_target, mrb_run *run,
-    int level);
-static void ngx_stream_mruby_define(mrb_state *mrb, struct RClass *nginx);
-static int ngx_stream_mruby_wake_after(mrb_run *run, mrb_int msec);
-static int ngx_stream_mruby_wake_on_fd(mrb_run *run, int fd, int events,
-    mrb_int msec, int *ready);
-
-
-const mrb_server  ngx_stream_mruby_server =
-    ngx_mruby_server(ngx_stream_mruby_define, ngx_stream_mruby_write,
-                     ngx_stream_mruby_log, ngx_stream_mruby_log_enabled,
-                     ngx_stream_mruby_wake_after,
-                     ngx_stream_mruby_wake_on_fd);
 
 
 static void
@@ -69,7 +50,7 @@ ngx_stream_mruby_wake_handler(ngx_event_t *ev)
 
 
 /* Nginx::Stream::Async.sleep: the session's timer resumes the script. */
-static int
+int
 ngx_stream_mruby_wake_after(mrb_run *run, mrb_int msec)
 {
     ngx_stream_mruby_ctx_t  *ctx = run->data;
@@ -84,7 +65,7 @@ ngx_stream_mruby_wake_after(mrb_run *run, mrb_int msec)
 
 
 /* A Redis reply in a stream script: the socket or the deadline resumes. */
-static int
+int
 ngx_stream_mruby_wake_on_fd(mrb_run *run, int fd, int events, mrb_int msec,
     int *ready)
 {
@@ -101,43 +82,6 @@ ngx_stream_mruby_wake_on_fd(mrb_run *run, int fd, int events, mrb_int msec,
     }
 
     return 0;
-}
-
-
-static int
-ngx_stream_mruby_write(mrb_run *run, const char *data, size_t len)
-{
-    return -1;  /* a stream has no response body to add to */
-}
-
-
-static ngx_log_t *
-ngx_stream_mruby_log_of(void *log_target, mrb_run *run)
-{
-    ngx_stream_session_t  *s;
-
-    if (run != NULL && run->request != NULL) {
-        s = run->request;
-        return s->connection->log;
-    }
-
-    return log_target ? log_target : ngx_cycle->log;
-}
-
-
-static void
-ngx_stream_mruby_log(void *log_target, mrb_run *run, int level,
-    const char *msg, size_t len)
-{
-    ngx_mruby_log(ngx_stream_mruby_log_of(log_target, run), level, msg, len);
-}
-
-
-static int
-ngx_stream_mruby_log_enabled(void *log_target, mrb_run *run, int level)
-{
-    return ngx_mruby_log_enabled(ngx_stream_mruby_log_of(log_target, run),
-                                 level);
 }
 
 
@@ -161,10 +105,10 @@ ngx_stream_mruby_log_m(mrb_state *mrb, mrb_value self)
 
     interp = mrb_interp_from_state(mrb);
 
-    ngx_mruby_log(ngx_stream_mruby_log_of(mrb_interp_log_target(interp),
-                                          mrb_interp_run(mrb)),
-                  (int) level - NGX_LOG_EMERG, RSTRING_PTR(msg),
-                  (size_t) RSTRING_LEN(msg));
+    ngx_stream_mruby_server.log(mrb_interp_log_target(interp),
+                                mrb_interp_run(mrb),
+                                (int) level - NGX_LOG_EMERG, RSTRING_PTR(msg),
+                                (size_t) RSTRING_LEN(msg));
 
     return self;
 }
@@ -198,8 +142,8 @@ static const mrb_api_method  ngx_stream_mruby_class_methods[] = {
 };
 
 
-static void
-ngx_stream_mruby_define(mrb_state *mrb, struct RClass *nginx)
+struct RClass *
+ngx_stream_mruby_stream_define(mrb_state *mrb, struct RClass *nginx)
 {
     struct RClass  *stream;
 
@@ -211,9 +155,9 @@ ngx_stream_mruby_define(mrb_state *mrb, struct RClass *nginx)
 
     mrb_api_define_class_methods(mrb, stream, ngx_stream_mruby_class_methods);
 
-    ngx_stream_mruby_connection_define(mrb, stream);
-
     /* Nginx::Stream::Async is the core's Nginx::Async (sleep, ...) */
     mrb_define_const(mrb, stream, "Async",
                      mrb_obj_value(mrb_module_get_under(mrb, nginx, "Async")));
+
+    return stream;
 }

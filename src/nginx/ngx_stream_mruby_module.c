@@ -1,6 +1,7 @@
 /*
- * The stream module: directives, the worker's interpreter, and the access
- * phase handler that runs mruby_stream scripts.
+ * The stream module: directives, what nginx gives the core (mrb_server),
+ * the worker's interpreter, and the access phase handler that runs
+ * mruby_stream scripts.
  */
 
 #include "ngx_stream_mruby_module.h"
@@ -83,6 +84,55 @@ ngx_module_t  ngx_stream_mruby_module = {
     NULL,                                  /* exit master */
     NGX_MODULE_V1_PADDING
 };
+
+
+/*
+ * What nginx gives the core (mrb_server) for stream scripts: the classes,
+ * no response body, the error log, and the timers and descriptors a
+ * waiting script wakes on (ngx_stream_mruby_core.c).
+ */
+
+static int
+ngx_stream_mruby_write(mrb_run *run, const char *data, size_t len)
+{
+    return -1;  /* a stream has no response body to add to */
+}
+
+
+/* The log of the run's session, else the target's. */
+static ngx_log_t *
+ngx_stream_mruby_log_of(void *log_target, mrb_run *run)
+{
+    ngx_stream_session_t  *s;
+
+    if (run != NULL && run->request != NULL) {
+        s = run->request;
+        return s->connection->log;
+    }
+
+    return log_target ? log_target : ngx_cycle->log;
+}
+
+
+ngx_mruby_log_hooks(ngx_stream_mruby_log, ngx_stream_mruby_log_enabled,
+                    ngx_stream_mruby_log_of)
+
+
+static void
+ngx_stream_mruby_define(mrb_state *mrb, struct RClass *nginx)
+{
+    struct RClass  *stream;
+
+    stream = ngx_stream_mruby_stream_define(mrb, nginx);
+    ngx_stream_mruby_connection_define(mrb, stream);
+}
+
+
+const mrb_server  ngx_stream_mruby_server =
+    ngx_mruby_server(ngx_stream_mruby_define, ngx_stream_mruby_write,
+                     ngx_stream_mruby_log, ngx_stream_mruby_log_enabled,
+                     ngx_stream_mruby_wake_after,
+                     ngx_stream_mruby_wake_on_fd);
 
 
 /* What the module's log lines are called, and the worker's interpreter. */

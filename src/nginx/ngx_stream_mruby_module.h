@@ -38,9 +38,18 @@ typedef struct {
 } ngx_stream_mruby_ctx_t;
 
 
+/* ngx_stream_mruby_module.c: the module, and what nginx gives the core */
 extern ngx_module_t       ngx_stream_mruby_module;
 extern const mrb_server   ngx_stream_mruby_server;
 extern ngx_mruby_process_t  ngx_stream_mruby_process;
+
+
+/* ngx_stream_mruby_core.c: Nginx::Stream, and waking a stream script */
+struct RClass *ngx_stream_mruby_stream_define(mrb_state *mrb,
+    struct RClass *nginx);
+int ngx_stream_mruby_wake_after(mrb_run *run, mrb_int msec);
+int ngx_stream_mruby_wake_on_fd(mrb_run *run, int fd, int events,
+    mrb_int msec, int *ready);
 
 
 /* ngx_stream_mruby_server_context.c */
