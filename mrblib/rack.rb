@@ -110,12 +110,12 @@ module Kernel
         "rack.input" => LazyStringIO.new(proc { r.body }),
         "rack.errors" => nil,
         "rack.logger" => Logger.new,
-        "rack.multithread" => Server.module_name == "mod_mruby",
+        "rack.multithread" => Server.threaded?,
         "rack.multiprocess" => true,
         "rack.run_once" => false,
         "rack.hijack?" => false,
-        "server.name" => Server.module_name,
-        "server.version" => Server.module_version,
+        "server.name" => server_name,
+        "server.version" => Server.server_version,
       }
 
       r.headers_in.all.each do |name, value|

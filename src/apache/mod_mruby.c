@@ -112,18 +112,31 @@ ap_mrb_define(mrb_state *mrb, struct RClass *apache)
 }
 
 
+/* Whether the MPM runs a child's requests on several threads (event,
+ * worker); an MPM that cannot say counts as threaded. */
+static int
+ap_mrb_threaded(void)
+{
+    int  threaded;
+
+    return ap_mpm_query(AP_MPMQ_IS_THREADED, &threaded) != APR_SUCCESS
+           || threaded != AP_MPMQ_NOT_SUPPORTED;
+}
+
+
 const mrb_server ap_mrb_server = {
-    "Apache",
-    "Apache",
-    "mod_mruby",
-    MOD_MRUBY_VERSION,
-    APLOG_EMERG,
-    ap_mrb_define,
-    ap_mrb_write,
-    ap_mrb_log,
-    ap_mrb_log_enabled,
-    ap_mrb_wake_after,
-    1                       /* a sleep that cannot suspend blocks */
+    .name = "Apache",
+    .class_name = "Apache",
+    .module_name = "mod_mruby",
+    .module_version = MOD_MRUBY_VERSION,
+    .log_level_base = APLOG_EMERG,
+    .define = ap_mrb_define,
+    .write = ap_mrb_write,
+    .log = ap_mrb_log,
+    .log_enabled = ap_mrb_log_enabled,
+    .wake_after = ap_mrb_wake_after,
+    .sleep_blocks = 1,      /* a sleep that cannot suspend blocks */
+    .threaded = ap_mrb_threaded
 };
 
 
@@ -228,13 +241,10 @@ static void
 ap_mrb_child_init(apr_pool_t *pchild, server_rec *s)
 {
     mrb_interp  *interp;
-    int          threaded;
 
     ap_mrb_wait_child_init(pchild);
 
-    if (ap_mpm_query(AP_MPMQ_IS_THREADED, &threaded) != APR_SUCCESS
-        || threaded != AP_MPMQ_NOT_SUPPORTED)
-    {
+    if (ap_mrb_threaded()) {
         apr_pool_cleanup_register(pchild, NULL, ap_mrb_child_exit,
                                   apr_pool_cleanup_null);
         ap_mrb_file_watch_child_init(pchild, s, 1);

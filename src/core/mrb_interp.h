@@ -79,6 +79,11 @@ struct mrb_server_s {
      * stacks a burst left go back even if no run follows.  NULL: the core
      * trims at the end of a run, at most once per MRB_WAIT_TRIM_MS. */
     void       (*trim_later)(mrb_interp *interp);
+
+    /* Whether this process runs scripts on several threads at once
+     * (Server.threaded?, Rack's rack.multithread): Apache's threaded MPMs.
+     * NULL: never. */
+    int        (*threaded)(void);
 };
 
 /* What mrb_server.wake_on_fd waits for. */

@@ -160,6 +160,15 @@ server_module_version(mrb_state *mrb, mrb_value self)
 
 
 static mrb_value
+server_threaded_p(mrb_state *mrb, mrb_value self)
+{
+    const mrb_server  *server = server_of(mrb);
+
+    return mrb_bool_value(server->threaded != NULL && server->threaded());
+}
+
+
+static mrb_value
 server_remove_global_variable(mrb_state *mrb, mrb_value self)
 {
     mrb_sym  name;
@@ -227,6 +236,7 @@ static const mrb_api_method  server_class_methods[] = {
     { "log_level?", server_log_level_p, MRB_ARGS_REQ(1) },
     { "module_name", server_module_name, MRB_ARGS_NONE() },
     { "module_version", server_module_version, MRB_ARGS_NONE() },
+    { "threaded?", server_threaded_p, MRB_ARGS_NONE() },
     { "remove_global_variable", server_remove_global_variable,
       MRB_ARGS_REQ(1) },
     { "global_remove", server_remove_global_variable, MRB_ARGS_REQ(1) },

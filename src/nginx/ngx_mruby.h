@@ -89,7 +89,9 @@ typedef struct {
         0,                                 /* a sleep that cannot wait     \
                                               raises */                       \
         wake_on_fd,                                                           \
-        ngx_mruby_trim_later                                                  \
+        ngx_mruby_trim_later,                                                 \
+        NULL                               /* scripts run on the worker's  \
+                                              one thread */                   \
     }
 
 
