@@ -5,6 +5,7 @@
  */
 
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 #include <sys/resource.h>
 
@@ -18,19 +19,20 @@
 
 #include "ap_mrb.h"
 
-/* mod_status's letter for each worker status. */
-static const char ap_mrb_sb_letters[SERVER_NUM_STATUS] = {
-    '.',    /* SERVER_DEAD */
-    'S',    /* SERVER_STARTING */
-    '_',    /* SERVER_READY */
-    'R',    /* SERVER_BUSY_READ */
-    'W',    /* SERVER_BUSY_WRITE */
-    'K',    /* SERVER_BUSY_KEEPALIVE */
-    'L',    /* SERVER_BUSY_LOG */
-    'D',    /* SERVER_BUSY_DNS */
-    'C',    /* SERVER_CLOSING */
-    'G',    /* SERVER_GRACEFUL */
-    'I'     /* SERVER_IDLE_KILL */
+/* Each worker status by the name of its constant in scoreboard.h, as the
+ * original gave them ("SERVER_READY"). */
+static const char *const ap_mrb_sb_names[SERVER_NUM_STATUS] = {
+    "SERVER_DEAD",
+    "SERVER_STARTING",
+    "SERVER_READY",
+    "SERVER_BUSY_READ",
+    "SERVER_BUSY_WRITE",
+    "SERVER_BUSY_KEEPALIVE",
+    "SERVER_BUSY_LOG",
+    "SERVER_BUSY_DNS",
+    "SERVER_CLOSING",
+    "SERVER_GRACEFUL",
+    "SERVER_IDLE_KILL"
 };
 
 typedef struct {
@@ -55,7 +57,7 @@ ap_mrb_sb_check(mrb_state *mrb)
 /* Counts workers the way mod_status does: a worker of a process going down
  * gracefully, or of an old generation, is not idle capacity. */
 static void
-ap_mrb_sb_count(mrb_state *mrb, ap_mrb_sb_tally *t, char *letters)
+ap_mrb_sb_count(mrb_state *mrb, ap_mrb_sb_tally *t)
 {
     global_score   *g;
     process_score  *ps;
@@ -78,10 +80,6 @@ ap_mrb_sb_count(mrb_state *mrb, ap_mrb_sb_tally *t, char *letters)
             t->by_status[st]++;
             t->accesses += ws->access_count;
             t->bytes += ws->bytes_served;
-
-            if (letters != NULL) {
-                *letters++ = ap_mrb_sb_letters[st];
-            }
 
             if (ps->pid == 0 || ps->quiescing) {
                 continue;
@@ -106,7 +104,7 @@ ap_mrb_sb_busy_worker(mrb_state *mrb, mrb_value self)
 {
     ap_mrb_sb_tally  t;
 
-    ap_mrb_sb_count(mrb, &t, NULL);
+    ap_mrb_sb_count(mrb, &t);
     return mrb_int_value(mrb, t.busy);
 }
 
@@ -116,7 +114,7 @@ ap_mrb_sb_idle_worker(mrb_state *mrb, mrb_value self)
 {
     ap_mrb_sb_tally  t;
 
-    ap_mrb_sb_count(mrb, &t, NULL);
+    ap_mrb_sb_count(mrb, &t);
     return mrb_int_value(mrb, t.idle);
 }
 
@@ -126,7 +124,7 @@ ap_mrb_sb_total_access(mrb_state *mrb, mrb_value self)
 {
     ap_mrb_sb_tally  t;
 
-    ap_mrb_sb_count(mrb, &t, NULL);
+    ap_mrb_sb_count(mrb, &t);
     return mrb_int_value(mrb, (mrb_int) t.accesses);
 }
 
@@ -136,28 +134,57 @@ ap_mrb_sb_total_kbyte(mrb_state *mrb, mrb_value self)
 {
     ap_mrb_sb_tally  t;
 
-    ap_mrb_sb_count(mrb, &t, NULL);
+    ap_mrb_sb_count(mrb, &t);
     return mrb_int_value(mrb, (mrb_int) (t.bytes / 1024));
 }
 
 
-/* One letter per worker slot, as in mod_status ("_W__K...."). */
+/*
+ * {client address => status name} for each worker serving a connection
+ * (reading, writing, keep-alive, logging, DNS, closing, finishing), as the
+ * original gave it: a client with several connections is one key, with
+ * the status of the last worker that serves it.  The addresses are there
+ * with ExtendedStatus on (the default when mod_status is loaded).
+ */
 static mrb_value
 ap_mrb_sb_status(mrb_state *mrb, mrb_value self)
 {
-    ap_mrb_sb_tally  t;
-    global_score    *g;
-    mrb_value        s;
+    global_score  *g;
+    worker_score  *ws;
+    mrb_value      h;
+    int            i, j, ai;
 
     ap_mrb_sb_check(mrb);
     g = ap_scoreboard_image->global;
-    s = mrb_str_new(mrb, NULL, (size_t) g->server_limit * g->thread_limit);
-    ap_mrb_sb_count(mrb, &t, RSTRING_PTR(s));
-    return s;
+    h = mrb_hash_new(mrb);
+    ai = mrb_gc_arena_save(mrb);
+
+    for (i = 0; i < g->server_limit; i++) {
+        for (j = 0; j < g->thread_limit; j++) {
+            ws = ap_get_scoreboard_worker_from_indexes(i, j);
+
+            if (ws->status < SERVER_BUSY_READ
+                || ws->status > SERVER_GRACEFUL)
+            {
+                continue;
+            }
+
+            mrb_hash_set(mrb, h,
+                         mrb_str_new(mrb, ws->client64,
+                                     strnlen(ws->client64,
+                                             sizeof(ws->client64))),
+                         mrb_str_new_cstr(mrb,
+                                          ap_mrb_sb_names[ws->status]));
+            mrb_gc_arena_restore(mrb, ai);
+        }
+    }
+
+    return h;
 }
 
 
-/* Workers by status letter: {"_" => 60, "W" => 2, ...}. */
+/* Worker slots by status: {"SERVER_READY" => 60, "SERVER_BUSY_WRITE" => 2,
+ * ...}, every status a key. */
 static mrb_value
 ap_mrb_sb_counter(mrb_state *mrb, mrb_value self)
 {
@@ -165,11 +192,11 @@ ap_mrb_sb_counter(mrb_state *mrb, mrb_value self)
     mrb_value        h;
     int              i;
 
-    ap_mrb_sb_count(mrb, &t, NULL);
+    ap_mrb_sb_count(mrb, &t);
     h = mrb_hash_new_capa(mrb, SERVER_NUM_STATUS);
 
     for (i = 0; i < SERVER_NUM_STATUS; i++) {
-        mrb_hash_set(mrb, h, mrb_str_new(mrb, &ap_mrb_sb_letters[i], 1),
+        mrb_hash_set(mrb, h, mrb_str_new_cstr(mrb, ap_mrb_sb_names[i]),
                      mrb_int_value(mrb, t.by_status[i]));
     }
 

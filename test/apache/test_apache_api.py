@@ -1,10 +1,8 @@
 """The Ruby API of mod_mruby, class by class, through real requests."""
 
-import ast
 import json
 import os
 import socket
-import time
 
 import pytest
 
@@ -380,48 +378,6 @@ Apache.rputs [f.size, f.file?, f.directory?, f.exist?, f.filetype == Apache::Fin
     r = a.get("/file.txt")
     assert r.text == (f'[5, true, false, true, true, {0o640}, true, '
                       f'"{a.docroot}/file.txt", 5]')
-
-
-@pytest.mark.parametrize("mpm", ["event", "prefork"])
-def test_scoreboard(apache, mpm):
-    a = handler(apache, """\
-sb = Apache::Scoreboard.new
-la = sb.loadavg
-Apache.rputs [sb.busy_worker, sb.idle_worker > 0, sb.total_access >= 0,
-              sb.uptime >= 0, sb.restart_time > 1000000000, la.size,
-              la.all? { |x| x.is_a?(Float) }, sb.pid > 1, sb.status.size,
-              sb.server_limit * sb.thread_limit, sb.counter["W"] >= 1,
-              sb.counter.values.inject(0) { |s, n| s + n },
-              sb.status.include?("W"), sb.total_kbyte >= 0].inspect
-""", mpm=mpm)
-
-    def ask():
-        got = a.get("/t").text
-        return ast.literal_eval(got.replace("true", "True").replace(
-            "false", "False"))
-    # A prefork child can serve before its parent wrote the child's pid
-    # into the scoreboard (the parent does it after fork returns), and
-    # mod_status, like busy_worker, counts no worker of a process without
-    # a pid: ask until the parent has caught up.
-    deadline = time.monotonic() + 10
-    v = ask()
-    while v[0] != 1 and time.monotonic() < deadline:
-        time.sleep(0.1)
-        v = ask()
-    assert v[0] == 1            # this request's worker
-    assert v[1:8] == [True, True, True, True, 3, True, True]
-    # one slot per ServerLimit x ThreadLimit of the harness's config
-    # (prefork: ThreadLimit 1), one letter per slot, all counted
-    assert v[8] == v[9] == v[11] == {"event": 2 * 64, "prefork": 32}[mpm]
-    assert v[10] is True and v[12] is True and v[13] is True
-
-
-def test_scoreboard_total_access_grows(apache):
-    a = handler(apache, "Apache.rputs Apache::Scoreboard.new.total_access.to_s",
-                mpm="prefork", mpm_conf="StartServers 1\nMinSpareServers 1\n"
-                "MaxSpareServers 1\nMaxRequestWorkers 1\n")
-    counts = [int(a.get("/t").text) for _ in range(4)]
-    assert counts == [counts[0] + i for i in range(4)]
 
 
 def test_sleep_refuses_what_is_not_a_duration(apache):
