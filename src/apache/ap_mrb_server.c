@@ -62,18 +62,24 @@ AP_MRB_SERVER_INT(pathlen, s->pathlen)
 
 
 /*
- * server.timeout = microseconds: the original wrote the server's Timeout,
- * which every thread reads, at request time.  Here it is the current
- * request's connection that waits that long (reading the client, sending
- * to it), which is what a script that raises it for one slow request
- * wants; the configuration stays as it was read.
+ * server.timeout = microseconds: the server's Timeout for the rest of the
+ * current request, as the original set it, and for its connection's socket.
+ * Apache's modules read the Timeout from r->server when they wait
+ * (mod_cgi and mod_cgid for a script's output, mod_proxy for a backend
+ * without ProxyTimeout), so a script in fixups cuts a slow CGI.  The
+ * original wrote the server_rec that every request and thread of the
+ * child reads, until something set it back; here the request gets a copy
+ * of it in its pool, so other requests keep the configured Timeout and
+ * nothing needs setting back.  The copy shares everything else with the
+ * server (its module configurations included).
  */
 static mrb_value
 ap_mrb_server_set_timeout(mrb_state *mrb, mrb_value self)
 {
-    request_rec  *r = ap_mrb_request(mrb);
-    apr_socket_t *sock;
-    mrb_int       usec;
+    request_rec   *r = ap_mrb_request(mrb);
+    apr_socket_t  *sock;
+    server_rec    *copy;
+    mrb_int        usec;
 
     mrb_get_args(mrb, "i", &usec);
 
@@ -89,6 +95,12 @@ ap_mrb_server_set_timeout(mrb_state *mrb, mrb_value self)
     {
         mrb_raise(mrb, E_RUNTIME_ERROR, "cannot set this connection's "
                   "timeout");
+    }
+
+    if (r->server->timeout != (apr_interval_time_t) usec) {
+        copy = apr_pmemdup(r->pool, r->server, sizeof(*copy));
+        copy->timeout = (apr_interval_time_t) usec;
+        r->server = copy;
     }
 
     return mrb_int_value(mrb, usec);

@@ -1,0 +1,52 @@
+"""Apache::Server#timeout= sets the server's Timeout for the rest of the
+request, as in the original mod_mruby, whose own suite cuts a sleeping CGI
+with it: the modules that wait on something (mod_cgi and mod_cgid for a
+script's output) read it from the request's server.  Other requests keep
+the configured Timeout (Timeout 30 in the harness's config)."""
+
+import os
+
+import pytest
+
+# The original suite's /sleep.cgi location: fixups lowers the timeout to
+# 2 s and logs what the getter then answers.
+CONF = """
+<Directory {docroot}/cgi>
+    Options +ExecCGI
+    AddHandler cgi-script .cgi
+</Directory>
+<Location /cgi/sleep.cgi>
+    mrubyFixupsMiddleCode ' \\
+      s = Apache::Server.new; \\
+      was = s.timeout; \\
+      s.timeout = 2_000_000; \\
+      Apache.errlogger Apache::APLOG_NOTICE, "timeout #{was} -> #{s.timeout}"'
+</Location>
+<Location /now>
+    mrubyHandlerMiddleCode 'Apache.rputs Apache::Server.new.timeout.to_s'
+</Location>
+"""
+
+# Answers after 6 s, beyond the 2 s the fixups allow it.
+SLEEP_CGI = """\
+#!/bin/sh
+sleep 6
+printf 'Content-Type: text/plain\\r\\n\\r\\nslept\\n'
+"""
+
+
+@pytest.mark.parametrize("mpm,cgi,cut", [
+    ("event", "cgid", "Script timed out before returning headers"),
+    ("prefork", "cgi", "Timeout waiting for output from CGI script")])
+def test_timeout_set_in_fixups_cuts_a_cgi(apache, mpm, cgi, cut):
+    a = apache(CONF, mpm=mpm, modules=[cgi],
+               docs={"cgi/sleep.cgi": SLEEP_CGI})
+    os.chmod(os.path.join(a.docroot, "cgi", "sleep.cgi"), 0o755)
+
+    r = a.get("/cgi/sleep.cgi")
+    assert r.status_code == 504
+    log = a.wait_log("timeout 30000000 -> 2000000")
+    assert cut in log
+    # the next request, on the same connection when it was kept, has the
+    # configured Timeout again
+    assert a.get("/now").text == "30000000"
