@@ -171,15 +171,25 @@ ap_mrb_run_result(request_rec *r, mrb_script *script, mrb_run *run, int rc,
 }
 
 
+/* What ap_mrb_run's flags say of the run. */
+#define AP_MRB_RUN_MAY_WAIT    1  /* a content handler: it may wait */
+#define AP_MRB_RUN_TRANSLATES  2  /* translate_name: see ap_mrb_run */
+
 /*
  * Runs one script for request r; what names it in error lines.  data is
  * the filter of a filter script, NULL in a request phase.  A content
- * handler (may_wait) that waits on the event MPM returns SUSPENDED
- * (ap_mrb_wait.c).
+ * handler (AP_MRB_RUN_MAY_WAIT) that waits on the event MPM returns
+ * SUSPENDED (ap_mrb_wait.c).
+ *
+ * A translate_name script that hands the request to mod_proxy (r.proxyreq
+ * set, r.filename "proxy:URL") and returns nothing answers OK, as
+ * mod_proxy's own translate_name does for such a request: declining would
+ * let the core refuse it with 403.  (The original answered OK from every
+ * script that returned nothing.)
  */
 static int
 ap_mrb_run(request_rec *r, mrb_script *script, void *data,
-    mrb_int default_result, const char *what, int may_wait)
+    mrb_int default_result, const char *what, unsigned flags)
 {
     mrb_interp       *interp;
     mrb_run           run;
@@ -196,13 +206,20 @@ ap_mrb_run(request_rec *r, mrb_script *script, void *data,
     mrb_run_init(&run, r, default_result);
     run.data = data;
     run.stat_on_error_fail = sconf->stat_on_error_fail == 1;
-    run.may_wait = may_wait && ap_mrb_wait_possible(r);
+    run.may_wait = (flags & AP_MRB_RUN_MAY_WAIT) && ap_mrb_wait_possible(r);
 
     rc = mrb_script_run(interp, script, &run);
     mrb_interp_give_back(interp);
 
     if (rc == MRB_RUN_WAITING) {
         return ap_mrb_wait_begin(r, interp, &run, script, what);
+    }
+
+    if ((flags & AP_MRB_RUN_TRANSLATES) && rc == 0 && !run.returned
+        && r->proxyreq != PROXYREQ_NONE && r->filename != NULL
+        && strncmp(r->filename, "proxy:", 6) == 0)
+    {
+        run.result = OK;
     }
 
     return ap_mrb_run_result(r, script, &run, rc, default_result, what);
@@ -221,7 +238,7 @@ ap_mrb_run_script(request_rec *r, mrb_script *script, void *data,
 static int
 ap_mrb_run_handler(request_rec *r, mrb_script *script, const char *what)
 {
-    return ap_mrb_run(r, script, NULL, OK, what, 1);
+    return ap_mrb_run(r, script, NULL, OK, what, AP_MRB_RUN_MAY_WAIT);
 }
 
 
@@ -266,7 +283,9 @@ ap_mrb_run_phase(request_rec *r, ap_mrb_phase phase, ap_mrb_order order,
 
     return ap_mrb_run(r, script, NULL, default_result,
                       ap_mrb_hook_names[phase][order],
-                      phase == AP_MRB_HANDLER);
+                      phase == AP_MRB_HANDLER ? AP_MRB_RUN_MAY_WAIT
+                      : phase == AP_MRB_TRANSLATE_NAME ? AP_MRB_RUN_TRANSLATES
+                      : 0);
 }
 
 

@@ -80,6 +80,25 @@ ap_mrb_req_ctx_get(request_rec *r)
         return v;                                                             \
     }
 
+/*
+ * r.filename: a path, or "proxy:URL", which hands the request to mod_proxy
+ * and whose URL goes into the request line to the backend: checked as a
+ * redirect target (no space either), since a script may also turn off
+ * mod_proxy's escaping of it (notes["proxy-nocanon"]).
+ */
+static void
+ap_mrb_check_filename(mrb_state *mrb, const char *what, mrb_value v,
+    mrb_http_str *out)
+{
+    v = mrb_obj_as_string(mrb, v);
+
+    if (RSTRING_LEN(v) > 6 && memcmp(RSTRING_PTR(v), "proxy:", 6) == 0) {
+        mrb_http_check_target(mrb, what, v, out);
+    } else {
+        mrb_http_check_uri(mrb, what, v, out);
+    }
+}
+
 #define AP_MRB_STR_ATTR(field)                                                \
     AP_MRB_STR_GET(field)                                                     \
     AP_MRB_STR_SET(field, "S")
@@ -99,8 +118,7 @@ AP_MRB_STR_ATTR_NIL(ap_auth_type)
 AP_MRB_STR_ATTR_CHECKED(unparsed_uri, 0, mrb_http_check_target,
                         "unparsed_uri=")
 AP_MRB_STR_ATTR_CHECKED(uri, 0, mrb_http_check_uri, "uri=")
-/* "proxy:URL" hands the request to mod_proxy */
-AP_MRB_STR_ATTR_CHECKED(filename, 0, mrb_http_check_uri, "filename=")
+AP_MRB_STR_ATTR_CHECKED(filename, 0, ap_mrb_check_filename, "filename=")
 AP_MRB_STR_ATTR_NIL(canonical_filename)
 AP_MRB_STR_ATTR_CHECKED(path_info, 1, mrb_http_check_uri, "path_info=")
 AP_MRB_STR_ATTR_CHECKED(args, 1, mrb_http_check_args, "args=")
