@@ -84,6 +84,7 @@ typedef struct {
 } tl_table;
 
 #define TL_FROZEN_MAX  10
+#define TL_BATCH       64     /* names removed at a time */
 
 struct mrb_toplevel_s {
     tl_table         tables[6];
@@ -299,6 +300,75 @@ tl_table_record(mrb_state *mrb, mrb_toplevel *tl, tl_table *t)
 }
 
 
+/*
+ * Whether sym names a match global: $~ and what is read from it ($&, $`,
+ * $', $+, $1, $2, ...).  mruby reads them as plain globals (OP_GETGV), so
+ * the library's Regexp sets them in the global table (mrb_regexp.c); they
+ * belong to the run that matched all the same.
+ */
+static int
+tl_sym_is_match_global(mrb_state *mrb, mrb_sym sym)
+{
+    mrb_int      len, i;
+    const char  *name = mrb_sym_name_len(mrb, sym, &len);
+
+    if (name == NULL || len < 2 || name[0] != '$') {
+        return 0;
+    }
+
+    if (len == 2 && memchr("~&`'+", name[1], 5) != NULL) {
+        return 1;
+    }
+
+    for (i = 1; i < len; i++) {
+        if (name[i] < '0' || name[i] > '9') {
+            return 0;
+        }
+    }
+
+    return name[1] != '0';
+}
+
+
+/*
+ * Removes the match globals before the globals are recorded, so that none
+ * is ever a sealed global whose new value would stay: whatever a startup
+ * script matched or assigned, a run that sets one adds it, and like every
+ * added global it is removed when the run ends and taken aside while the
+ * run waits.  Collected first, removed after, a batch at a time.
+ */
+static void
+tl_drop_match_globals(mrb_state *mrb)
+{
+    const struct tl_tbl  *h;
+    const uint32_t       *keys;
+    mrb_sym               found[TL_BATCH], sym;
+    int                   i, n;
+
+    do {
+        h = (const struct tl_tbl *) mrb->globals;
+        if (h == NULL || h->alloc == 0) {
+            return;
+        }
+
+        keys = (const uint32_t *) ((const char *) h->ptr
+                                   + (size_t) h->alloc * TL_ENTRY);
+        n = 0;
+
+        for (i = 0; i < h->alloc && n < TL_BATCH; i++) {
+            sym = tl_key_sym(TL_GLOBALS, keys[i]);
+            if (sym != 0 && tl_sym_is_match_global(mrb, sym)) {
+                found[n++] = sym;
+            }
+        }
+
+        for (i = 0; i < n; i++) {
+            mrb_gv_remove(mrb, found[i]);
+        }
+    } while (n == TL_BATCH);
+}
+
+
 static void
 tl_add_frozen(mrb_toplevel *tl, struct RBasic *obj)
 {
@@ -357,6 +427,8 @@ mrb_toplevel_record(mrb_state *mrb, struct RClass *server_class, int always)
 
     server_meta = mrb_class_ptr(mrb_singleton_class(mrb,
                                     mrb_obj_value(server_class)));
+
+    tl_drop_match_globals(mrb);
 
     tl_add(mrb, tl, TL_GLOBALS, NULL, mrb_nil_value());
     tl_add(mrb, tl, TL_IVARS, NULL, mrb_obj_value(mrb->top_self));
@@ -476,8 +548,6 @@ tl_added(mrb_state *mrb, const tl_table *t, mrb_sym *added, int max)
     return n;
 }
 
-
-#define TL_BATCH  64
 
 /* Removes what was added; collected first, removed after, so that the
  * table does not change under the walk; a batch at a time. */

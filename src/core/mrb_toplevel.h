@@ -7,6 +7,10 @@
  *   - global variables and top-level instance variables a run added are
  *     removed (the values of those that existed stay as the run left them:
  *     a startup global is how scripts share on purpose);
+ *   - the match globals ($~, $&, $`, $', $+, $1, ...) are never recorded:
+ *     what the startup scripts matched is dropped when the interpreter is
+ *     sealed, so every run that sets one added it, and it is removed when
+ *     the run ends (taken aside while the run waits);
  *   - top-level constants (Object's) and the server class's constants are
  *     as they were: added ones removed, reassigned or removed ones restored
  *     (`Nginx = 5` cannot break the next request); instance and class

@@ -13,8 +13,10 @@
  * reads them with OP_GETGV), so a match must store them.  Building them
  * costs more than the match, so they are stored only when some script of
  * the interpreter names one of them (its symbol exists: checked again only
- * when the symbol table grew).  A request script's new globals are removed
- * after its run, so they do not outlive the request that set them.
+ * when the symbol table grew).  They are the run's all the same: the
+ * top-level isolation never keeps them as sealed globals
+ * (mrb_toplevel.c), so they are removed when the run that set them ends
+ * and taken aside while it waits.
  */
 
 #include <pthread.h>
