@@ -17,7 +17,8 @@
 #  5. apt-get remove, then purge, and checks after each that the servers
 #     still start, and after purge that no file is left behind (a listing
 #     of the server and package directories, compared with the one taken
-#     before the install).
+#     before the install; the directories of a2enmod's state markers are
+#     not in it, below).
 #
 # The stock configuration is used as it is, except for its ports: for the
 # duration of the test, ports.conf listens on 127.0.0.1:<free port> and
@@ -53,6 +54,14 @@ PACKAGE_PATHS="/usr/lib/apache2/modules/mod_mruby.so
 # Listed before the install and after the purge: must be the same.
 WATCHED="/etc/apache2 /etc/nginx /usr/lib/apache2/modules /usr/lib/nginx/modules
 /usr/share/nginx /usr/share/doc /var/lib/apache2 /var/www"
+# a2enmod, a2enconf and their a2dis* keep a marker file per name in
+# /var/lib/apache2/{module,conf,site}/{en,dis}abled_by_{admin,maint}/ and
+# create that directory the first time a name is switched so on a machine
+# (the postrm's purge creates module/disabled_by_admin, the test's own
+# a2enconf and a2disconf conf/*_by_admin): Debian's bookkeeping, not the
+# packages'.  The snapshot leaves these directories out (their markers
+# stay in it), and the restore removes those the test created, if empty.
+MARKER_DIRS='/var/lib/apache2/\(module\|conf\|site\)/\(en\|dis\)abled_by_\(admin\|maint\)'
 
 SITE=mruby-test-deb
 SCRIPT_DIR=/var/www/$SITE
@@ -108,6 +117,11 @@ save_state() {
     tar -C / -cpf "$STATE/logs.tar" var/log/apache2 var/log/nginx
     cp -a /etc/apache2/ports.conf "$STATE/ports.conf"
     cp -a /etc/nginx/sites-available/default "$STATE/nginx-default"
+    marker_dirs > "$STATE/marker-dirs"
+}
+
+marker_dirs() {
+    find /var/lib/apache2 -type d -regex "$MARKER_DIRS" | sort
 }
 
 stop_servers() {
@@ -157,6 +171,7 @@ restore_state() {
         if [ -f "$STATE/preexisting.tar" ]; then
             tar -C / -xpf "$STATE/preexisting.tar" --absolute-names
         fi
+        marker_dirs | comm -13 "$STATE/marker-dirs" - | xargs -r rmdir --ignore-fail-on-non-empty
         rm -rf "$STATE"
     fi
     [ $rc = 0 ] && say "machine restored" || say "machine restored; FAILED"
@@ -310,7 +325,8 @@ wait_new_module() {
 # mtime, links with their target (a directory's mtime changes with any
 # entry added and removed again, so it is left out).
 snapshot() {
-    find $WATCHED \( -type d -printf '%p d %m\n' \) \
+    find $WATCHED \( -type d -regex "$MARKER_DIRS" \) \
+        -o \( -type d -printf '%p d %m\n' \) \
         -o \( -type f -printf '%p f %m %s %T@\n' \) \
         -o -printf '%p %y %m %l\n' | sort
 }
