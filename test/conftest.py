@@ -91,12 +91,22 @@ def _servers(request):
     servers.teardown()
 
 
+# A server a test starts without naming a log level logs at the most
+# verbose one, so that the one run of the suite also runs every path that
+# logs (a debug line that reads what nobody set crashes only there).
+# Apache writes it all to logs/error.log; nginx its debug lines to
+# logs/debug.log and the rest to logs/error.log at info, where the tests
+# look for them.
+APACHE_TEST_LOGLEVEL = "trace8"
+
+
 @pytest.fixture
 def apache(_servers):
     """Factory: apache(conf="", mpm="event", modules=(), files=None,
     docs=None, start=True, **kw) -> started harness.Apache."""
     def make(conf="", mpm="event", modules=(), files=None, docs=None,
              start=True, **kw):
+        kw.setdefault("loglevel", APACHE_TEST_LOGLEVEL)
         return _servers.add(Apache(conf, mpm=mpm, modules=modules, **kw),
                             files, docs, start)
     return make
@@ -108,6 +118,7 @@ def nginx(_servers):
     files=None, docs=None, start=True, **kw) -> started harness.Nginx."""
     def make(conf="", main_conf="", stream_conf="", workers=1, files=None,
              docs=None, start=True, **kw):
+        kw.setdefault("debug_log", "loglevel" not in kw)
         return _servers.add(Nginx(conf, main_conf=main_conf,
                                   stream_conf=stream_conf, workers=workers,
                                   **kw), files, docs, start)

@@ -739,14 +739,17 @@ class Nginx(Server):
     wrapped into a default server listening on {port} with root {docroot}.
     main_conf goes at main level (before events), stream_conf into a stream
     block (loading the stream modules).  worker_connections: the default
-    1,024 is too few for a bench's thousand clients.
+    1,024 is too few for a bench's thousand clients.  debug_log: nginx's
+    debug lines too, in logs/debug.log, while logs/error.log keeps
+    loglevel (nginx keeps the logs of a level sorted by verbosity and asks
+    the first whether a debug line is wanted).
     """
 
     name = "nginx"
 
     def __init__(self, conf="", main_conf="", stream_conf="", workers=1,
                  name=None, mruby=True, modules=(), loglevel="info",
-                 access_log=True, worker_connections=1024):
+                 access_log=True, worker_connections=1024, debug_log=False):
         if mruby:
             require_file(NGX_HTTP_MRUBY, "ngx_http_mruby_module")
         super().__init__(conf, name=name)
@@ -756,6 +759,7 @@ class Nginx(Server):
         self.mruby = mruby
         self.modules = tuple(modules)  # extra .so paths (load_module)
         self.loglevel = loglevel
+        self.debug_log = debug_log
         self.access_log_on = access_log
         self.worker_connections = worker_connections
         self.conf_path = os.path.join(self.dir, "nginx.conf")
@@ -805,6 +809,7 @@ worker_processes {self.workers};
 user www-data;
 pid {self.pid_path};
 error_log {logs}/error.log {self.loglevel};
+{f"error_log {logs}/debug.log debug;" if self.debug_log else ""}
 {self.subst(self.main_conf)}
 
 events {{

@@ -30,7 +30,8 @@ ngx_http_mruby_wake_after(mrb_run *run, mrb_int msec)
     ngx_mruby_wake_t           *wake = &data->ctx->wake;
 
     wake->handler = ngx_http_mruby_wake_handler;
-    wake->ev.data = r;
+    wake->data = r;
+    wake->ev.data = r->connection;
     wake->ev.log = r->connection->log;
 
     ngx_mruby_wake_timer(wake, msec);
@@ -184,7 +185,7 @@ ngx_http_mruby_wake_handler(ngx_event_t *ev)
     ngx_http_request_t    *r;
     ngx_http_mruby_ctx_t  *ctx;
 
-    r = ev->data;
+    r = ((ngx_mruby_wake_t *) ev)->data;
     c = r->connection;
     ctx = ngx_http_get_module_ctx(r, ngx_http_mruby_module);
 

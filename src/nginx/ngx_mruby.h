@@ -205,12 +205,15 @@ ngx_int_t ngx_mruby_run(ngx_mruby_process_t *p, ngx_mruby_script_t *s,
 /*
  * What wakes a waiting script after a time (Async.sleep, the deadline of
  * a Redis reply): nginx's timer, then checked against the exact deadline
- * (ngx_mruby_wake_timer).  The adapter sets handler, ev.data and ev.log;
- * zeroed memory is an unarmed one.
+ * (ngx_mruby_wake_timer).  The adapter sets handler, data, ev.data and
+ * ev.log; ev.data is the connection the script serves, as for nginx's own
+ * events: its debug log names a timer by that connection's descriptor.
+ * Zeroed memory is an unarmed one.
  */
 typedef struct {
     ngx_event_t           ev;       /* first: the event is the wake */
     ngx_event_handler_pt  handler;  /* the adapter's: resumes the script */
+    void                 *data;     /* the adapter's: what it resumes */
     int64_t               due;      /* ns on nginx's clock; 0: at once */
     ngx_queue_t           queue;    /* in the early ones, when early */
     unsigned              early:1;

@@ -90,7 +90,10 @@ ngx_mruby_file_watch_init(ngx_cycle_t *cycle)
         goto polled;
     }
 
+    /* nginx's debug log names a timer by ev->data's descriptor (a
+     * connection's fd): the watch's own */
     ngx_mruby_file_watch_timer.handler = ngx_mruby_file_watch_process;
+    ngx_mruby_file_watch_timer.data = c;
     ngx_mruby_file_watch_timer.log = cycle->log;
     ngx_mruby_file_watch_timer.cancelable = 1;
     return;

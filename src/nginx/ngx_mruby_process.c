@@ -19,8 +19,13 @@ typedef struct {
 } ngx_mruby_worker_ctx_t;
 
 
-/* the worker's stack trims (mrb_wait_trim), while a burst's stacks stay */
-static ngx_event_t  ngx_mruby_trim_timer;
+/* the worker's stack trims (mrb_wait_trim), while a burst's stacks stay;
+ * nginx's debug log names a timer by the descriptor of the connection
+ * ev->data points to, and this one has none (nginx's cache manager does
+ * the same) */
+static ngx_event_t        ngx_mruby_trim_timer;
+static ngx_connection_t   ngx_mruby_trim_ident = { .fd = (ngx_socket_t) -1 };
+static mrb_interp        *ngx_mruby_trim_interp;
 
 
 /* Runs each script of an array, logging a failure under the directive. */
@@ -201,7 +206,7 @@ ngx_mruby_interp(ngx_mruby_process_t *p, ngx_log_t *log)
 static void
 ngx_mruby_trim(ngx_event_t *ev)
 {
-    if (mrb_wait_trim(ev->data)) {
+    if (mrb_wait_trim(ngx_mruby_trim_interp)) {
         ngx_add_timer(ev, MRB_WAIT_TRIM_MS);
     }
 }
@@ -216,8 +221,9 @@ ngx_mruby_trim_later(mrb_interp *interp)
         return;
     }
 
+    ngx_mruby_trim_interp = interp;
     ev->handler = ngx_mruby_trim;
-    ev->data = interp;
+    ev->data = &ngx_mruby_trim_ident;
     ev->log = ngx_cycle->log;
     ev->cancelable = 1;
     ngx_add_timer(ev, MRB_WAIT_TRIM_MS);

@@ -16,7 +16,7 @@ ngx_stream_mruby_wake_handler(ngx_event_t *ev)
     int                      rc;
     mrb_run                  out;
     mrb_interp              *interp;
-    ngx_stream_mruby_ctx_t  *ctx = ev->data;
+    ngx_stream_mruby_ctx_t  *ctx = ((ngx_mruby_wake_t *) ev)->data;
     ngx_stream_session_t    *s = ctx->session;
 
     /* the deadline of a Redis reply: the socket is watched no more */
@@ -56,7 +56,8 @@ ngx_stream_mruby_wake_after(mrb_run *run, mrb_int msec)
     ngx_stream_mruby_ctx_t  *ctx = run->data;
 
     ctx->wake.handler = ngx_stream_mruby_wake_handler;
-    ctx->wake.ev.data = ctx;
+    ctx->wake.data = ctx;
+    ctx->wake.ev.data = ctx->session->connection;
     ctx->wake.ev.log = ctx->session->connection->log;
 
     ngx_mruby_wake_timer(&ctx->wake, msec);

@@ -297,7 +297,9 @@ def test_server(apache):
              ("loglevel", "s.loglevel"),
              ("limit_req_fieldsize", "s.limit_req_fieldsize"),
              ("server_hostname", "s.server_hostname")]
-    a = handler(apache, "s = Apache::Server.new\n" + as_json(pairs))
+    # loglevel: the number of the level the server logs at (info: 6)
+    a = handler(apache, "s = Apache::Server.new\n" + as_json(pairs),
+                loglevel="info")
     got = from_json(a.get("/t").text)
     assert got == {
         "hostname": "127.0.0.1", "admin": "root@localhost", "port": 0,

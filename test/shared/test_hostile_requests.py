@@ -130,8 +130,9 @@ def test_hostile_requests_through_an_echoing_script(kind, apache, nginx):
     # the server answered them all, most through the script
     assert statuses.get(200, 0) > REQUESTS // 4, statuses
     assert not {st for st in statuses if st >= 500 and st != 500}, statuses
-    # no worker died on the way
-    assert set(s.worker_pids()) == workers
+    # no worker died on the way (prefork may have started more: at the
+    # tests' log level the requests come slower)
+    assert workers <= set(s.worker_pids())
     log = s.error_log()
     assert "refused: invalid" in log
     assert "Segmentation fault" not in log and "exited on signal" not in log

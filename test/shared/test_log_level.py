@@ -1,7 +1,11 @@
 """Server.log_level?(level): whether Server.errlogger(level, ...) would write
 its line now, on both servers, following the level that applies to the
 request (Apache's per-directory and per-module LogLevel, nginx's error_log
-of the location)."""
+of the location).  And a server at its most verbose level serves on."""
+
+import os
+import re
+import time
 
 # The answer for each level, as "debug=false info=true ..."
 LEVELS = '''
@@ -90,3 +94,44 @@ def test_needs_one_argument(apache):
                files={"t.rb": "begin; Apache.log_level?; rescue ArgumentError"
                               " => e; Apache.rputs e.message; end"})
     assert "wrong number of arguments" in a.get("/t").text
+
+
+def test_nginx_at_debug_level_waits_out_an_open_write(nginx):
+    """A `stat` script rewritten by a writer that keeps it open: the file
+    watch arms its quiet timer, whose debug line names the timer's
+    connection; at error_log debug the worker serves on, the old version
+    until the writer has been quiet, then the new one."""
+    n = nginx("location /e { mruby_content_handler {dir}/e.rb; }",
+              files={"e.rb": 'Nginx.rputs "old"'}, loglevel="debug")
+    workers = n.worker_pids()
+    assert n.get("/e").text == "old"
+
+    with open(os.path.join(n.dir, "e.rb"), "w") as f:
+        f.write('Nginx.rputs "new"')
+        f.flush()
+        assert n.get("/e").text == "old"
+        time.sleep(0.8)
+        assert n.get("/e").text == "new"
+
+    assert n.worker_pids() == workers
+    assert "exited on signal" not in n.error_log()
+
+
+def test_nginx_debug_lines_name_the_timers_connections(nginx):
+    """At error_log debug, nginx names each timer by the descriptor of the
+    connection its event belongs to: a sleeping script's timer by the
+    request's connection; the timer that gives back the stacks of a burst
+    (more sleeping scripts than the worker keeps stacks for) has no
+    connection, and -1."""
+    n = nginx("location /s { mruby_content_handler_code "
+              "'Nginx::Async.sleep 700; Nginx.rputs \"slept\"'; }",
+              loglevel="debug")
+    burst = n.get_spread("/s", count=80, concurrency=80)
+    assert {r.text for r in burst} == {"slept"}
+    log = n.wait_log("event timer add: -1: 1000:")
+    fds = set(re.findall(r"accept: 127\.0\.0\.1:\d+ fd:(\d+)", log))
+    sleeps = set(re.findall(r"event timer add: (-?\d+): 70[01]:", log))
+    assert fds and sleeps and sleeps <= fds, (fds, sleeps)
+    trims = set(re.findall(r"event timer add: (-?\d+): 1000:", log))
+    assert trims == {"-1"}, trims
+
