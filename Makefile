@@ -35,13 +35,17 @@ WARN       := -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializer
 OPT        ?= -O2 -g
 SANITIZE   ?=
 LDFLAGS    ?=
-CFLAGS_ALL  = $(OPT) $(SANITIZE) -fPIC -std=gnu11 $(WARN) $(MRUBY_DEFS) \
-              -Isrc/core -Isrc/lib -I$(BUILD)
+CFLAGS_CORE = $(OPT) $(SANITIZE) -fPIC -std=gnu11 $(WARN) $(MRUBY_DEFS) \
+              -Isrc/core -I$(BUILD)
+CFLAGS_ALL  = $(CFLAGS_CORE) -Isrc/lib
 
 CORE_SRC   := $(wildcard src/core/*.c)
 LIB_SRC    := $(wildcard src/lib/*.c)
 APACHE_SRC := $(wildcard src/apache/*.c)
-MRBLIB_RB  := $(sort $(wildcard mrblib/*.rb)) $(sort $(wildcard src/lib/*.rb))
+MRBLIB_RB  := $(sort $(wildcard mrblib/*.rb))
+LIB_RB     := $(sort $(wildcard src/lib/*.rb))
+# the compiled Ruby of the core (mrblib) and of the library (src/lib)
+RB_C       := $(BUILD)/mrblib.c $(BUILD)/mrblib_lib.c
 CORE_H     := $(wildcard src/core/*.h src/lib/*.h)
 
 APACHE_CFLAGS = $(shell $(APXS) -q CFLAGS) $(shell $(APXS) -q EXTRA_CPPFLAGS) \
@@ -49,7 +53,7 @@ APACHE_CFLAGS = $(shell $(APXS) -q CFLAGS) $(shell $(APXS) -q EXTRA_CPPFLAGS) \
                 $(shell pkg-config --cflags apr-1 apr-util-1 2>/dev/null)
 
 APACHE_OBJ := $(patsubst %.c,$(BUILD)/apache/%.o,$(CORE_SRC) $(LIB_SRC) $(APACHE_SRC)) \
-              $(BUILD)/apache/mrblib.o
+              $(BUILD)/apache/mrblib.o $(BUILD)/apache/mrblib_lib.o
 
 # The names `make install` tells to link into /etc/nginx/modules-enabled:
 # nginx includes that directory in name order, and the stream module must
@@ -61,7 +65,7 @@ NGINX_STREAM_ENABLED := 60-mod-stream-mruby.conf
 VENV       := build/venv
 PYTHON     := $(VENV)/bin/python
 
-.PHONY: all deps apache nginx test test-unit test-unit-asan test-asan test-faults test-deb fuzz run bench bench-watch install deb clean venv
+.PHONY: all deps apache nginx test test-unit test-unit-core test-unit-asan test-asan test-faults test-deb fuzz run bench bench-watch install deb clean venv
 
 all: apache nginx
 
@@ -71,19 +75,23 @@ deps:
 apache: $(BUILD)/mod_mruby.so
 nginx: $(BUILD)/ngx_http_mruby_module.so
 
-# mrblib: the Ruby part of the API and of the library (src/lib/*.rb),
-# compiled to bytecode in a C array.
-$(BUILD)/mrblib.c: $(MRBLIB_RB) | $(BUILD)
+# mrblib: the Ruby part of the API, compiled to bytecode in a C array,
+# which the core loads; mrblib_lib: the library's (src/lib/*.rb), which
+# the library loads (mrb_lib_part).
+$(BUILD)/mrblib.c: $(MRBLIB_RB) Makefile | $(BUILD)
 	$(MRBC) -B mrb_mrblib_irep -o $@ $(MRBLIB_RB)
+
+$(BUILD)/mrblib_lib.c: $(LIB_RB) Makefile | $(BUILD)
+	$(MRBC) -B mrb_lib_irep -o $@ $(LIB_RB)
 
 $(BUILD):
 	mkdir -p $(BUILD)
 
-$(BUILD)/apache/%.o: %.c $(CORE_H) $(wildcard src/apache/*.h) | $(BUILD)/mrblib.c
+$(BUILD)/apache/%.o: %.c $(CORE_H) $(wildcard src/apache/*.h) | $(RB_C)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(APACHE_CFLAGS) -Isrc/apache -c $< -o $@
 
-$(BUILD)/apache/mrblib.o: $(BUILD)/mrblib.c
+$(BUILD)/apache/mrblib%.o: $(BUILD)/mrblib%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
 
@@ -102,11 +110,11 @@ $(BUILD)/mod_mruby.so: $(APACHE_OBJ) $(APACHE_MAP)
 # nginx: its own build system, from Debian's nginx-dev sources, with the
 # flags Debian's nginx was configured with so that load_module accepts it.
 NGINX_BUILD := $(BUILD)/nginx
-NGINX_DEPS  := $(CORE_SRC) $(LIB_SRC) $(CORE_H) $(wildcard src/nginx/*) $(BUILD)/mrblib.c
+NGINX_DEPS  := $(CORE_SRC) $(LIB_SRC) $(CORE_H) $(wildcard src/nginx/*) $(RB_C)
 
 # src/core, src/lib: the nginx config lists their files when it runs, so a
 # file added or removed there (the folder's mtime) configures again.
-$(NGINX_BUILD)/Makefile: src/nginx/config src/core src/lib $(NGINX_SRC)/conf_flags | $(BUILD)/mrblib.c
+$(NGINX_BUILD)/Makefile: src/nginx/config src/core src/lib $(NGINX_SRC)/conf_flags | $(RB_C)
 	rm -rf $(NGINX_BUILD) && mkdir -p $(NGINX_BUILD)
 	cp -r $(NGINX_SRC)/. $(NGINX_BUILD)/
 	cd $(NGINX_BUILD) && . ./conf_flags && \
@@ -137,6 +145,7 @@ $(VENV)/.done: test/requirements.txt
 test: deps
 	$(MAKE) all venv
 	$(MAKE) test-unit
+	$(MAKE) test-unit-core
 	$(MAKE) test-unit-asan
 	$(MAKE) fuzz FUZZ_TIME=3
 	$(PYTHON) -m pytest -q -p no:cacheprovider test/selftest
@@ -144,8 +153,8 @@ test: deps
 	$(MAKE) test-deb
 
 # seed 001's experiments (bench/coro.py runs it)
-$(BUILD)/coro_bench: bench/coro_bench.c $(CORE_SRC) $(LIB_SRC) $(BUILD)/mrblib.c $(CORE_H)
-	$(CC) $(CFLAGS_ALL) -o $@ bench/coro_bench.c $(CORE_SRC) $(LIB_SRC) $(BUILD)/mrblib.c $(LIBS)
+$(BUILD)/coro_bench: bench/coro_bench.c $(CORE_SRC) $(LIB_SRC) $(RB_C) $(CORE_H)
+	$(CC) $(CFLAGS_ALL) -o $@ bench/coro_bench.c $(CORE_SRC) $(LIB_SRC) $(RB_C) $(LIBS)
 
 test-unit: $(BUILD)/test_core
 	$(BUILD)/test_core
@@ -161,8 +170,20 @@ test-faults: deps
 UNIT_WRAP  := $(addprefix -Wl$(comma)--wrap=,mrb_intern mrb_intern_static \
               mrb_intern_cstr)
 
-$(BUILD)/test_core: $(wildcard test/unit/*.c) $(CORE_SRC) $(LIB_SRC) $(BUILD)/mrblib.c $(CORE_H)
-	$(CC) $(CFLAGS_ALL) -o $@ $(wildcard test/unit/*.c) $(CORE_SRC) $(LIB_SRC) $(BUILD)/mrblib.c $(LIBS) $(UNIT_WRAP)
+$(BUILD)/test_core: $(wildcard test/unit/*.c) $(CORE_SRC) $(LIB_SRC) $(RB_C) $(CORE_H)
+	$(CC) $(CFLAGS_ALL) -o $@ $(wildcard test/unit/*.c) $(CORE_SRC) $(LIB_SRC) $(RB_C) $(LIBS) $(UNIT_WRAP)
+
+# The core without src/lib (not on the include path, not linked): it
+# must build, and the unit tests that are not the library's (those that
+# include neither mrb_lib.h nor lib_eval.h) pass.  The core reaches the
+# library only through the parts an adapter hands it (mrb_part.h).
+CORE_TESTS := $(shell grep -L 'mrb_lib\.h\|lib_eval\.h' test/unit/*.c)
+
+test-unit-core: $(BUILD)/test_core_alone
+	$(BUILD)/test_core_alone
+
+$(BUILD)/test_core_alone: $(CORE_TESTS) $(CORE_SRC) $(BUILD)/mrblib.c $(wildcard src/core/*.h)
+	$(CC) $(CFLAGS_CORE) -o $@ $(CORE_TESTS) $(CORE_SRC) $(BUILD)/mrblib.c $(LIBS) $(UNIT_WRAP)
 
 # Fuzzing: each test/fuzz/fuzz_NAME.c is a libFuzzer target (clang, with
 # AddressSanitizer) linked with the core built the same way.  `make fuzz`
@@ -181,16 +202,16 @@ FUZZ_CFLAGS  := -g -O1 -fno-omit-frame-pointer -std=gnu11 $(MRUBY_DEFS) \
                 -fsanitize=fuzzer-no-link,address -Isrc/core -Isrc/lib -I$(BUILD)
 FUZZ_TARGETS := $(patsubst test/fuzz/%.c,$(FUZZ_BUILD)/%,$(wildcard test/fuzz/fuzz_*.c))
 FUZZ_OBJ     := $(patsubst %.c,$(FUZZ_BUILD)/%.o,$(CORE_SRC) $(LIB_SRC)) \
-                $(FUZZ_BUILD)/mrblib.o
+                $(FUZZ_BUILD)/mrblib.o $(FUZZ_BUILD)/mrblib_lib.o
 
 # kept between runs, though only a pattern rule names them
 .SECONDARY: $(FUZZ_OBJ)
 
-$(FUZZ_BUILD)/src/%.o: src/%.c $(CORE_H) | $(BUILD)/mrblib.c
+$(FUZZ_BUILD)/src/%.o: src/%.c $(CORE_H) | $(RB_C)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
 
-$(FUZZ_BUILD)/mrblib.o: $(BUILD)/mrblib.c
+$(FUZZ_BUILD)/mrblib%.o: $(BUILD)/mrblib%.c
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
 

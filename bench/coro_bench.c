@@ -46,6 +46,7 @@
 
 #include "mrb_coro.h"
 #include "mrb_interp.h"
+#include "mrb_lib.h"
 #include "mrb_script.h"
 #include "mrb_wait.h"
 
@@ -163,8 +164,10 @@ bench_define(mrb_state *mrb, struct RClass *server_class)
 
 
 static const mrb_server  bench_server = {
-    "Bench", "Bench", "coro_bench", "1", 0, bench_define, bench_write,
-    bench_log, bench_log_enabled, bench_wake_after
+    .name = "Bench", .class_name = "Bench", .module_name = "coro_bench",
+    .module_version = "1", .define = bench_define, .write = bench_write,
+    .log = bench_log, .log_enabled = bench_log_enabled,
+    .wake_after = bench_wake_after, .parts = mrb_parts
 };
 
 

@@ -15,6 +15,7 @@
 #include <ap_mpm.h>
 
 #include "ap_mrb.h"
+#include "mrb_lib.h"
 #include "mrb_shdict.h"
 
 
@@ -136,7 +137,8 @@ const mrb_server ap_mrb_server = {
     .log_enabled = ap_mrb_log_enabled,
     .wake_after = ap_mrb_wake_after,
     .sleep_blocks = 1,      /* a sleep that cannot suspend blocks */
-    .threaded = ap_mrb_threaded
+    .threaded = ap_mrb_threaded,
+    .parts = mrb_parts
 };
 
 

@@ -29,9 +29,8 @@
 #include "mrb_errbuf.h"
 #include "mrb_interp.h"
 #include "mrb_interp_core.h"
-#include "mrb_lib.h"
 #include "mrb_mruby_version.h"
-#include "mrb_redis.h"
+#include "mrb_part.h"
 #include "mrb_shdict.h"
 #include "mrb_toplevel.h"
 
@@ -67,7 +66,8 @@ struct mrb_interp_s {
 
     struct RClass      *server_class;
     mrb_toplevel       *toplevel;   /* what runs leave as they found */
-    unsigned            redis_dirty:1;  /* mrb_interp_redis_dirty */
+    unsigned            parts_dirty;    /* a bit per part in
+                                           server->parts: mrb_part_dirty */
     unsigned            startup_leaves:1;   /* mrb_toplevel_startup_leaves */
     unsigned            wait_always:1;  /* mrb_wait_note_startup */
 };
@@ -109,6 +109,34 @@ interp_restore_toplevel(mrb_interp *interp)
 }
 
 
+/* Defines the server's parts in a new interpreter, in list order. */
+static int
+interp_parts_define(mrb_interp *interp, char *err, size_t errlen)
+{
+    const mrb_part *const  *parts = interp->head.server->parts;
+    size_t                  i;
+
+    for (i = 0; parts != NULL && parts[i] != NULL; i++) {
+        if (i == MRB_PARTS_MAX) {
+            snprintf(err, errlen, "mruby: more than %d parts (mrb_part.h)",
+                     MRB_PARTS_MAX);
+            return -1;
+        }
+        if (parts[i]->define != NULL) {
+            parts[i]->define(interp->head.mrb);
+        }
+        if (interp->head.mrb->exc != NULL) {
+            mrb_error_format(interp->head.mrb,
+                             mrb_obj_value(interp->head.mrb->exc), err,
+                             errlen);
+            return -1;
+        }
+    }
+
+    return 0;
+}
+
+
 mrb_interp *
 mrb_interp_open(const mrb_server *server, void *log_target, char *err,
     size_t errlen)
@@ -139,8 +167,10 @@ mrb_interp_open(const mrb_server *server, void *log_target, char *err,
     mrb_gc_register(mrb, interp->procs);
 
     interp->server_class = mrb_server_class_define(mrb, server);
-    mrb_redis_define(mrb);
-    mrb_lib_define(mrb);
+    if (interp_parts_define(interp, err, errlen) != 0) {
+        mrb_interp_close(interp);
+        return NULL;
+    }
     mrb_load_irep(mrb, mrb_mrblib_irep);
 
     if (mrb->exc != NULL) {
@@ -405,9 +435,118 @@ mrb_interp_toplevel_put_back(mrb_interp *interp, mrb_value aside,
 
 
 void
-mrb_interp_redis_dirty(mrb_interp *interp)
+mrb_part_dirty(mrb_state *mrb, const mrb_part *part)
 {
-    interp->redis_dirty = 1;
+    mrb_interp             *interp = mrb->ud;
+    const mrb_part *const  *parts = interp->head.server->parts;
+    unsigned                i;
+
+    for (i = 0; parts[i] != NULL; i++) {
+        if (parts[i] == part) {
+            interp->parts_dirty |= 1u << i;
+            return;
+        }
+    }
+}
+
+
+/*
+ * The dirty parts' run_end, at the end of an outermost run; returns the
+ * parts that stay dirty.  With take: only the parts that have one, after
+ * take (what they keep of the run is the run's, not the next one's).
+ */
+static unsigned
+interp_parts_run_end(mrb_interp *interp, const mrb_run *run, int take)
+{
+    const mrb_part *const  *parts = interp->head.server->parts;
+    unsigned                dirty = interp->parts_dirty, left = 0, i;
+
+    for (i = 0; parts[i] != NULL; i++) {
+        if (!(dirty & (1u << i))) {
+            continue;
+        }
+        if ((take && parts[i]->take == NULL)
+            || parts[i]->run_end(interp->head.mrb, run))
+        {
+            left |= 1u << i;
+        }
+    }
+
+    return left;
+}
+
+
+static MRB_NOINLINE void
+interp_parts_run_ended(mrb_interp *interp, const mrb_run *run)
+{
+    interp->parts_dirty = interp_parts_run_end(interp, run, 0);
+}
+
+
+/* An Array of what each dirty part with a take took, by the part's index
+ * (made at the first that took something), or nil. */
+static mrb_value
+interp_parts_take_body(mrb_state *mrb, void *arg)
+{
+    mrb_interp             *interp = arg;
+    const mrb_part *const  *parts = interp->head.server->parts;
+    unsigned                dirty = interp->parts_dirty, i;
+    mrb_value               kept = mrb_nil_value(), one;
+
+    for (i = 0; parts[i] != NULL; i++) {
+        if (!(dirty & (1u << i)) || parts[i]->take == NULL) {
+            continue;
+        }
+        one = parts[i]->take(mrb);      /* in the arena */
+        if (mrb_nil_p(one)) {
+            continue;
+        }
+        if (mrb_nil_p(kept)) {
+            kept = mrb_ary_new_capa(mrb, (mrb_int) i + 1);
+        }
+        mrb_ary_set(mrb, kept, (mrb_int) i, one);
+    }
+
+    return kept;
+}
+
+
+int
+mrb_interp_parts_take(mrb_interp *interp, mrb_value *kept)
+{
+    mrb_bool  failed = FALSE;
+
+    *kept = mrb_nil_value();
+
+    if (interp->parts_dirty != 0) {
+        *kept = mrb_protect_error(interp->head.mrb, interp_parts_take_body,
+                                  interp, &failed);
+        interp->parts_dirty = interp_parts_run_end(interp, interp->head.run,
+                                                   1);
+    }
+
+    return failed ? -1 : 0;
+}
+
+
+void
+mrb_interp_parts_put_back(mrb_interp *interp, mrb_value kept)
+{
+    const mrb_part *const  *parts = interp->head.server->parts;
+    mrb_value               one;
+    mrb_int                 i;
+
+    if (mrb_nil_p(kept)) {
+        return;
+    }
+
+    for (i = 0; i < RARRAY_LEN(kept); i++) {
+        one = RARRAY_PTR(kept)[i];
+        if (!mrb_nil_p(one)) {
+            parts[i]->put_back(interp->head.mrb, one);
+            interp->parts_dirty |= 1u << i;
+        }
+    }
 }
 
 
@@ -604,13 +743,11 @@ mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run)
     }
 
     if (run->prev == NULL) {
-        mrb_lib_run_end(mrb);
+        if (interp->parts_dirty != 0) {
+            interp_parts_run_ended(interp, run);
+        }
         if (!run->startup) {
             interp_restore_toplevel(interp);
-
-            if (interp->redis_dirty) {
-                interp->redis_dirty = mrb_redis_run_end(mrb, run);
-            }
         }
     }
 

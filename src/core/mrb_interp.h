@@ -18,6 +18,7 @@
 typedef struct mrb_interp_s  mrb_interp;
 typedef struct mrb_server_s  mrb_server;
 typedef struct mrb_run_s     mrb_run;
+typedef struct mrb_part_s    mrb_part;
 
 /* Log levels as syslog numbers them; adapters map them onto their own. */
 enum {
@@ -84,6 +85,10 @@ struct mrb_server_s {
      * (Server.threaded?, Rack's rack.multithread): Apache's threaded MPMs.
      * NULL: never. */
     int        (*threaded)(void);
+
+    /* The parts every interpreter gets beyond the core (mrb_part.h), in
+     * the order they are defined, NULL-terminated; NULL: none. */
+    const mrb_part *const  *parts;
 };
 
 /* What mrb_server.wake_on_fd waits for. */
@@ -203,7 +208,10 @@ typedef struct {
     const mrb_server   *server;
     void               *log_target;
     mrb_run            *run;        /* the run in progress, or NULL */
-    void               *lib;        /* src/lib's state (mrb_lib.h) */
+    void               *part_state; /* a pointer for the part that needs
+                                       its state at hand in every call
+                                       (src/lib's: mrb_lib.h); the core
+                                       neither reads nor frees it */
     void               *held;       /* a suspended run whose top-level
                                        state the tables still hold
                                        (mrb_wait_set_aside), or NULL */

@@ -60,9 +60,16 @@ int mrb_interp_toplevel_take(mrb_interp *interp, mrb_value *aside);
 int mrb_interp_toplevel_put_back(mrb_interp *interp, mrb_value aside,
     mrb_value *exc);
 
-/* Tells interp that the current request left a Redis connection in a state
- * of its own: mrb_redis_run_end runs when the request's run ends. */
-void mrb_interp_redis_dirty(mrb_interp *interp);
+/*
+ * For a run of interp that waits while others run (mrb_wait.c): what the
+ * dirty parts keep of the current run (mrb_part.h take), then their
+ * run_end: 0 and *kept (nil: nothing), or -1 when a take raised (out of
+ * memory: *kept is the exception, and the parts are clean all the same).
+ * mrb_interp_parts_put_back gives it back to the parts, before the run
+ * resumes; it allocates nothing.
+ */
+int mrb_interp_parts_take(mrb_interp *interp, mrb_value *kept);
+void mrb_interp_parts_put_back(mrb_interp *interp, mrb_value kept);
 
 /* How interp's runs ask the file watch for its epoch. */
 mrb_file_watch_poller *mrb_interp_file_watch(mrb_interp *interp);

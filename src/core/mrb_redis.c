@@ -140,7 +140,7 @@ redis_wait_fd(void *arg, int fd, int events, unsigned ms)
 /*
  * The request a link is held for: the outermost run (a run nested in it,
  * an input filter's, ends before it, and its MULTI or SELECT must not
- * outlive the request: mrb_redis_run_end runs for outermost runs only).
+ * outlive the request: its run_end runs for outermost runs only).
  */
 static const void *
 redis_owner(mrb_state *mrb)
@@ -297,7 +297,7 @@ redis_initialize(mrb_state *mrb, mrb_value self)
  * reply mode, another user or protocol.  A transaction (MULTI, WATCH) is
  * such a state until EXEC or DISCARD ends it: left open, every later
  * reply would be "QUEUED".  A request that leaves one keeps its link to
- * itself and has it dropped when it ends (mrb_redis_run_end).
+ * itself and has it dropped when it ends (redis_run_end).
  */
 static const char  *redis_stateful[] = {
     "select", "subscribe", "psubscribe", "ssubscribe", "auth", "hello",
@@ -520,7 +520,7 @@ redis_enqueue(mrb_state *mrb, redis_obj *r, redis_batch *b, mrb_value name,
 
     redis_batch_note(b, state);
     if (state & (MRB_REDIS_STATE_DIRTY | MRB_REDIS_STATE_TX_BEGIN)) {
-        mrb_interp_redis_dirty(mrb_interp_from_state(mrb));
+        mrb_part_dirty(mrb, &mrb_redis_part);
     }
 }
 
@@ -1011,7 +1011,7 @@ static const mrb_api_method  redis_command_methods[] = {
 };
 
 
-/* mrb_redis_run_end's walk: arg is [the run, links others hold]. */
+/* redis_run_end's walk: arg is [the run, links others hold]. */
 static int
 redis_drop_held(mrb_state *mrb, mrb_value key, mrb_value connobj, void *arg)
 {
@@ -1029,11 +1029,16 @@ redis_drop_held(mrb_state *mrb, mrb_value key, mrb_value connobj, void *arg)
 }
 
 
-int
-mrb_redis_run_end(mrb_state *mrb, const void *run)
+static int
+redis_run_end(mrb_state *mrb, const mrb_run *run)
 {
     mrb_value     conns;
     const void   *walk[2];
+
+    /* a startup script's links stay until a request's run ends */
+    if (run->startup) {
+        return 1;
+    }
 
     conns = mrb_iv_get(mrb, mrb_obj_value(redis_class(mrb)),
                        mrb_intern_lit(mrb, "__connections__"));
@@ -1049,8 +1054,8 @@ mrb_redis_run_end(mrb_state *mrb, const void *run)
 }
 
 
-void
-mrb_redis_define(mrb_state *mrb)
+static void
+redis_define(mrb_state *mrb)
 {
     struct RClass  *c, *base, *conn_error, *conn;
 
@@ -1069,3 +1074,8 @@ mrb_redis_define(mrb_state *mrb)
     MRB_SET_INSTANCE_TT(conn, MRB_TT_DATA);
     mrb_undef_class_method(mrb, conn, "new");
 }
+
+
+const mrb_part  mrb_redis_part = {
+    "Redis", redis_define, redis_run_end, NULL, NULL
+};

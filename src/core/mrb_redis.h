@@ -7,15 +7,15 @@
 
 #include <mruby.h>
 
-/* Defines ::Redis and its exception classes. */
-void mrb_redis_define(mrb_state *mrb);
+#include "mrb_part.h"
 
 /*
- * At the end of a request run that sent a command leaving its link in a
- * state of its own (MULTI, SELECT, SUBSCRIBE, CLIENT REPLY, ...): drops
- * the links run holds, so the next request gets a fresh one.  Returns
- * whether other runs (waiting ones) still hold links.  Raises nothing.
+ * ::Redis and its exception classes, as a part (mrb_part.h).  Its run_end
+ * runs at the end of a request run that sent a command leaving its link
+ * in a state of its own (MULTI, SELECT, SUBSCRIBE, CLIENT REPLY, ...):
+ * it drops the links the run holds, so the next request gets a fresh one,
+ * and stays dirty while other runs (waiting ones) still hold links.
  */
-int mrb_redis_run_end(mrb_state *mrb, const void *run);
+extern const mrb_part  mrb_redis_part;
 
 #endif /* MRB_REDIS_H */

@@ -43,7 +43,6 @@
 #include "mrb_api.h"
 #include "mrb_coro.h"
 #include "mrb_interp_core.h"
-#include "mrb_lib.h"
 #include "mrb_mruby_version.h"
 #include "mrb_wait.h"
 
@@ -61,16 +60,17 @@ typedef struct mrb_wait_slot_s  mrb_wait_slot;
 
 /*
  * A run on a coroutine.  keep (GC-reachable through the state's array) is
- * [fiber, stash, the slot itself, top-level state, library state, lost,
+ * [fiber, stash, the slot itself, top-level state, parts' state, lost,
  * arena values while suspended...]: while the run is suspended and others
- * run, what it set at top level (mrb_toplevel_take) and its last match
- * (mrb_lib_take), or nil; the exception that lost them, or nil.
+ * run, what it set at top level (mrb_toplevel_take) and what the parts
+ * keep of it, such as its last match (mrb_interp_parts_take), or nil; the
+ * exception that lost them, or nil.
  */
 #define WAIT_KEEP_FIBER     0
 #define WAIT_KEEP_STASH     1
 #define WAIT_KEEP_SLOT      2
 #define WAIT_KEEP_TOPLEVEL  3
-#define WAIT_KEEP_LIB       4
+#define WAIT_KEEP_PARTS     4
 #define WAIT_KEEP_LOST      5
 #define WAIT_KEEP_ARENA     6
 
@@ -99,7 +99,7 @@ struct mrb_wait_slot_s {
     int                  resumer_idx;
 
     unsigned             cancelled:1;
-    unsigned             aside:1;    /* top-level, library state in keep */
+    unsigned             aside:1;    /* top-level, parts' state in keep */
     unsigned             lost:1;     /* ... could not be kept: exception */
     unsigned             saved:1;    /* arena values in keep */
     unsigned             stashed:1;  /* the resumer's arena in stash */
@@ -515,7 +515,7 @@ wait_slot_take(mrb_state *mrb, mrb_wait_state *st)
 }
 
 
-/* Forgets what slot kept of its run's top-level and library state. */
+/* Forgets what slot kept of its run's top-level and parts' state. */
 static void
 wait_keep_clear(mrb_state *mrb, mrb_wait_slot *slot)
 {
@@ -699,13 +699,13 @@ mrb_wait_set_aside(mrb_interp *interp)
         mrb_ary_set(mrb, slot->keep, WAIT_KEEP_TOPLEVEL, aside);
     }
 
-    if (mrb_lib_take(mrb, &aside) != 0) {
+    if (mrb_interp_parts_take(interp, &aside) != 0) {
         slot->lost = 1;
         mrb_ary_set(mrb, slot->keep, WAIT_KEEP_LOST, aside);
 
     } else if (!mrb_nil_p(aside)) {
         slot->aside = 1;
-        mrb_ary_set(mrb, slot->keep, WAIT_KEEP_LIB, aside);
+        mrb_ary_set(mrb, slot->keep, WAIT_KEEP_PARTS, aside);
     }
 
     head->run = run;
@@ -722,8 +722,9 @@ wait_put_back(mrb_state *mrb, mrb_wait_slot *slot)
     int        ai = mrb_gc_arena_save(mrb);
 
     slot->aside = 0;
-    mrb_lib_put_back(mrb, RARRAY_PTR(slot->keep)[WAIT_KEEP_LIB]);
-    mrb_ary_set(mrb, slot->keep, WAIT_KEEP_LIB, mrb_nil_value());
+    mrb_interp_parts_put_back(slot->interp,
+                              RARRAY_PTR(slot->keep)[WAIT_KEEP_PARTS]);
+    mrb_ary_set(mrb, slot->keep, WAIT_KEEP_PARTS, mrb_nil_value());
 
     /* keep's entries exist: setting them allocates nothing */
     if (mrb_interp_toplevel_put_back(slot->interp,

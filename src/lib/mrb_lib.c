@@ -1,16 +1,16 @@
 /*
- * Defines every class of src/lib in a new interpreter.  Defining costs
- * only at creation: nothing here runs per request, and what needs setup
- * (a compiled pattern, a digest context) is made when first used.
+ * Defines every class of src/lib in a new interpreter, then the library's
+ * Ruby (its .rb files, compiled into mrb_lib_irep).  Defining costs only at
+ * creation: nothing here runs per request, and what needs setup (a
+ * compiled pattern, a digest context) is made when first used.
  */
 
 #include <stdint.h>
 #include <string.h>
 
 #include <mruby.h>
-#include <mruby/array.h>
 #include <mruby/data.h>
-#include <mruby/error.h>
+#include <mruby/irep.h>
 #include <mruby/variable.h>
 
 #include "mrb_digest.h"
@@ -20,14 +20,16 @@
 #include "mrb_securerandom.h"
 #include "mrb_sys.h"
 
+extern const uint8_t mrb_lib_irep[];
+
 
 static void
 lib_free(mrb_state *mrb, void *p)
 {
     mrb_interp_head  *head = mrb->ud;
 
-    if (head != NULL && head->lib == p) {
-        head->lib = NULL;
+    if (head != NULL && head->part_state == p) {
+        head->part_state = NULL;
     }
     mrb_free(mrb, p);
 }
@@ -35,8 +37,8 @@ lib_free(mrb_state *mrb, void *p)
 static const struct mrb_data_type  lib_type = { "mrb_lib", lib_free };
 
 
-void
-mrb_lib_define(mrb_state *mrb)
+static void
+lib_define(mrb_state *mrb)
 {
     mrb_interp_head  *head = mrb->ud;
     struct RData     *d;
@@ -46,7 +48,7 @@ mrb_lib_define(mrb_state *mrb)
     d->data = mrb_calloc(mrb, 1, sizeof(mrb_lib));
     mrb_iv_set(mrb, mrb_obj_value(mrb->kernel_module),
                mrb_intern_lit(mrb, "__lib__"), mrb_obj_value(d));
-    head->lib = d->data;
+    head->part_state = d->data;
 
     mrb_regexp_define(mrb);
     mrb_matchdata_define(mrb);
@@ -59,97 +61,12 @@ mrb_lib_define(mrb_state *mrb)
     mrb_dir_define(mrb);
     mrb_uname_define(mrb);
     mrb_kernel_ext_define(mrb);
+
+    mrb_load_irep(mrb, mrb_lib_irep);
 }
 
 
-/*
- * What a class keeps of a run (it sets run_state): dropped when the run
- * ends, taken aside and put back around the run's waits.  One entry holds
- * all three, so that what a take keeps is what run_end drops.
- */
-typedef struct {
-    void       (*run_end)(mrb_state *mrb);
-    mrb_value  (*take)(mrb_state *mrb);         /* nil: nothing */
-    void       (*put_back)(mrb_state *mrb, mrb_value kept);
-} lib_run_state;
-
-static const lib_run_state  lib_run_states[] = {
-    { mrb_regexp_run_end, mrb_regexp_take, mrb_regexp_put_back },
-};
-
-#define LIB_RUN_STATES  (sizeof(lib_run_states) / sizeof(lib_run_states[0]))
-
-
-void
-mrb_lib_run_end_slow(mrb_state *mrb)
-{
-    mrb_lib  *lib = mrb_lib_get(mrb);
-    size_t    i;
-
-    for (i = 0; i < LIB_RUN_STATES; i++) {
-        lib_run_states[i].run_end(mrb);
-    }
-    lib->run_state = 0;
-}
-
-
-/* An Array of what each entry of lib_run_states took, by index (made at
- * the first that took something), or nil. */
-static mrb_value
-lib_take_body(mrb_state *mrb, void *arg)
-{
-    mrb_value  kept = mrb_nil_value(), one;
-    size_t     i;
-
-    for (i = 0; i < LIB_RUN_STATES; i++) {
-        one = lib_run_states[i].take(mrb);      /* in the arena */
-        if (mrb_nil_p(one)) {
-            continue;
-        }
-        if (mrb_nil_p(kept)) {
-            kept = mrb_ary_new_capa(mrb, LIB_RUN_STATES);
-        }
-        mrb_ary_set(mrb, kept, (mrb_int) i, one);
-    }
-
-    return kept;
-}
-
-
-int
-mrb_lib_take(mrb_state *mrb, mrb_value *kept)
-{
-    mrb_lib   *lib = mrb_lib_get(mrb);
-    mrb_bool   failed = FALSE;
-
-    *kept = mrb_nil_value();
-
-    if (lib != NULL && lib->run_state) {
-        *kept = mrb_protect_error(mrb, lib_take_body, NULL, &failed);
-        mrb_lib_run_end_slow(mrb);
-    }
-
-    return failed ? -1 : 0;
-}
-
-
-void
-mrb_lib_put_back(mrb_state *mrb, mrb_value kept)
-{
-    mrb_value  one;
-    size_t     i;
-
-    if (mrb_nil_p(kept)) {
-        return;
-    }
-
-    for (i = 0; i < (size_t) RARRAY_LEN(kept); i++) {
-        one = RARRAY_PTR(kept)[i];
-        if (!mrb_nil_p(one)) {
-            lib_run_states[i].put_back(mrb, one);
-        }
-    }
-}
+const mrb_part  mrb_lib_part = { "lib", lib_define, NULL, NULL, NULL };
 
 
 int

@@ -463,12 +463,16 @@ regexp_record(mrb_state *mrb, regexp_state *st, mrb_value re, mrb_value str,
     regexp_gc_set(mrb, st, REGEXP_LAST_RE, re);
     regexp_gc_set(mrb, st, REGEXP_LAST_STR, str);
     regexp_gc_set(mrb, st, REGEXP_LAST_MD, md);
-    mrb_lib_get(mrb)->run_state = 1;
+
+    if (!mrb_lib_get(mrb)->run_state) {
+        mrb_lib_get(mrb)->run_state = 1;
+        mrb_part_dirty(mrb, &mrb_regexp_part);
+    }
 }
 
 
-void
-mrb_regexp_run_end(mrb_state *mrb)
+int
+mrb_regexp_run_end(mrb_state *mrb, const mrb_run *run)
 {
     regexp_state  *st = regexp_state_get(mrb);
     mrb_value      gc = mrb_obj_value(st->gc);
@@ -476,6 +480,8 @@ mrb_regexp_run_end(mrb_state *mrb)
     mrb_ary_set(mrb, gc, REGEXP_LAST_RE, mrb_nil_value());
     mrb_ary_set(mrb, gc, REGEXP_LAST_STR, mrb_nil_value());
     mrb_ary_set(mrb, gc, REGEXP_LAST_MD, mrb_nil_value());
+    mrb_lib_get(mrb)->run_state = 0;
+    return 0;
 }
 
 
@@ -1045,3 +1051,9 @@ mrb_regexp_char_len(mrb_value re, const char *p, const char *end)
 
     return (n > end - p) ? end - p : n;
 }
+
+
+/* Its classes are the library's (mrb_lib_part defines them). */
+const mrb_part  mrb_regexp_part = {
+    "Regexp", NULL, mrb_regexp_run_end, mrb_regexp_take, mrb_regexp_put_back
+};

@@ -13,6 +13,8 @@
 #include <mruby.h>
 #include <mruby/data.h>
 
+#include "mrb_part.h"
+
 /* Ruby's option bits (Regexp::IGNORECASE ...). */
 #define MRB_REGEXP_IGNORECASE  1
 #define MRB_REGEXP_EXTENDED    2
@@ -77,8 +79,8 @@ mrb_value mrb_matchdata_group(mrb_state *mrb, mrb_value md, mrb_int n);
 /* The byte length of the character at p (UTF-8 unless re is /n). */
 mrb_int mrb_regexp_char_len(mrb_value re, const char *p, const char *end);
 
-/* Forgets the last match (when a run ends). */
-void mrb_regexp_run_end(mrb_state *mrb);
+/* Forgets the last match (when a run ends): returns 0 (mrb_part.h). */
+int mrb_regexp_run_end(mrb_state *mrb, const mrb_run *run);
 
 /* The last match as a MatchData (made now if none was: may raise), or
  * nil; mrb_regexp_put_back makes such a value the last match again
@@ -89,5 +91,10 @@ void mrb_regexp_put_back(mrb_state *mrb, mrb_value md);
 void mrb_regexp_define(mrb_state *mrb);
 void mrb_matchdata_define(mrb_state *mrb);
 void mrb_regexp_string_define(mrb_state *mrb);
+
+/* The last match as a part (mrb_part.h): dirty while a run's last match
+ * is kept.  Regexp, MatchData and String's pattern methods are defined
+ * with the library (mrb_lib_part). */
+extern const mrb_part  mrb_regexp_part;
 
 #endif /* MRB_REGEXP_H */

@@ -19,6 +19,7 @@
 #include "mrb_api.h"
 #include "mrb_errbuf.h"
 #include "mrb_interp.h"
+#include "mrb_lib.h"
 #include "mrb_script.h"
 
 
@@ -90,8 +91,9 @@ typedef struct {
                                               raises */                       \
         wake_on_fd,                                                           \
         ngx_mruby_trim_later,                                                 \
-        NULL                               /* scripts run on the worker's  \
+        NULL,                              /* scripts run on the worker's  \
                                               one thread */                   \
+        mrb_parts                                                             \
     }
 
 

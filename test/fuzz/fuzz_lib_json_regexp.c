@@ -20,6 +20,7 @@
 #include <mruby/variable.h>
 
 #include "mrb_interp.h"
+#include "mrb_lib.h"
 
 static mrb_interp  *fuzz_interp;
 
@@ -35,7 +36,9 @@ fuzz_log(void *target, mrb_run *run, int level, const char *msg, size_t len)
 }
 
 static const mrb_server  fuzz_server = {
-    "Fuzz", "Apache", "mod_mruby", "fuzz", 0, NULL, fuzz_write, fuzz_log
+    .name = "Fuzz", .class_name = "Apache", .module_name = "mod_mruby",
+    .module_version = "fuzz", .write = fuzz_write, .log = fuzz_log,
+    .parts = mrb_parts
 };
 
 typedef struct {

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "lib_eval.h"
+#include "mrb_lib.h"
 #include "mrb_script.h"
 #include "unit.h"
 
@@ -35,7 +36,9 @@ lib_log(void *target, mrb_run *run, int level, const char *msg, size_t len)
 
 
 static const mrb_server  lib_server = {
-    "Test", "Apache", "mod_mruby", "test", 0, NULL, lib_write, lib_log
+    .name = "Test", .class_name = "Apache", .module_name = "mod_mruby",
+    .module_version = "test", .write = lib_write, .log = lib_log,
+    .parts = mrb_parts
 };
 
 

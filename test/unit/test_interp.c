@@ -390,10 +390,11 @@ TEST(interp_code_left_by_a_run_is_watched_in_later_runs)
         { "def Object.mk; const_set(:Apache, 5); end", "Object.mk" },
         { "class String; def mk; Object.const_set(:Apache, 5); end; end",
           "'a'.mk" },
-        { "Userdata.new.f = -> { Object.const_set(:Apache, 5) }",
-          "Userdata.new.f.call" },
-        { "Userdata.new.m = Object.method(:const_set)",
-          "Userdata.new.m.call(:Apache, 5)" },
+        { "String.instance_variable_set(:@f, "
+          "-> { Object.const_set(:Apache, 5) })",
+          "String.instance_variable_get(:@f).call" },
+        { "String.instance_variable_set(:@m, Object.method(:const_set))",
+          "String.instance_variable_get(:@m).call(:Apache, 5)" },
     };
     mrb_interp  *interp;
     mrb_run      run;

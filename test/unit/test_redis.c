@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include <mruby.h>
 #include "mrb_interp.h"
+#include "mrb_redis.h"
 #include "mrb_script.h"
 #include "unit.h"
 
@@ -41,8 +42,12 @@ redis_logger(void *target, mrb_run *run, int level, const char *msg,
 }
 
 
+static const mrb_part *const  redis_parts[] = { &mrb_redis_part, NULL };
+
 static const mrb_server  redis_server = {
-    "Test", "Apache", "mod_mruby", "test", 0, NULL, redis_write, redis_logger
+    .name = "Test", .class_name = "Apache", .module_name = "mod_mruby",
+    .module_version = "test", .write = redis_write, .log = redis_logger,
+    .parts = redis_parts
 };
 
 

@@ -13,9 +13,13 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <mruby.h>
+#include <mruby/string.h>
+#include <mruby/variable.h>
 #include "mrb_alloc.h"
 #include "mrb_interp.h"
 #include "mrb_interp_core.h"
+#include "mrb_part.h"
+#include "mrb_redis.h"
 #include "mrb_script.h"
 #include "mrb_wait.h"
 #include "unit.h"
@@ -65,9 +69,94 @@ wait_wake_after(mrb_run *run, mrb_int msec)
 }
 
 
+/*
+ * A part that keeps a value of the run, as Regexp keeps the last match:
+ * part_keep(v) keeps v (in an instance variable of Kernel, which the
+ * top-level cleanup does not watch) and marks the part dirty; part_kept
+ * reads it.  Its take makes a copy, so that it allocates as Regexp's may.
+ * wait_part_ends counts its run_end calls.
+ */
+static const mrb_part  wait_part;
+static int             wait_part_ends;
+
+
+static mrb_value
+wait_part_self(mrb_state *mrb)
+{
+    return mrb_obj_value(mrb->kernel_module);
+}
+
+
+static mrb_value
+wait_part_keep(mrb_state *mrb, mrb_value self)
+{
+    mrb_iv_set(mrb, wait_part_self(mrb), mrb_intern_lit(mrb, "__kept__"),
+               mrb_get_arg1(mrb));
+    mrb_part_dirty(mrb, &wait_part);
+    return mrb_nil_value();
+}
+
+
+static mrb_value
+wait_part_kept(mrb_state *mrb, mrb_value self)
+{
+    return mrb_iv_get(mrb, wait_part_self(mrb),
+                      mrb_intern_lit(mrb, "__kept__"));
+}
+
+
+static void
+wait_part_define(mrb_state *mrb)
+{
+    mrb_define_method(mrb, mrb->kernel_module, "part_keep", wait_part_keep,
+                      MRB_ARGS_REQ(1));
+    mrb_define_method(mrb, mrb->kernel_module, "part_kept", wait_part_kept,
+                      MRB_ARGS_NONE());
+    mrb_iv_set(mrb, wait_part_self(mrb), mrb_intern_lit(mrb, "__kept__"),
+               mrb_nil_value());
+}
+
+
+static int
+wait_part_run_end(mrb_state *mrb, const mrb_run *run)
+{
+    wait_part_ends++;
+    mrb_iv_set(mrb, wait_part_self(mrb), mrb_intern_lit(mrb, "__kept__"),
+               mrb_nil_value());
+    return 0;
+}
+
+
+static mrb_value
+wait_part_take(mrb_state *mrb)
+{
+    mrb_value  v = wait_part_kept(mrb, mrb_nil_value());
+
+    return mrb_string_p(v) ? mrb_str_dup(mrb, v) : v;
+}
+
+
+static void
+wait_part_put_back(mrb_state *mrb, mrb_value kept)
+{
+    mrb_iv_set(mrb, wait_part_self(mrb), mrb_intern_lit(mrb, "__kept__"),
+               kept);
+}
+
+
+static const mrb_part  wait_part = {
+    "test", wait_part_define, wait_part_run_end, wait_part_take,
+    wait_part_put_back
+};
+
+static const mrb_part *const  wait_parts[] = { &wait_part, NULL };
+
+
 static const mrb_server  wait_server = {
-    "Test", "Nginx", "ngx_mruby", "test", 1, NULL, wait_write, wait_logger,
-    wait_log_enabled, wait_wake_after
+    .name = "Test", .class_name = "Nginx", .module_name = "ngx_mruby",
+    .module_version = "test", .log_level_base = 1, .write = wait_write,
+    .log = wait_logger, .log_enabled = wait_log_enabled,
+    .wake_after = wait_wake_after, .parts = wait_parts
 };
 
 
@@ -755,9 +844,14 @@ wait_wake_on_fd(mrb_run *run, int fd, int events, mrb_int msec, int *ready)
 
 
 /* wait_server with a loop that can watch sockets (nginx's side) */
+static const mrb_part *const  wait_redis_parts[] = { &mrb_redis_part, NULL };
+
 static const mrb_server  wait_fd_server = {
-    "Test", "Nginx", "ngx_mruby", "test", 1, NULL, wait_write, wait_logger,
-    wait_log_enabled, wait_wake_after, 0, wait_wake_on_fd
+    .name = "Test", .class_name = "Nginx", .module_name = "ngx_mruby",
+    .module_version = "test", .log_level_base = 1, .write = wait_write,
+    .log = wait_logger, .log_enabled = wait_log_enabled,
+    .wake_after = wait_wake_after, .wake_on_fd = wait_wake_on_fd,
+    .parts = wait_redis_parts
 };
 
 
@@ -857,7 +951,7 @@ TEST(wait_a_runs_top_level_state_is_its_own_across_its_wait)
 
 
 /*
- * Out of memory while a run's top-level state (and its last match) is
+ * Out of memory while a run's top-level state (and what a part keeps) is
  * taken aside (when another run starts while it waits) or put back (when
  * it resumes), at each allocation in turn: the run either goes on with
  * its own state or fails with NoMemoryError when it resumes (never goes
@@ -869,12 +963,12 @@ TEST(wait_out_of_memory_keeping_the_top_level_state_fails_the_run)
     mrb_interp  *interp = wait_interp();
     mrb_script  *a = wait_script(
         "$tl = 'a' * 2; TL = 'a' * 2; @tl = 'a' * 2\n"
-        "'xaby' =~ Regexp.new('a(b)')\n"
+        "part_keep('b' * 1)\n"
         "Nginx::Async.sleep(1)\n"
-        "Nginx.rputs \"#{$tl}#{TL}#{@tl}#{Regexp.last_match(1)};\"\n");
+        "Nginx.rputs \"#{$tl}#{TL}#{@tl}#{part_kept};\"\n");
     mrb_script  *peek = wait_script(
         "Nginx.rputs \"[#{$tl.inspect} #{Object.const_defined?(:TL)} "
-        "#{@tl.inspect} #{Regexp.last_match.inspect}]\"");
+        "#{@tl.inspect} #{part_kept.inspect}]\"");
     mrb_state   *mrb;
     mrb_run      ra, rp;
     size_t       before = 0;
@@ -980,8 +1074,11 @@ wait_watch_fd(mrb_run *run, int fd, int events, mrb_int msec, int *ready)
 
 
 static const mrb_server  wait_watch_server = {
-    "Test", "Nginx", "ngx_mruby", "test", 1, NULL, wait_write, wait_logger,
-    wait_log_enabled, wait_wake_after, 0, wait_watch_fd
+    .name = "Test", .class_name = "Nginx", .module_name = "ngx_mruby",
+    .module_version = "test", .log_level_base = 1, .write = wait_write,
+    .log = wait_logger, .log_enabled = wait_log_enabled,
+    .wake_after = wait_wake_after, .wake_on_fd = wait_watch_fd,
+    .parts = wait_redis_parts
 };
 
 
@@ -1087,19 +1184,20 @@ TEST(wait_a_redis_call_after_a_top_level_constant_suspends_the_run)
 }
 
 
-/* The last regexp match (Regexp.last_match, kept by src/lib outside the
- * tables) is a run's own across its wait too: the run in between sees
- * none, and its own match does not replace the waiting run's. */
-TEST(wait_a_runs_last_match_is_its_own_across_its_wait)
+/* What a part keeps of a run (as Regexp keeps the last match, outside the
+ * top-level tables) is the run's own across its wait too: the run in
+ * between sees none, and what it keeps does not replace the waiting
+ * run's. */
+TEST(wait_what_a_part_keeps_is_the_runs_own_across_its_wait)
 {
     mrb_interp  *interp = wait_interp();
     mrb_script  *a = wait_script(
-        "'xaby' =~ Regexp.new('a(b)')\n"
+        "part_keep('ab')\n"
         "Nginx::Async.sleep(1)\n"
-        "Nginx.rputs \"#{Regexp.last_match.inspect};\"\n");
+        "Nginx.rputs \"#{part_kept.inspect};\"\n");
     mrb_script  *peek = wait_script(
-        "Nginx.rputs \"#{Regexp.last_match.inspect}|\"\n"
-        "'q' =~ Regexp.new('q')\n");
+        "Nginx.rputs \"#{part_kept.inspect}|\"\n"
+        "part_keep('q')\n");
     mrb_run      ra, rp;
 
     REQUIRE(interp != NULL && a != NULL && peek != NULL);
@@ -1110,12 +1208,39 @@ TEST(wait_a_runs_last_match_is_its_own_across_its_wait)
     CHECK_EQ(mrb_wait_resume(interp, ra.waiting, &ra), 0);
     CHECK_EQ(wait_start(interp, peek, &rp), 0);
 
-    CHECK(strcmp(wait_out, "nil|#<MatchData \"ab\" 1:\"b\">;nil|") == 0);
-    if (strcmp(wait_out, "nil|#<MatchData \"ab\" 1:\"b\">;nil|") != 0) {
+    CHECK(strcmp(wait_out, "nil|\"ab\";nil|") == 0);
+    if (strcmp(wait_out, "nil|\"ab\";nil|") != 0) {
         printf("  out: %s\n  error: %s\n", wait_out, ra.error);
     }
 
     mrb_script_free(a);
     mrb_script_free(peek);
+    mrb_interp_close(interp);
+}
+
+
+/* A part's run_end runs when an outermost run that marked it dirty ends,
+ * once, and not after the runs that did not. */
+TEST(wait_a_parts_run_end_follows_only_the_runs_that_marked_it)
+{
+    mrb_interp  *interp = wait_interp();
+    mrb_script  *keep = wait_script("part_keep('x')\n");
+    mrb_script  *plain = wait_script("Nginx.rputs \"#{part_kept.inspect}\"");
+    mrb_run      run;
+
+    REQUIRE(interp != NULL && keep != NULL && plain != NULL);
+    wait_part_ends = 0;
+
+    CHECK_EQ(wait_start(interp, plain, &run), 0);
+    CHECK_EQ(wait_part_ends, 0);
+    CHECK_EQ(wait_start(interp, keep, &run), 0);
+    CHECK_EQ(wait_part_ends, 1);
+    CHECK_EQ(wait_start(interp, plain, &run), 0);
+    CHECK_EQ(wait_start(interp, plain, &run), 0);
+    CHECK_EQ(wait_part_ends, 1);
+    CHECK(strcmp(wait_out, "nilnilnil") == 0);
+
+    mrb_script_free(keep);
+    mrb_script_free(plain);
     mrb_interp_close(interp);
 }
