@@ -91,7 +91,7 @@ $(BUILD)/apache/%.o: %.c $(CORE_H) $(wildcard src/apache/*.h) | $(RB_C)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(APACHE_CFLAGS) -Isrc/apache -c $< -o $@
 
-$(BUILD)/apache/mrblib%.o: $(BUILD)/mrblib%.c
+$(BUILD)/apache/mrblib.o $(BUILD)/apache/mrblib_lib.o: $(BUILD)/apache/%.o: $(BUILD)/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
 
@@ -211,7 +211,7 @@ $(FUZZ_BUILD)/src/%.o: src/%.c $(CORE_H) | $(RB_C)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
 
-$(FUZZ_BUILD)/mrblib%.o: $(BUILD)/mrblib%.c
+$(FUZZ_BUILD)/mrblib.o $(FUZZ_BUILD)/mrblib_lib.o: $(FUZZ_BUILD)/%.o: $(BUILD)/%.c
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
 
