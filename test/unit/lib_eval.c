@@ -45,13 +45,36 @@ static const mrb_server  lib_server = {
 mrb_interp *
 lib_interp(void)
 {
+    return lib_interp_startup(NULL);
+}
+
+
+mrb_interp *
+lib_interp_startup(const char *code)
+{
     char         err[512];
     mrb_interp  *interp;
+    mrb_script  *s;
+    mrb_run      run;
 
     interp = mrb_interp_open(&lib_server, NULL, err, sizeof(err));
     if (interp == NULL) {
         printf("  mrb_interp_open: %s\n", err);
         return NULL;
+    }
+
+    if (code != NULL) {
+        s = mrb_script_from_code(code, strlen(code), "startup", 1, err,
+                                 sizeof(err));
+        if (s == NULL) {
+            printf("  startup: %s\n", err);
+            mrb_interp_close(interp);
+            return NULL;
+        }
+        mrb_run_init(&run, NULL, 0);
+        run.startup = 1;
+        mrb_script_run(interp, s, &run);
+        mrb_script_free(s);
     }
 
     mrb_interp_seal(interp);

@@ -9,8 +9,10 @@
 
 #include "mrb_interp.h"
 
-/* A new sealed interpreter, or NULL. */
+/* A new sealed interpreter, or NULL; lib_interp_startup runs code as its
+ * startup script before it is sealed. */
 mrb_interp *lib_interp(void);
+mrb_interp *lib_interp_startup(const char *code);
 
 /*
  * Runs code as a request script in interp; returns 0 with the inspect of

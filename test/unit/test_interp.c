@@ -491,34 +491,6 @@ TEST(interp_plain_startup_code_keeps_runs_cheap)
 }
 
 
-/* The match globals belong to the run that matched, whatever a startup
- * script matched or assigned: they are never sealed globals whose new
- * values would stay for the next run. */
-TEST(interp_match_globals_are_the_runs_own_after_a_startup_match)
-{
-    mrb_interp  *interp = interp_with_startup(
-        "\"boot\" =~ /(b)oot/\n$boot = $1\n$~ = $~\n");
-    mrb_run      run;
-
-    REQUIRE(interp != NULL);
-    CHECK_EQ(interp_run_code(interp, "Apache.rputs \"#{$boot} "
-                             "#{$1.inspect} #{$~.inspect} #{$+.inspect}\"",
-                             &run), 0);
-    CHECK(strcmp(interp_out, "b nil nil nil") == 0);
-
-    interp_out[0] = '\0';
-    CHECK_EQ(interp_run_code(interp, "'tok=a' =~ /tok=(\\w)/\n"
-                             "Apache.rputs $1", &run), 0);
-    CHECK(strcmp(interp_out, "a") == 0);
-
-    interp_out[0] = '\0';
-    CHECK_EQ(interp_run_code(interp, "Apache.rputs \"#{$1.inspect} "
-                             "#{$~.inspect} #{$&.inspect}\"", &run), 0);
-    CHECK(strcmp(interp_out, "nil nil nil") == 0);
-    mrb_interp_close(interp);
-}
-
-
 /* Descriptors open in this process. */
 static int
 interp_open_fds(void)

@@ -285,3 +285,20 @@ BENCH(lib_regexp_route_10_matches)
                 (double) (unit_now_ns() - t0) / n / 1000.0, "us/run");
     mrb_interp_close(interp);
 }
+
+
+/* The match globals belong to the run that matched, whatever a startup
+ * script matched or assigned: they are never sealed globals whose new
+ * values would stay for the next run. */
+TEST(lib_regexp_match_globals_are_the_runs_own_after_a_startup_match)
+{
+    mrb_interp  *interp = lib_interp_startup(
+        "\"boot\" =~ /(b)oot/\n$boot = $1\n$~ = $~\n");
+
+    REQUIRE(interp != NULL);
+    CHECK_RUBY(interp, "\"#{$boot} #{$1.inspect} #{$~.inspect} "
+               "#{$+.inspect}\"", "\"b nil nil nil\"");
+    CHECK_RUBY(interp, "'tok=a' =~ /tok=(\\w)/\n$1", "\"a\"");
+    CHECK_RUBY(interp, "[$1, $~, $&]", "[nil, nil, nil]");
+    mrb_interp_close(interp);
+}
