@@ -139,7 +139,9 @@ module Kernel
       return false if res.nil?
       status, headers, body = res
 
-      if status.is_a?(Integer) && status >= 200 && status <= 599
+      # <=>, as mruby 3.1.0's VM compares an Integer of 2**62 or more
+      # wrongly with >= and <= (and between?)
+      if status.is_a?(Integer) && (status <=> 200) >= 0 && (status <=> 599) <= 0
         r.status = status
       end
 

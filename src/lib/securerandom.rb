@@ -1,4 +1,5 @@
-# The Ruby parts of SecureRandom (random_bytes is in mrb_securerandom.c).
+# The Ruby parts of SecureRandom (random_bytes and random_number are in
+# mrb_securerandom.c).
 
 module SecureRandom
   ALPHANUMERIC = [*"A".."Z", *"a".."z", *"0".."9"]
@@ -25,23 +26,6 @@ module SecureRandom
     "#{h[0, 8]}-#{h[8, 4]}-#{h[12, 4]}-#{h[16, 4]}-#{h[20, 12]}"
   end
 
-  # An Integer in 0...n, a Float in 0.0...n, or a Float in 0.0...1.0
-  def self.random_number(n = 0)
-    if n.is_a?(Float) && n > 0
-      return float01 * n
-    end
-    n = n.to_i
-    return float01 if n <= 0
-    # rejection sampling over 7 bytes: no bias towards small values
-    limit = 0x100000000000000
-    raise ArgumentError, "random_number: #{n} is too large" if n > limit
-    top = limit - limit % n
-    loop do
-      v = ("\0" + random_bytes(7)).unpack1("Q>")
-      return v % n if v < top
-    end
-  end
-
   def self.rand(n = 0)
     random_number(n)
   end
@@ -49,9 +33,5 @@ module SecureRandom
   def self.alphanumeric(n = nil)
     n ||= 16
     (0...n).map { ALPHANUMERIC[random_number(ALPHANUMERIC.size)] }.join
-  end
-
-  def self.float01
-    ("\0" + random_bytes(7)).unpack1("Q>").to_f / 0x100000000000000
   end
 end

@@ -4,7 +4,14 @@
 class StringIO
   include Enumerable
 
-  attr_accessor :string, :pos, :lineno
+  attr_accessor :string, :lineno
+  attr_reader :pos
+
+  # The largest position (2**53 - 1).  The methods compare positions with
+  # < and >, which mruby 3.1.0's VM gets wrong for an Integer of 2**62 or
+  # more (and so does between?); pos= checks with <=>, which compares
+  # such Integers as Floats: right against a bound below 2**53.
+  POS_MAX = 0x1fffffffffffff
 
   def initialize(string = "", mode = nil)
     @string = string
@@ -113,12 +120,20 @@ class StringIO
     0
   end
 
+  def pos=(pos)
+    pos = pos.to_int
+    if (pos <=> 0) < 0 || (pos <=> POS_MAX) > 0
+      raise ArgumentError, "invalid position: #{pos}"
+    end
+    @pos = pos
+  end
+
   def seek(offset, whence = 0)
-    @pos = case whence
-           when 1 then @pos + offset
-           when 2 then @string.bytesize + offset
-           else offset
-           end
+    self.pos = case whence
+               when 1 then @pos + offset
+               when 2 then @string.bytesize + offset
+               else offset
+               end
     0
   end
 

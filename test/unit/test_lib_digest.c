@@ -75,6 +75,17 @@ static const lib_case  digest_cases[] = {
       "[0, 1, 2, 3, 4, 5]" },
     { "x = SecureRandom.random_number; x >= 0 && x < 1", "true" },
     { "x = SecureRandom.random_number(2.5); x >= 0 && x < 2.5", "true" },
+    /* bounds of 2**62 and more, which mruby 3.1.0's > compares wrongly:
+     * the Ruby version's guard let them into a loop that never ended */
+    { "n = 2**62; (1..20).all? { x = SecureRandom.random_number(n); "
+      "x.is_a?(Integer) && x.between?(0, n - 1) }", "true" },
+    { "n = 9223372036854775807; (1..200).map { "
+      "SecureRandom.random_number(n) % 2 }.uniq.sort", "[0, 1]" },
+    { "(1..200).map { SecureRandom.random_number(2**62 + 3) % 4 }.uniq.sort",
+      "[0, 1, 2, 3]" },
+    { "[nil, 0, -5, -2.5].map { |n| SecureRandom.random_number(n).class }",
+      "[Float, Float, Float, Float]" },
+    { "SecureRandom.random_number(\"6\").between?(0, 5)", "true" },
     { "SecureRandom.alphanumeric(20) =~ /\\A[A-Za-z0-9]{20}\\z/", "0" },
     { NULL, NULL }
 };
