@@ -66,6 +66,7 @@ typedef struct {
     redis_batch      queue;
     const void      *queue_owner;
     int              pipelining;  /* inside pipelined { } */
+    int              closed;      /* close was called: commands raise */
 } redis_obj;
 
 static void redis_obj_free(mrb_state *mrb, void *p);
@@ -110,7 +111,7 @@ redis_error(mrb_state *mrb, const char *name)
 
 
 static redis_obj *
-redis_self(mrb_state *mrb, mrb_value self)
+redis_self_any(mrb_state *mrb, mrb_value self)
 {
     redis_obj  *r;
 
@@ -118,6 +119,22 @@ redis_self(mrb_state *mrb, mrb_value self)
 
     if (r == NULL) {
         mrb_raise(mrb, E_RUNTIME_ERROR, "Redis object is not initialized");
+    }
+
+    return r;
+}
+
+
+/* The object, for a command: after close it raises Redis::ClosedError, as
+ * mruby-redis does (Redis.new gives an open one, on the same connection). */
+static redis_obj *
+redis_self(mrb_state *mrb, mrb_value self)
+{
+    redis_obj  *r = redis_self_any(mrb, self);
+
+    if (r->closed) {
+        mrb_raise(mrb, redis_error(mrb, "ClosedError"),
+                  "connection is already closed");
     }
 
     return r;
@@ -169,13 +186,26 @@ redis_caller_init(mrb_state *mrb, mrb_redis_caller *caller, unsigned state)
 static void
 redis_raise_status(mrb_state *mrb, mrb_redis_conn *c, mrb_redis_status st)
 {
-    if (st == MRB_REDIS_ECANCELLED) {
+    const char  *name;
+
+    switch (st) {
+    case MRB_REDIS_ECANCELLED:
         mrb_wait_raise_cancelled(mrb);
+        return;
+    case MRB_REDIS_ETIMEOUT:
+        name = "TimeoutError";
+        break;
+    case MRB_REDIS_EPROTOCOL:
+        name = "ProtocolError";
+        break;
+    case MRB_REDIS_EOOM:
+        name = "OOMError";
+        break;
+    default:
+        name = "ConnectionError";
     }
 
-    mrb_raise(mrb, redis_error(mrb, (st == MRB_REDIS_ETIMEOUT)
-                                    ? "TimeoutError" : "ConnectionError"),
-              c->err);
+    mrb_raise(mrb, redis_error(mrb, name), c->err);
 }
 
 
@@ -201,7 +231,12 @@ redis_timeout_from(mrb_state *mrb, mrb_value v)
 }
 
 
-/* Redis.new(host = "127.0.0.1", port = 6379, timeout: 1.0) */
+/*
+ * Redis.new(host = "127.0.0.1", port = 6379, timeout: 1.0), or
+ * mruby-redis's Redis.new(host, port, timeout) (seconds).  Without host
+ * and port: the server Redis.connect_set_raw named, if a script of this
+ * interpreter called it, else the defaults.
+ */
 static mrb_value
 redis_initialize(mrb_state *mrb, mrb_value self)
 {
@@ -209,7 +244,8 @@ redis_initialize(mrb_state *mrb, mrb_value self)
     mrb_int            port;
     unsigned           timeout;
     mrb_sym            kw_names[1];
-    mrb_value          kw_values[1], host_v, port_v, conns, key, connobj;
+    mrb_value          kw_values[1], host_v, port_v, timeout_v, conns, key,
+                       connobj, target;
     mrb_kwargs         kw;
     redis_obj         *r;
     mrb_redis_conn    *c;
@@ -225,7 +261,28 @@ redis_initialize(mrb_state *mrb, mrb_value self)
 
     host_v = mrb_undef_value();
     port_v = mrb_undef_value();
-    mrb_get_args(mrb, "|oo:", &host_v, &port_v, &kw);
+    timeout_v = mrb_undef_value();
+    mrb_get_args(mrb, "|ooo:", &host_v, &port_v, &timeout_v, &kw);
+
+    if (mrb_undef_p(host_v)) {
+        target = mrb_iv_get(mrb, mrb_obj_value(redis_class(mrb)),
+                            mrb_intern_lit(mrb, "__default_target__"));
+        if (mrb_array_p(target) && RARRAY_LEN(target) == 3) {
+            host_v = RARRAY_PTR(target)[0];
+            port_v = RARRAY_PTR(target)[1];
+            if (mrb_undef_p(kw_values[0])) {
+                kw_values[0] = RARRAY_PTR(target)[2];
+            }
+        }
+    }
+
+    if (!mrb_undef_p(timeout_v)) {
+        if (!mrb_undef_p(kw_values[0])) {
+            mrb_raise(mrb, E_ARGUMENT_ERROR, "Redis.new: a timeout both as "
+                      "an argument and as timeout:");
+        }
+        kw_values[0] = timeout_v;
+    }
 
     /*
      * Every argument converted before any pointer is taken: a port's or a
@@ -286,6 +343,31 @@ redis_initialize(mrb_state *mrb, mrb_value self)
     if (st != MRB_REDIS_OK) {
         redis_raise_status(mrb, c, st);
     }
+
+    return self;
+}
+
+
+/*
+ * Redis.connect_set_raw(host, port, timeout = 1): mruby-redis's way to
+ * name, once, the server of every Redis.new without arguments (there it
+ * shared one connection between interpreters).  Connects now, so that a
+ * server that is down fails here; returns the class.
+ */
+static mrb_value
+redis_connect_set_raw(mrb_state *mrb, mrb_value self)
+{
+    mrb_value  argv[3], target;
+    mrb_int    argc;
+
+    argv[2] = mrb_nil_value();
+    argc = mrb_get_args(mrb, "oo|o", &argv[0], &argv[1], &argv[2]);
+
+    mrb_obj_new(mrb, redis_class(mrb), argc, argv);
+
+    target = mrb_ary_new_from_values(mrb, 3, argv);
+    mrb_iv_set(mrb, mrb_obj_value(redis_class(mrb)),
+               mrb_intern_lit(mrb, "__default_target__"), target);
 
     return self;
 }
@@ -533,34 +615,48 @@ redis_batch_clear(redis_batch *b)
 }
 
 
+/* How a reply becomes a value (redis_reply_value's how). */
+#define REDIS_AS_HASH        1  /* a multi-bulk reply of pairs: a Hash */
+#define REDIS_STATUS_SYMBOL  2  /* a status reply ("OK"): a Symbol (:OK), as
+                                   mruby-redis's reply and bulk_reply give
+                                   them; a String otherwise */
+
 static mrb_value
-redis_reply_value(mrb_state *mrb, redisReply *rep, int as_hash)
+redis_reply_value(mrb_state *mrb, redisReply *rep, unsigned how)
 {
     size_t     i;
     mrb_value  v;
+    unsigned   inner = how & REDIS_STATUS_SYMBOL;
 
     switch (rep->type) {
-    case REDIS_REPLY_STRING:
     case REDIS_REPLY_STATUS:
+        if (how & REDIS_STATUS_SYMBOL) {
+            return mrb_symbol_value(mrb_intern(mrb, rep->str, rep->len));
+        }
+        return mrb_str_new(mrb, rep->str, rep->len);
+
+    case REDIS_REPLY_STRING:
         return mrb_str_new(mrb, rep->str, rep->len);
 
     case REDIS_REPLY_INTEGER:
         return mrb_int_value(mrb, rep->integer);
 
     case REDIS_REPLY_ARRAY:
-        if (as_hash) {
+        if (how & REDIS_AS_HASH) {
             v = mrb_hash_new_capa(mrb, rep->elements / 2);
             for (i = 0; i + 1 < rep->elements; i += 2) {
                 mrb_hash_set(mrb, v,
-                             redis_reply_value(mrb, rep->element[i], 0),
-                             redis_reply_value(mrb, rep->element[i + 1], 0));
+                             redis_reply_value(mrb, rep->element[i], inner),
+                             redis_reply_value(mrb, rep->element[i + 1],
+                                               inner));
             }
             return v;
         }
 
         v = mrb_ary_new_capa(mrb, rep->elements);
         for (i = 0; i < rep->elements; i++) {
-            mrb_ary_push(mrb, v, redis_reply_value(mrb, rep->element[i], 0));
+            mrb_ary_push(mrb, v, redis_reply_value(mrb, rep->element[i],
+                                                   inner));
         }
         return v;
 
@@ -607,15 +703,16 @@ static const mrb_data_type  redis_replies_type = { "Redis replies",
 
 
 /*
- * Sends batch b on r's connection and returns the replies as an Array
- * (as_hash: the indexes whose reply is a HGETALL; NULL for none).  b's
- * commands are taken first (b is empty after), so that nothing else sees
- * them while the run waits for the replies.  Error replies are in the
- * Array as exception objects; the caller raises them.
+ * Sends batch b on r's connection and returns the replies as an Array,
+ * each made as how says (REDIS_STATUS_SYMBOL), a HGETALL's a Hash when
+ * as_hash marks its index (NULL for none).  b's commands are taken first
+ * (b is empty after), so that nothing else sees them while the run waits
+ * for the replies.  Error replies are in the Array as exception objects;
+ * the caller raises them.
  */
 static mrb_value
 redis_flush(mrb_state *mrb, redis_obj *r, redis_batch *b,
-    const unsigned char *as_hash)
+    const unsigned char *as_hash, unsigned how)
 {
     int                ai;
     size_t             i, n;
@@ -662,7 +759,8 @@ redis_flush(mrb_state *mrb, redis_obj *r, redis_batch *b,
 
     for (i = 0; i < n; i++) {
         mrb_ary_push(mrb, ary, redis_reply_value(mrb, rs->replies[i],
-                                   as_hash != NULL && as_hash[i]));
+                                   how | ((as_hash != NULL && as_hash[i])
+                                          ? REDIS_AS_HASH : 0)));
         mrb_gc_arena_restore(mrb, ai);
     }
 
@@ -779,7 +877,7 @@ redis_command(mrb_state *mrb, mrb_value self, mrb_value name,
 
     as_hash = redis_is_hgetall(mrb, mrb_nil_p(name) ? args[0] : name);
 
-    ary = redis_flush(mrb, r, b, &as_hash);
+    ary = redis_flush(mrb, r, b, &as_hash, 0);
     v = mrb_ary_ref(mrb, ary, 0);
 
     if (mrb_exception_p(v)) {
@@ -885,7 +983,7 @@ redis_pipelined(mrb_state *mrb, mrb_value self)
         mrb_exc_raise(mrb, exc);
     }
 
-    ary = redis_flush(mrb, r, q, NULL);
+    ary = redis_flush(mrb, r, q, NULL, 0);
 
     for (i = 0; i < RARRAY_LEN(ary); i++) {
         if (mrb_exception_p(RARRAY_PTR(ary)[i])) {
@@ -922,19 +1020,74 @@ redis_commit(mrb_state *mrb, mrb_value self)
 {
     redis_obj  *r = redis_self(mrb, self);
 
-    return redis_flush(mrb, r, redis_queue_of(mrb, r), NULL);
+    return redis_flush(mrb, r, redis_queue_of(mrb, r), NULL, 0);
 }
 
 
+/*
+ * mruby-redis's reply and bulk_reply over what queue queued: the replies
+ * (status replies as Symbols, error replies as Redis::ReplyError objects,
+ * not raised) wait on the object, in a hidden Array, for reply to take
+ * them one at a time; what was queued after them is sent when they are
+ * used up.
+ */
+static mrb_value
+redis_pending(mrb_state *mrb, mrb_value self, int all)
+{
+    mrb_sym       name = mrb_intern_lit(mrb, "__replies__");
+    mrb_value     pending = mrb_iv_get(mrb, self, name), sent;
+    redis_obj    *r = redis_self(mrb, self);
+    redis_batch  *q = redis_queue_of(mrb, r);
+
+    if (!mrb_array_p(pending)) {
+        pending = mrb_ary_new(mrb);
+        mrb_iv_set(mrb, self, name, pending);
+    }
+
+    if ((all || RARRAY_LEN(pending) == 0) && q->n != 0) {
+        sent = redis_flush(mrb, r, q, NULL, REDIS_STATUS_SYMBOL);
+        mrb_ary_concat(mrb, pending, sent);
+    }
+
+    if (RARRAY_LEN(pending) == 0) {
+        mrb_raise(mrb, E_RUNTIME_ERROR, "nothing queued yet");
+    }
+
+    return pending;
+}
+
+
+/* r.queue(:incr, "n"); r.reply => 1 */
+static mrb_value
+redis_reply(mrb_state *mrb, mrb_value self)
+{
+    return mrb_ary_shift(mrb, redis_pending(mrb, self, 0));
+}
+
+
+/* every reply not taken yet: r.bulk_reply => [:OK, 2, "2"] */
+static mrb_value
+redis_bulk_reply(mrb_state *mrb, mrb_value self)
+{
+    mrb_value  pending = redis_pending(mrb, self, 1);
+
+    mrb_iv_remove(mrb, self, mrb_intern_lit(mrb, "__replies__"));
+    return pending;
+}
+
+
+/* Closes the connection's links that are not another request's; this
+ * object's commands raise Redis::ClosedError from now on. */
 static mrb_value
 redis_close(mrb_state *mrb, mrb_value self)
 {
-    redis_obj  *r = redis_self(mrb, self);
+    redis_obj  *r = redis_self_any(mrb, self);
 
     if (r->queue_owner == redis_owner(mrb)) {
         redis_batch_clear(&r->queue);
     }
     mrb_redis_conn_close(r->conn, redis_owner(mrb));
+    r->closed = 1;
 
     return mrb_nil_value();
 }
@@ -943,7 +1096,9 @@ redis_close(mrb_state *mrb, mrb_value self)
 static mrb_value
 redis_connected(mrb_state *mrb, mrb_value self)
 {
-    return mrb_bool_value(mrb_redis_conn_connected(redis_self(mrb, self)->conn));
+    redis_obj  *r = redis_self_any(mrb, self);
+
+    return mrb_bool_value(!r->closed && mrb_redis_conn_connected(r->conn));
 }
 
 
@@ -967,6 +1122,8 @@ static const mrb_api_method  redis_methods[] = {
     { "pipelined", redis_pipelined, MRB_ARGS_BLOCK() },
     { "queue", redis_queue, MRB_ARGS_ANY() },
     { "commit", redis_commit, MRB_ARGS_NONE() },
+    { "reply", redis_reply, MRB_ARGS_NONE() },
+    { "bulk_reply", redis_bulk_reply, MRB_ARGS_NONE() },
     { "close", redis_close, MRB_ARGS_NONE() },
     { "connected?", redis_connected, MRB_ARGS_NONE() },
     { "host", redis_host, MRB_ARGS_NONE() },
@@ -977,36 +1134,46 @@ static const mrb_api_method  redis_methods[] = {
 };
 
 
-/* The commands callable by name (r.get "k"): each sends its own name. */
+static const mrb_api_method  redis_class_methods[] = {
+    { "connect_set_raw", redis_connect_set_raw, MRB_ARGS_ARG(2, 1) },
+    { "connect_set_udptr", redis_connect_set_raw, MRB_ARGS_ARG(2, 1) },
+    MRB_API_METHOD_END
+};
+
+
+/* The commands callable by name (r.get "k"): each sends its own name and
+ * returns the reply as it is.  Those whose reply mruby-redis turns into
+ * something else (exists?, expire, set with options, keys, ...) are Ruby,
+ * in mrblib/redis.rb. */
 #define REDIS_CMD(name)  { name, redis_named, MRB_ARGS_ANY() }
 
 static const mrb_api_method  redis_command_methods[] = {
-    REDIS_CMD("append"), REDIS_CMD("auth"), REDIS_CMD("bitcount"),
-    REDIS_CMD("blpop"), REDIS_CMD("brpop"), REDIS_CMD("dbsize"),
-    REDIS_CMD("decr"), REDIS_CMD("decrby"), REDIS_CMD("del"),
-    REDIS_CMD("echo"), REDIS_CMD("exists"), REDIS_CMD("expire"),
-    REDIS_CMD("expireat"), REDIS_CMD("flushall"), REDIS_CMD("flushdb"),
-    REDIS_CMD("get"), REDIS_CMD("getrange"), REDIS_CMD("getset"),
-    REDIS_CMD("hdel"), REDIS_CMD("hexists"), REDIS_CMD("hget"),
-    REDIS_CMD("hgetall"), REDIS_CMD("hincrby"), REDIS_CMD("hkeys"),
-    REDIS_CMD("hlen"), REDIS_CMD("hmget"), REDIS_CMD("hmset"),
-    REDIS_CMD("hset"), REDIS_CMD("hsetnx"), REDIS_CMD("hvals"),
-    REDIS_CMD("incr"), REDIS_CMD("incrby"), REDIS_CMD("incrbyfloat"),
-    REDIS_CMD("info"), REDIS_CMD("keys"), REDIS_CMD("lindex"),
+    REDIS_CMD("append"), REDIS_CMD("asking"), REDIS_CMD("bitcount"),
+    REDIS_CMD("blpop"), REDIS_CMD("brpop"), REDIS_CMD("cluster"),
+    REDIS_CMD("dbsize"), REDIS_CMD("decr"), REDIS_CMD("decrby"),
+    REDIS_CMD("del"), REDIS_CMD("discard"), REDIS_CMD("echo"),
+    REDIS_CMD("exists"), REDIS_CMD("expireat"), REDIS_CMD("flushall"),
+    REDIS_CMD("flushdb"), REDIS_CMD("get"), REDIS_CMD("getrange"),
+    REDIS_CMD("getset"), REDIS_CMD("hdel"), REDIS_CMD("hexists"),
+    REDIS_CMD("hget"), REDIS_CMD("hincrby"), REDIS_CMD("hlen"),
+    REDIS_CMD("hmget"), REDIS_CMD("incr"), REDIS_CMD("incrby"),
+    REDIS_CMD("incrbyfloat"), REDIS_CMD("info"), REDIS_CMD("lindex"),
     REDIS_CMD("llen"), REDIS_CMD("lpop"), REDIS_CMD("lpush"),
     REDIS_CMD("lrange"), REDIS_CMD("lrem"), REDIS_CMD("lset"),
-    REDIS_CMD("ltrim"), REDIS_CMD("mget"), REDIS_CMD("mset"),
-    REDIS_CMD("persist"), REDIS_CMD("pexpire"), REDIS_CMD("ping"),
-    REDIS_CMD("pttl"), REDIS_CMD("publish"), REDIS_CMD("rename"),
-    REDIS_CMD("rpop"), REDIS_CMD("rpush"), REDIS_CMD("sadd"),
-    REDIS_CMD("scard"), REDIS_CMD("select"), REDIS_CMD("set"),
-    REDIS_CMD("setex"), REDIS_CMD("setnx"), REDIS_CMD("sismember"),
-    REDIS_CMD("smembers"), REDIS_CMD("spop"), REDIS_CMD("srem"),
-    REDIS_CMD("strlen"), REDIS_CMD("ttl"), REDIS_CMD("type"),
-    REDIS_CMD("zadd"), REDIS_CMD("zcard"), REDIS_CMD("zcount"),
-    REDIS_CMD("zincrby"), REDIS_CMD("zrange"), REDIS_CMD("zrangebyscore"),
-    REDIS_CMD("zrank"), REDIS_CMD("zrem"), REDIS_CMD("zremrangebyscore"),
-    REDIS_CMD("zrevrange"), REDIS_CMD("zscore"),
+    REDIS_CMD("ltrim"), REDIS_CMD("mget"), REDIS_CMD("multi"),
+    REDIS_CMD("persist"), REDIS_CMD("pexpire"), REDIS_CMD("pfadd"),
+    REDIS_CMD("pfcount"), REDIS_CMD("pfmerge"), REDIS_CMD("ping"),
+    REDIS_CMD("pttl"), REDIS_CMD("publish"), REDIS_CMD("randomkey"),
+    REDIS_CMD("rename"), REDIS_CMD("rpop"), REDIS_CMD("rpush"),
+    REDIS_CMD("sadd"), REDIS_CMD("scard"), REDIS_CMD("select"),
+    REDIS_CMD("setex"), REDIS_CMD("sismember"), REDIS_CMD("smembers"),
+    REDIS_CMD("spop"), REDIS_CMD("srem"), REDIS_CMD("strlen"),
+    REDIS_CMD("ttl"), REDIS_CMD("type"), REDIS_CMD("unwatch"),
+    REDIS_CMD("watch"), REDIS_CMD("zadd"), REDIS_CMD("zcard"),
+    REDIS_CMD("zcount"), REDIS_CMD("zincrby"), REDIS_CMD("zrange"),
+    REDIS_CMD("zrangebyscore"), REDIS_CMD("zrank"), REDIS_CMD("zrem"),
+    REDIS_CMD("zremrangebyscore"), REDIS_CMD("zrevrange"),
+    REDIS_CMD("zrevrank"), REDIS_CMD("zscore"),
     MRB_API_METHOD_END
 };
 
@@ -1057,7 +1224,8 @@ redis_run_end(mrb_state *mrb, const mrb_run *run)
 static void
 redis_define(mrb_state *mrb)
 {
-    struct RClass  *c, *base, *conn_error, *conn;
+    struct RClass  *c, *base, *conn_error, *reply_error, *conn;
+    int             ai = mrb_gc_arena_save(mrb);
 
     c = mrb_api_define_class(mrb, NULL, "Redis", NULL, redis_methods);
     MRB_SET_INSTANCE_TT(c, MRB_TT_DATA);
@@ -1067,12 +1235,21 @@ redis_define(mrb_state *mrb)
                                 mrb->eStandardError_class, NULL);
     conn_error = mrb_api_define_class(mrb, c, "ConnectionError", base, NULL);
     mrb_api_define_class(mrb, c, "TimeoutError", conn_error, NULL);
-    mrb_api_define_class(mrb, c, "ReplyError", base, NULL);
+    mrb_api_define_class(mrb, c, "ProtocolError", conn_error, NULL);
+    mrb_api_define_class(mrb, c, "OOMError", conn_error, NULL);
+    reply_error = mrb_api_define_class(mrb, c, "ReplyError", base, NULL);
+    mrb_api_define_class(mrb, c, "AuthError", reply_error, NULL);
+    mrb_api_define_class(mrb, c, "ClosedError", base, NULL);
+    mrb_api_define_class_methods(mrb, c, redis_class_methods);
 
     /* holds a kept connection; not for scripts */
     conn = mrb_api_define_class(mrb, c, "Connection", NULL, NULL);
     MRB_SET_INSTANCE_TT(conn, MRB_TT_DATA);
     mrb_undef_class_method(mrb, conn, "new");
+
+    /* the classes are constants: the arena need not keep them, and runs
+     * get its room (a run's allocations must fit it, unit test_wait) */
+    mrb_gc_arena_restore(mrb, ai);
 }
 
 

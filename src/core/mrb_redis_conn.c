@@ -93,8 +93,14 @@ redis_fail(mrb_redis_conn *c, mrb_redis_link *link, const char *what,
 {
     mrb_redis_status  st;
 
-    st = redis_is_timeout(link->ctx, saved_errno) ? MRB_REDIS_ETIMEOUT
-                                                  : MRB_REDIS_ECONNECT;
+    if (link->ctx->err == REDIS_ERR_PROTOCOL) {
+        st = MRB_REDIS_EPROTOCOL;
+    } else if (link->ctx->err == REDIS_ERR_OOM) {
+        st = MRB_REDIS_EOOM;
+    } else {
+        st = redis_is_timeout(link->ctx, saved_errno) ? MRB_REDIS_ETIMEOUT
+                                                      : MRB_REDIS_ECONNECT;
+    }
 
     snprintf(c->err, sizeof(c->err), "%s%s:%d: %s", what, c->host, c->port,
              (st == MRB_REDIS_ETIMEOUT)

@@ -36,8 +36,11 @@ typedef enum {
     MRB_REDIS_OK = 0,
     MRB_REDIS_ECONNECT,   /* cannot connect, or the connection broke */
     MRB_REDIS_ETIMEOUT,   /* connect, write or read took too long */
-    MRB_REDIS_ECANCELLED  /* the waiting run was cancelled (the link is
+    MRB_REDIS_ECANCELLED, /* the waiting run was cancelled (the link is
                              closed); the caller raises Cancelled */
+    MRB_REDIS_EPROTOCOL,  /* what the server sent is not Redis's protocol
+                             (the link is closed) */
+    MRB_REDIS_EOOM        /* hiredis ran out of memory on the link (closed) */
 } mrb_redis_status;
 
 /* After a failed connect, further attempts fail at once for this long (ms),

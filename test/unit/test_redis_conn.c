@@ -391,6 +391,45 @@ interleave_begin(conn_interleave *il, mrb_redis_caller *first,
 }
 
 
+/* A server that answers out of Redis's protocol: EPROTOCOL (what
+ * Redis::ProtocolError reports), the link closed, the command not sent
+ * again (the reply was there: the server is no Redis). */
+TEST(redis_conn_a_reply_out_of_protocol_is_a_protocol_error)
+{
+    mrb_redis_conn    *c;
+    mrb_redis_status   st;
+    int                fd, port, peer;
+    char               buf[64];
+    ssize_t            got;
+
+    fd = bound_socket(&port);
+    REQUIRE(fd >= 0);
+    REQUIRE(listen(fd, 8) == 0);
+    c = mrb_redis_conn_new("127.0.0.1", port, 2000);
+    REQUIRE(c != NULL);
+
+    REQUIRE(mrb_redis_conn_open(c, NULL) == MRB_REDIS_OK);
+    peer = accept(fd, NULL, NULL);
+    REQUIRE(peer >= 0);
+    REQUIRE(write(peer, "hello\r\n", 7) == 7);
+
+    CHECK_EQ(caller_integer(c, NULL, "PING", &st), -1);
+    CHECK_EQ(st, MRB_REDIS_EPROTOCOL);
+    CHECK(strstr(c->err, "127.0.0.1") != NULL);
+    CHECK(!mrb_redis_conn_connected(c));
+
+    /* the one PING, and no second connection */
+    got = read(peer, buf, sizeof(buf));
+    CHECK(got > 0 && memmem(buf, (size_t) got, "PING", 4) != NULL);
+    REQUIRE(fcntl(fd, F_SETFL, O_NONBLOCK) == 0);
+    CHECK(accept(fd, NULL, NULL) < 0 && errno == EAGAIN);
+
+    mrb_redis_conn_free(c);
+    close(peer);
+    close(fd);
+}
+
+
 TEST(redis_conn_a_run_that_waits_keeps_its_link_to_itself)
 {
     conn_server        s;
