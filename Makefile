@@ -31,7 +31,9 @@ MRB_WRAP   := $(addprefix -Wl$(comma)--wrap=,mrb_funcall mrb_funcall_id \
               mrb_yield_with_class mrb_yield_cont mrb_top_run mrb_exec_irep)
 LIBS       := $(MRB_WRAP) $(MRUBY_LIB) -lhiredis -lonig -lcrypto -lboost_context -lm -lpthread
 
-WARN       := -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
+# -Werror=vla: no array on the machine stack sized by input (mrb_stack.h)
+WARN       := -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers \
+              -Werror=vla
 OPT        ?= -O2 -g
 SANITIZE   ?=
 LDFLAGS    ?=

@@ -4,6 +4,10 @@
  * mrb_coro_switch.h).  See mrb_coro.h for why it works this way.
  */
 
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE     /* pthread_getattr_np */
+#endif
+
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -224,6 +228,32 @@ mrb_coro_thread_init(void)
     ss.ss_flags = 0;
     sigaltstack(&ss, NULL);
     mrb_coro_tls.altstack_ready = 1;
+}
+
+
+/*
+ * The lowest usable address of the thread's own stack, asked of glibc once
+ * per thread (for the main thread it reads /proc/self/maps and the stack
+ * rlimit).  Where glibc cannot say, (char *) 1: every check then passes,
+ * as before there was one, and the system's guard is the only one.
+ */
+char *
+mrb_coro_thread_limit(void)
+{
+    pthread_attr_t  attr;
+    void           *addr;
+    size_t          size;
+    char           *limit = (char *) 1;
+
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+        if (pthread_attr_getstack(&attr, &addr, &size) == 0) {
+            limit = addr;
+        }
+        pthread_attr_destroy(&attr);
+    }
+
+    mrb_coro_tls.thread_limit = limit;
+    return limit;
 }
 
 

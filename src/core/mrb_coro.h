@@ -20,8 +20,9 @@
  * burst maps them again, and unmapping also gives back the address space
  * and the two kernel mappings each stack costs (vm.max_map_count).
  *
- * Overflow: code that can recurse (the Ruby VM entered again from C) asks
- * mrb_coro_stack_left() first and fails cleanly while there is room.  The
+ * Overflow: code that can recurse (the Ruby VM entered again from C, the
+ * JSON parser, a pattern's compiler) asks mrb_stack_left() first and
+ * fails cleanly while there is room (mrb_stack.h).  The
  * guard page is the last line: a fault on it ends the process with one line
  * on stderr naming the stack size (the server's error log, for Apache and
  * nginx workers), and the server starts another.
@@ -45,8 +46,6 @@ typedef void (*mrb_coro_fn)(mrb_coro *coro, void *arg);
 #define MRB_CORO_STACK_MIN      (64 * 1024)
 #define MRB_CORO_KEEP_DEFAULT   64
 
-/* What re-entering Ruby from C must leave free (mrb_stack_check.c). */
-#define MRB_CORO_STACK_RESERVE  (32 * 1024)
 
 /*
  * A pool of stacks of stack_size usable bytes (rounded up to pages; at
@@ -90,8 +89,9 @@ void mrb_coro_drop(mrb_coro *coro);
  * mrb_coro_suspend(coro): from inside coro, back to whoever resumed it,
  * until the next resume.
  * mrb_coro_current(): the coroutine running on this thread, or NULL.
- * mrb_coro_stack_left(): bytes of stack left above the guard page of the
- * running coroutine, or (size_t) -1 on the thread's own stack.
+ * mrb_stack_left(): bytes of machine stack left to the caller, above the
+ * guard page of the running coroutine or above the end of the thread's
+ * own stack (mrb_stack.h says who asks).
  * Inline, with the switch itself:
  */
 #include "mrb_coro_switch.h"

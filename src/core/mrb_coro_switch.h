@@ -19,9 +19,18 @@
 /*
  * AddressSanitizer must be told of each switch, or it takes the other
  * stack for an overflow of this one (a longjmp on a coroutine, the
- * exceptions of mruby, is where it looks).
+ * exceptions of mruby, is where it looks).  gcc says it is on with
+ * __SANITIZE_ADDRESS__, clang (the fuzz targets') with __has_feature.
  */
 #if defined(__SANITIZE_ADDRESS__)
+#define MRB_CORO_ASAN  1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define MRB_CORO_ASAN  1
+#endif
+#endif
+
+#if defined(MRB_CORO_ASAN)
 #include <sanitizer/common_interface_defs.h>
 #define mrb_coro_asan_start(save, bottom, size)                               \
     __sanitizer_start_switch_fiber(save, bottom, size)
@@ -120,30 +129,34 @@ struct mrb_coro_s {
     char            *limit;      /* lowest usable address (guard's end) */
     mrb_coro        *next_idle;
     unsigned         finished:1;
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(MRB_CORO_ASAN)
     const void      *caller_bottom;  /* the resumer's stack, for ASan */
     size_t           caller_size;
 #endif
 };
 
 /*
- * Per thread: the coroutine running and whether the thread has its
- * alternate signal stack.  initial-exec: read at a fixed offset from the
- * thread pointer, where the default model for a module that is dlopen'd
- * (nginx's, Apache's) calls __tls_get_addr on each access; the 16 bytes
- * come from the static TLS space glibc keeps for such modules.
+ * Per thread: the coroutine running, whether the thread has its alternate
+ * signal stack, and the lowest usable address of the thread's own stack
+ * (NULL until first asked for).  initial-exec: read at a fixed offset from
+ * the thread pointer, where the default model for a module that is
+ * dlopen'd (nginx's, Apache's) calls __tls_get_addr on each access; the
+ * 24 bytes come from the static TLS space glibc keeps for such modules.
  */
 typedef struct {
     mrb_coro  *running;
     int        altstack_ready;
+    char      *thread_limit;
 } mrb_coro_thread;
 
 extern __thread mrb_coro_thread  mrb_coro_tls
     __attribute__((tls_model("initial-exec"), visibility("hidden")));
 
-/* mrb_coro.c: the first resume on a thread; a coroutine's end */
+/* mrb_coro.c: the first resume on a thread; a coroutine's end; the
+ * thread's stack limit, the first time it is asked for */
 void mrb_coro_thread_init(void);
 void mrb_coro_release(mrb_coro *coro);
+char *mrb_coro_thread_limit(void);
 
 
 /*
@@ -154,7 +167,7 @@ static inline int
 mrb_coro_resume(mrb_coro *coro)
 {
     mrb_coro  *outer = mrb_coro_tls.running;
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(MRB_CORO_ASAN)
     void      *fake;
 #endif
 
@@ -184,7 +197,7 @@ mrb_coro_resume(mrb_coro *coro)
 static inline void
 mrb_coro_suspend(mrb_coro *coro)
 {
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(MRB_CORO_ASAN)
     void  *fake;
 #endif
 
@@ -203,20 +216,27 @@ mrb_coro_current(void)
 
 
 /*
- * Bytes of stack left above the guard page of the running coroutine, or
- * (size_t) -1 on the thread's own stack (the system guards that one).
+ * Bytes of machine stack left to the caller: above the guard page of the
+ * running coroutine, or above the end of the thread's own stack.
  */
 static inline size_t
-mrb_coro_stack_left(void)
+mrb_stack_left(void)
 {
     mrb_coro  *coro = mrb_coro_tls.running;
     char      *sp = __builtin_frame_address(0);
+    char      *limit;
 
-    if (coro == NULL) {
-        return (size_t) -1;
+    if (coro != NULL) {
+        limit = coro->limit;
+
+    } else {
+        limit = mrb_coro_tls.thread_limit;
+        if (__builtin_expect(limit == NULL, 0)) {
+            limit = mrb_coro_thread_limit();
+        }
     }
 
-    return sp > coro->limit ? (size_t) (sp - coro->limit) : 0;
+    return sp > limit ? (size_t) (sp - limit) : 0;
 }
 
 #endif /* MRB_CORO_SWITCH_H */

@@ -41,6 +41,7 @@
 #include "mrb_redis.h"
 #include "mrb_redis_conn.h"
 #include "mrb_interp_core.h"
+#include "mrb_stack.h"
 #include "mrb_wait.h"
 
 #define REDIS_DEFAULT_HOST     "127.0.0.1"
@@ -642,6 +643,8 @@ redis_reply_value(mrb_state *mrb, redisReply *rep, unsigned how)
         return mrb_int_value(mrb, rep->integer);
 
     case REDIS_REPLY_ARRAY:
+        /* a level of C recursion for each level the server nested */
+        mrb_stack_check(mrb);
         if (how & REDIS_AS_HASH) {
             v = mrb_hash_new_capa(mrb, rep->elements / 2);
             for (i = 0; i + 1 < rep->elements; i += 2) {

@@ -1,11 +1,12 @@
 /*
- * The machine stack of a run on a coroutine is fixed (mrb_coro.h), and
- * mruby recurses on it each time C calls Ruby again: a to_s called by
- * string interpolation that interpolates again, a Hash default block that
- * reads the hash, <=> under sort.  Each such re-entry costs some 1.5 KB.
- * Before every one, the remaining stack is checked, and below
- * MRB_CORO_STACK_RESERVE the call raises SystemStackError, a 500 and a log
- * line like any other exception, long before the guard page.
+ * The machine stack of a run is fixed (a coroutine's, mrb_coro.h, or the
+ * thread's), and mruby recurses on it each time C calls Ruby again: a
+ * to_s called by string interpolation that interpolates again, a Hash
+ * default block that reads the hash, <=> under sort.  Each such re-entry
+ * costs some 1.5 KB.  Before every one, the remaining stack is checked
+ * (mrb_stack.h), and below MRB_STACK_RESERVE the call raises
+ * SystemStackError, a 500 and a log line like any other exception, long
+ * before the guard page.
  *
  * The re-entries are mruby's public entry points into the VM.  The link
  * wraps them (ld --wrap, see MRB_WRAP in the Makefile and src/nginx/config):
@@ -19,9 +20,9 @@
 
 #include <mruby.h>
 
-#include "mrb_coro.h"
 #include "mrb_interp_core.h"
 #include "mrb_mruby_version.h"
+#include "mrb_stack.h"
 
 /* vm.c's MRB_FUNCALL_ARGC_MAX (mruby 3.1.0), not in its headers */
 #define STACK_CHECK_ARGC_MAX  16
@@ -63,22 +64,13 @@ mrb_value __wrap_mrb_exec_irep(mrb_state *mrb, mrb_value self,
     struct RProc *p);
 
 
-static MRB_NOINLINE void
-stack_check_raise(mrb_state *mrb)
+void
+mrb_stack_raise(mrb_state *mrb)
 {
     mrb_raise(mrb, mrb_class_get(mrb, "SystemStackError"),
               "stack level too deep (the run's machine stack is nearly "
               "used up: less recursion through blocks and methods called "
               "from C, or a larger stack)");
-}
-
-
-static inline void
-stack_check(mrb_state *mrb)
-{
-    if (mrb_coro_stack_left() < MRB_CORO_STACK_RESERVE) {
-        stack_check_raise(mrb);
-    }
 }
 
 
@@ -98,7 +90,7 @@ stack_check_funcall_va(mrb_state *mrb, mrb_value self, mrb_sym mid,
         argv[i] = va_arg(ap, mrb_value);
     }
 
-    stack_check(mrb);
+    mrb_stack_check(mrb);
     return __real_mrb_funcall_argv(mrb, self, mid, argc, argv);
 }
 
@@ -136,7 +128,7 @@ mrb_value
 __wrap_mrb_funcall_argv(mrb_state *mrb, mrb_value self, mrb_sym mid,
     mrb_int argc, const mrb_value *argv)
 {
-    stack_check(mrb);
+    mrb_stack_check(mrb);
     return __real_mrb_funcall_argv(mrb, self, mid, argc, argv);
 }
 
@@ -145,7 +137,7 @@ mrb_value
 __wrap_mrb_funcall_with_block(mrb_state *mrb, mrb_value self, mrb_sym mid,
     mrb_int argc, const mrb_value *argv, mrb_value blk)
 {
-    stack_check(mrb);
+    mrb_stack_check(mrb);
     return __real_mrb_funcall_with_block(mrb, self, mid, argc, argv, blk);
 }
 
@@ -153,7 +145,7 @@ __wrap_mrb_funcall_with_block(mrb_state *mrb, mrb_value self, mrb_sym mid,
 mrb_value
 __wrap_mrb_yield(mrb_state *mrb, mrb_value b, mrb_value arg)
 {
-    stack_check(mrb);
+    mrb_stack_check(mrb);
     return __real_mrb_yield(mrb, b, arg);
 }
 
@@ -162,7 +154,7 @@ mrb_value
 __wrap_mrb_yield_argv(mrb_state *mrb, mrb_value b, mrb_int argc,
     const mrb_value *argv)
 {
-    stack_check(mrb);
+    mrb_stack_check(mrb);
     return __real_mrb_yield_argv(mrb, b, argc, argv);
 }
 
@@ -171,7 +163,7 @@ mrb_value
 __wrap_mrb_yield_with_class(mrb_state *mrb, mrb_value b, mrb_int argc,
     const mrb_value *argv, mrb_value self, struct RClass *c)
 {
-    stack_check(mrb);
+    mrb_stack_check(mrb);
     return __real_mrb_yield_with_class(mrb, b, argc, argv, self, c);
 }
 
@@ -180,7 +172,7 @@ mrb_value
 __wrap_mrb_yield_cont(mrb_state *mrb, mrb_value b, mrb_value self,
     mrb_int argc, const mrb_value *argv)
 {
-    stack_check(mrb);
+    mrb_stack_check(mrb);
     return __real_mrb_yield_cont(mrb, b, self, argc, argv);
 }
 
@@ -189,7 +181,7 @@ mrb_value
 __wrap_mrb_top_run(mrb_state *mrb, const struct RProc *proc, mrb_value self,
     mrb_int stack_keep)
 {
-    stack_check(mrb);
+    mrb_stack_check(mrb);
     return __real_mrb_top_run(mrb, proc, self, stack_keep);
 }
 
@@ -197,6 +189,6 @@ __wrap_mrb_top_run(mrb_state *mrb, const struct RProc *proc, mrb_value self,
 mrb_value
 __wrap_mrb_exec_irep(mrb_state *mrb, mrb_value self, struct RProc *p)
 {
-    stack_check(mrb);
+    mrb_stack_check(mrb);
     return __real_mrb_exec_irep(mrb, self, p);
 }

@@ -52,17 +52,17 @@ mrb_matchdata_new(mrb_state *mrb, mrb_value regexp, mrb_value str,
     struct RData   *d;
     mrb_match      *m;
     mrb_value       md;
-    int             i, n = region->num_regs;
+    int             n = region->num_regs;
 
     d = mrb_data_object_alloc(mrb, lib->matchdata_class, NULL,
                               &mrb_match_type);
     md = mrb_obj_value(d);
     m = mrb_malloc(mrb, sizeof(mrb_match) + 2 * n * sizeof(int));
     m->ngroups = n;
-    for (i = 0; i < n; i++) {
-        m->pos[2 * i] = region->beg[i];
-        m->pos[2 * i + 1] = region->end[i];
-    }
+    m->beg = m->pos;
+    m->end = m->pos + n;
+    memcpy(m->beg, region->beg, n * sizeof(int));
+    memcpy(m->end, region->end, n * sizeof(int));
     d->data = m;
 
     mrb_iv_set(mrb, md, lib->sym_string, str);
@@ -77,12 +77,12 @@ match_group(mrb_state *mrb, mrb_match *m, mrb_value str, mrb_int n)
 {
     mrb_int  b, e, len = RSTRING_LEN(str);
 
-    if (n < 0 || n >= m->ngroups || m->pos[2 * n] < 0) {
+    if (n < 0 || n >= m->ngroups || m->beg[n] < 0) {
         return mrb_nil_value();
     }
 
-    b = m->pos[2 * n];
-    e = m->pos[2 * n + 1];
+    b = m->beg[n];
+    e = m->end[n];
     if (b > len) {
         b = len;
     }
@@ -109,9 +109,7 @@ match_group_index(mrb_state *mrb, mrb_value self, mrb_match *m, mrb_value idx)
     mrb_value    re;
     mrb_regexp  *rx;
     OnigRegion   region;
-    int      beg[m->ngroups], end[m->ngroups];
     mrb_int      n;
-    int          i;
 
     if (mrb_integer_p(idx)) {
         n = mrb_integer(idx);
@@ -129,14 +127,10 @@ match_group_index(mrb_state *mrb, mrb_value self, mrb_match *m, mrb_value idx)
     re = mrb_iv_get(mrb, self, mrb_lib_get(mrb)->sym_regexp);
     rx = mrb_regexp_check(mrb, re);
 
-    for (i = 0; i < m->ngroups; i++) {
-        beg[i] = m->pos[2 * i];
-        end[i] = m->pos[2 * i + 1];
-    }
     memset(&region, 0, sizeof(region));
     region.num_regs = m->ngroups;
-    region.beg = beg;
-    region.end = end;
+    region.beg = m->beg;
+    region.end = m->end;
 
     n = mrb_regexp_name_to_group(rx, RSTRING_PTR(idx), RSTRING_LEN(idx),
                                  &region);
@@ -183,8 +177,8 @@ match_begin_end(mrb_state *mrb, mrb_value self, int end)
         mrb_raisef(mrb, E_INDEX_ERROR, "index %v out of matches", idx);
     }
 
-    return m->pos[2 * n] < 0 ? mrb_nil_value()
-                             : mrb_fixnum_value(m->pos[2 * n + end]);
+    return m->beg[n] < 0 ? mrb_nil_value()
+                         : mrb_fixnum_value(end ? m->end[n] : m->beg[n]);
 }
 
 
@@ -238,7 +232,7 @@ match_pre_match(mrb_state *mrb, mrb_value self)
 {
     mrb_match  *m = match_check(mrb, self);
 
-    return mrb_str_substr(mrb, match_string(mrb, self), 0, m->pos[0]);
+    return mrb_str_substr(mrb, match_string(mrb, self), 0, m->beg[0]);
 }
 
 
@@ -249,11 +243,11 @@ match_post_match(mrb_state *mrb, mrb_value self)
     mrb_value   str = match_string(mrb, self);
     mrb_int     len = RSTRING_LEN(str);
 
-    if (m->pos[1] >= len) {
+    if (m->end[0] >= len) {
         return mrb_str_new(mrb, NULL, 0);
     }
 
-    return mrb_str_substr(mrb, str, m->pos[1], len - m->pos[1]);
+    return mrb_str_substr(mrb, str, m->end[0], len - m->end[0]);
 }
 
 

@@ -17,6 +17,12 @@
  * top-level isolation never keeps them as sealed globals
  * (mrb_toplevel.c), so they are removed when the run that set them ends
  * and taken aside while it waits.
+ *
+ * A limit keeps a pattern from request data from taking the worker,
+ * raising RegexpError (docs/security.md):
+ * - compiling: Oniguruma's parser and compiler recurse on the machine
+ *   stack, so the parse depth each compile allows comes from the stack left
+ *   (regexp_compile_depth).
  */
 
 #include <pthread.h>
@@ -34,6 +40,7 @@
 #include "mrb_lib.h"
 #include "mrb_mruby_version.h"    /* mrb->symidx counts the symbols */
 #include "mrb_regexp.h"
+#include "mrb_stack.h"
 
 #define REGEXP_CACHE_SLOTS  256     /* a power of two */
 
@@ -113,7 +120,30 @@ mrb_regexp_check(mrb_state *mrb, mrb_value self)
 
 /* ---- compiling ------------------------------------------------------ */
 
-static pthread_once_t  regexp_onig_once = PTHREAD_ONCE_INIT;
+/*
+ * Oniguruma's parser and compiler recurse once or more a level of nesting,
+ * and its compiler once more a subexpression call (\g<name>) along a chain
+ * of calls, which the parse depth does not bound.  Measured with Debian
+ * 12's libonig5 6.9.8 on patterns nested 50 to 1,000 deep (groups, classes,
+ * quantifiers, alternations, look-arounds, conditionals, absent operators,
+ * with and without /i) and on chains of 3,000 calls: at most 1,398 bytes
+ * of stack a unit of parse depth (the absent operator, (?~...); a group
+ * counts two units and costs 770 bytes) and 1,120 bytes a call of a
+ * chain.  So a compile gets the parse depth that
+ * REGEXP_STACK_PER_DEPTH bytes a unit, for each call of the pattern and
+ * once more, fits in the stack left above MRB_STACK_RESERVE, and at most
+ * Oniguruma's default: 51 nested groups on a coroutine's 256 KB, 2,031 on
+ * an 8 MB thread stack (built -O2).  Deeper raises RegexpError.
+ *
+ * The limit is one global of Oniguruma's, read while it parses: each
+ * compile sets it and compiles under regexp_compile_lock, so that threads
+ * with different stacks left do not compile with each other's.
+ */
+#define REGEXP_STACK_PER_DEPTH  2048
+#define REGEXP_MAX_DEPTH        4096    /* Oniguruma's default */
+
+static pthread_once_t   regexp_onig_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t  regexp_compile_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void
 regexp_onig_init(void)
@@ -163,6 +193,40 @@ regexp_flags(mrb_state *mrb, mrb_value opt, mrb_value enc)
 }
 
 
+/* The subexpression calls (\g<name>) of a pattern, or more: an escaped
+ * backslash is skipped, a \g in a class is counted. */
+static size_t
+regexp_count_calls(const char *src, mrb_int len)
+{
+    size_t   calls = 0;
+    mrb_int  i;
+
+    for (i = 0; i + 1 < len; i++) {
+        if (src[i] == '\\') {
+            calls += src[i + 1] == 'g';
+            i++;
+        }
+    }
+
+    return calls;
+}
+
+
+/* The parse depth a compile of a pattern with calls subexpression calls
+ * may use on the stack left; 0 when not even one level fits. */
+static unsigned
+regexp_compile_depth(size_t calls)
+{
+    size_t  left = mrb_stack_left(), depth;
+
+    if (left < MRB_STACK_RESERVE) {
+        return 0;
+    }
+    depth = (left - MRB_STACK_RESERVE) / REGEXP_STACK_PER_DEPTH / (calls + 1);
+    return depth < REGEXP_MAX_DEPTH ? (unsigned) depth : REGEXP_MAX_DEPTH;
+}
+
+
 static uint32_t
 regexp_hash(const char *p, mrb_int len, mrb_int flags)
 {
@@ -187,9 +251,12 @@ regexp_compile(mrb_state *mrb, struct RClass *c, const char *src,
     OnigErrorInfo  einfo;
     OnigOptionType opt = ONIG_OPTION_NONE;
     OnigUChar      msg[ONIG_MAX_ERROR_MESSAGE_LEN];
+    size_t         calls;
+    unsigned       depth;
     int            rc;
 
     pthread_once(&regexp_onig_once, regexp_onig_init);
+    mrb_stack_check(mrb);
 
     if (flags & MRB_REGEXP_IGNORECASE) opt |= ONIG_OPTION_IGNORECASE;
     if (flags & MRB_REGEXP_EXTENDED)   opt |= ONIG_OPTION_EXTEND;
@@ -205,11 +272,29 @@ regexp_compile(mrb_state *mrb, struct RClass *c, const char *src,
     rx->src[len] = '\0';
     rx->srclen = len;
 
+    calls = regexp_count_calls(src, len);
+    depth = regexp_compile_depth(calls);
+    if (depth == 0) {
+        mrb_raisef(mrb, mrb_class_get(mrb, "RegexpError"),
+                   "too many subexpression calls (%d) for the machine "
+                   "stack left: /%s/", (int) calls, rx->src);
+    }
+
+    pthread_mutex_lock(&regexp_compile_lock);
+    onig_set_parse_depth_limit(depth);
     rc = onig_new(&rx->re, (const OnigUChar *) rx->src,
                   (const OnigUChar *) rx->src + len, opt,
                   (flags & MRB_REGEXP_NOENCODING) ? ONIG_ENCODING_ASCII
                                                   : ONIG_ENCODING_UTF8,
                   ONIG_SYNTAX_RUBY, &einfo);
+    pthread_mutex_unlock(&regexp_compile_lock);
+
+    if (rc == ONIGERR_PARSE_DEPTH_LIMIT_OVER) {
+        mrb_raisef(mrb, mrb_class_get(mrb, "RegexpError"),
+                   "pattern nests deeper than the machine stack left allows "
+                   "(parse depth limit %d): /%s/", (int) depth, rx->src);
+    }
+
     if (rc != ONIG_NORMAL) {
         rx->re = NULL;
         onig_error_code_to_str(msg, rc, &einfo);
@@ -395,14 +480,14 @@ regexp_set_globals(mrb_state *mrb, regexp_state *st, uint32_t wanted,
                 v = mrb_matchdata_group(mrb, md, 0);
                 break;
             case 2:
-                v = mrb_str_substr(mrb, str, 0, m->pos[0]);
+                v = mrb_str_substr(mrb, str, 0, m->beg[0]);
                 break;
             case 3:
-                v = mrb_str_substr(mrb, str, m->pos[1], len - m->pos[1]);
+                v = mrb_str_substr(mrb, str, m->end[0], len - m->end[0]);
                 break;
             case 4:
                 for (last = m->ngroups - 1; last > 0; last--) {
-                    if (m->pos[2 * last] >= 0) {
+                    if (m->beg[last] >= 0) {
                         break;
                     }
                 }
@@ -577,6 +662,7 @@ regexp_s_set_last_match(mrb_state *mrb, mrb_value self)
 
 /* ---- matching ------------------------------------------------------- */
 
+
 /*
  * Searches str for rx from byte pos (backward towards 0 when backward);
  * returns where the match starts, the groups in st->region, or -1.
@@ -612,6 +698,7 @@ regexp_search(mrb_state *mrb, regexp_state *st, mrb_regexp *rx,
     if (rc == ONIG_MISMATCH) {
         return -1;
     }
+
 
     onig_error_code_to_str(msg, rc);
     mrb_raisef(mrb, mrb_class_get(mrb, "RegexpError"), "%s: /%s/",

@@ -28,11 +28,15 @@ typedef struct {
     mrb_int     srclen;
 } mrb_regexp;
 
-/* A match: group i spans [pos[2i], pos[2i+1]), -1 when it did not take
- * part.  One allocation, owned by the MatchData object. */
+/* A match: group i spans [beg[i], end[i]), -1 when it did not take part.
+ * beg and end point into pos, as an OnigRegion's do, so that a region can
+ * be lent to Oniguruma without a copy.  One allocation, owned by the
+ * MatchData object. */
 typedef struct {
     int         ngroups;    /* 1 + the number of capture groups */
-    int     pos[];
+    int        *beg;        /* pos */
+    int        *end;        /* pos + ngroups */
+    int         pos[];
 } mrb_match;
 
 extern const struct mrb_data_type  mrb_regexp_type;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "lib_eval.h"
+#include "mrb_coro.h"
 #include "mrb_lib.h"
 #include "mrb_script.h"
 #include "unit.h"
@@ -111,14 +112,57 @@ lib_eval(mrb_interp *interp, const char *code, char *out, size_t len)
 }
 
 
+typedef struct {
+    mrb_interp  *interp;
+    const char  *code;
+    char        *out;
+    size_t       len;
+    int          rc;
+} lib_coro_eval;
+
+
+static void
+lib_eval_coro(mrb_coro *coro, void *arg)
+{
+    lib_coro_eval  *e = arg;
+
+    e->rc = lib_eval(e->interp, e->code, e->out, e->len);
+}
+
+
+int
+lib_eval_on_coroutine(mrb_interp *interp, const char *code, char *out,
+    size_t len)
+{
+    lib_coro_eval   e = { interp, code, out, len, -1 };
+    mrb_coro_pool  *pool = mrb_coro_pool_new(MRB_CORO_STACK_DEFAULT, 0);
+    mrb_coro       *coro;
+
+    coro = pool != NULL ? mrb_coro_new(pool, lib_eval_coro, &e) : NULL;
+    if (coro == NULL) {
+        snprintf(out, len, "no coroutine");
+        mrb_coro_pool_free(pool);
+        return -1;
+    }
+
+    /* lib_eval never suspends: one resume runs it to its end */
+    mrb_coro_resume(coro);
+
+    mrb_coro_pool_free(pool);
+    return e.rc;
+}
+
+
 void
 lib_expect(mrb_interp *interp, const char *file, int line, const char *code,
-    const char *expected)
+    const char *expected, int coro)
 {
     char  got[8192];
+    int   rc;
 
-    if (lib_eval(interp, code, got, sizeof(got)) != 0
-        || strcmp(got, expected) != 0)
+    rc = coro ? lib_eval_on_coroutine(interp, code, got, sizeof(got))
+              : lib_eval(interp, code, got, sizeof(got));
+    if (rc != 0 || strcmp(got, expected) != 0)
     {
         unit_fail(file, line, "%s\n      expected %s\n      got      %s",
                   code, expected, got);

@@ -20,11 +20,20 @@ mrb_interp *lib_interp_startup(const char *code);
  */
 int lib_eval(mrb_interp *interp, const char *code, char *out, size_t len);
 
-/* Fails the test unless code's value inspects as expected. */
+/* lib_eval on a coroutine's stack of MRB_CORO_STACK_DEFAULT bytes, as a
+ * script that waits runs. */
+int lib_eval_on_coroutine(mrb_interp *interp, const char *code, char *out,
+    size_t len);
+
+/* Fails the test unless code's value inspects as expected (on a
+ * coroutine's stack: coro). */
 void lib_expect(mrb_interp *interp, const char *file, int line,
-    const char *code, const char *expected);
+    const char *code, const char *expected, int coro);
 
 #define CHECK_RUBY(interp, code, expected)                                  \
-    lib_expect(interp, __FILE__, __LINE__, code, expected)
+    lib_expect(interp, __FILE__, __LINE__, code, expected, 0)
+
+#define CHECK_RUBY_ON_COROUTINE(interp, code, expected)                     \
+    lib_expect(interp, __FILE__, __LINE__, code, expected, 1)
 
 #endif /* LIB_EVAL_H */

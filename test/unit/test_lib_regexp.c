@@ -252,6 +252,44 @@ TEST(lib_regexp_globals_do_not_outlive_the_run)
 }
 
 
+/*
+ * A pattern from the request cannot take the machine stack: the parse
+ * depth a compile may use comes from the stack left, a chain of \\g calls
+ * counts too, and a MatchData of 32,765 groups looks a name up in place.
+ * On a coroutine's 256 KB each of these overflowed before.
+ */
+TEST(lib_regexp_compile_depth_comes_from_the_stack_left)
+{
+    static const char  *nested =
+        "begin; Regexp.new('(' * 1500 + 'a' + ')' * 1500) =~ 'a'; "
+        "rescue RegexpError => e; e.message[/parse depth limit \\d+/] "
+        "&& :refused; end";
+    static const char  *calls =
+        "src = (0...300).map { |i| \"(?<a#{i}>x|\\\\g<a#{i + 1}>)\" }.join "
+        "+ '(?<a300>y)'; "
+        "begin; Regexp.new(src) =~ 'x' * 300 + 'y'; "
+        "rescue RegexpError => e; e.message[/too many subexpression calls/] "
+        "&& :refused; end";
+    static const char  *groups =
+        "m = Regexp.new('(?<x>a)' * 32765).match('a' * 32765); "
+        "[m.size, m[:x], m['x'], m.begin(:x)]";
+    mrb_interp  *interp = lib_interp();
+
+    REQUIRE(interp != NULL);
+    CHECK_RUBY_ON_COROUTINE(interp, nested, ":refused");
+    CHECK_RUBY(interp, nested, "0");
+    CHECK_RUBY_ON_COROUTINE(interp, calls, ":refused");
+    CHECK_RUBY(interp, calls, "0");
+    CHECK_RUBY_ON_COROUTINE(interp, groups, "[32766, \"a\", \"a\", 32764]");
+
+    /* an ordinary pattern compiles on a coroutine as anywhere */
+    CHECK_RUBY_ON_COROUTINE(interp,
+        "Regexp.new('\\A(?<y>\\d{4})-(\\d\\d)(?:-((?:[a-z]|\\d)+))?\\z') "
+        "=~ '2024-05-ab1'", "0");
+    mrb_interp_close(interp);
+}
+
+
 BENCH(lib_regexp_route_10_matches)
 {
     mrb_interp  *interp = lib_interp();
