@@ -18,11 +18,13 @@
  * (mrb_toplevel.c), so they are removed when the run that set them ends
  * and taken aside while it waits.
  *
- * A limit keeps a pattern from request data from taking the worker,
- * raising RegexpError (docs/security.md):
+ * Two limits keep a pattern from taking the worker, both from request
+ * data and both raising RegexpError (docs/security.md):
  * - compiling: Oniguruma's parser and compiler recurse on the machine
  *   stack, so the parse depth each compile allows comes from the stack left
- *   (regexp_compile_depth).
+ *   (regexp_compile_depth);
+ * - matching: backtracking is counted, per start position and per search
+ *   (regexp_match_param).
  */
 
 #include <pthread.h>
@@ -41,6 +43,10 @@
 #include "mrb_mruby_version.h"    /* mrb->symidx counts the symbols */
 #include "mrb_regexp.h"
 #include "mrb_stack.h"
+
+#if ONIGURUMA_VERSION_INT < 60908
+#error "Oniguruma 6.9.8 or later is needed (retry limits of a search)"
+#endif
 
 #define REGEXP_CACHE_SLOTS  256     /* a power of two */
 
@@ -63,6 +69,7 @@ static const char  *regexp_globals[] = {
 /* Per interpreter: held by the Regexp class, freed with the interpreter. */
 typedef struct {
     OnigRegion      region;         /* where every search leaves its groups */
+    OnigMatchParam *match_param;    /* every search's limits */
     struct RArray  *gc;             /* the class's __gc__ Array */
     OnigRegion      last;           /* the last match's groups, kept until a
                                        MatchData is asked for */
@@ -93,6 +100,9 @@ regexp_state_free(mrb_state *mrb, void *p)
     if (st != NULL) {
         onig_region_free(&st->region, 0);
         onig_region_free(&st->last, 0);
+        if (st->match_param != NULL) {
+            onig_free_match_param(st->match_param);
+        }
         mrb_free(mrb, st);
     }
 }
@@ -662,6 +672,31 @@ regexp_s_set_last_match(mrb_state *mrb, mrb_value self)
 
 /* ---- matching ------------------------------------------------------- */
 
+/*
+ * Backtracking is counted (Oniguruma's retries): REGEXP_RETRY_LIMIT_IN_MATCH
+ * at one start position, REGEXP_RETRY_LIMIT_IN_SEARCH over all positions
+ * of one search, and past either the search raises RegexpError.  Measured
+ * on this machine (Debian 12, libonig5 6.9.8, loaded): 1,000,000 retries
+ * take some 0.05 s, so a search stops within about half a second;
+ * /(a+)+$/ on ("a" * 23 + "!") * 60, 30 s without the limits, stops after
+ * 0.05 s.  The patterns of a 1 MB body measured below the limits: a
+ * quoted string with escapes ("(?:[^"\\]|\\.)*"), /(\w+\s?)*$/ on
+ * words, /\s+$/, /(.*)foo/.  The one place they are set, per search.
+ */
+#define REGEXP_RETRY_LIMIT_IN_MATCH   1000000
+#define REGEXP_RETRY_LIMIT_IN_SEARCH  10000000
+
+
+static OnigMatchParam *
+regexp_match_param(regexp_state *st)
+{
+    onig_set_retry_limit_in_match_of_match_param(st->match_param,
+                                                 REGEXP_RETRY_LIMIT_IN_MATCH);
+    onig_set_retry_limit_in_search_of_match_param(st->match_param,
+                                                  REGEXP_RETRY_LIMIT_IN_SEARCH);
+    return st->match_param;
+}
+
 
 /*
  * Searches str for rx from byte pos (backward towards 0 when backward);
@@ -689,8 +724,9 @@ regexp_search(mrb_state *mrb, regexp_state *st, mrb_regexp *rx,
         mrb_raise(mrb, E_ARGUMENT_ERROR, "invalid byte sequence in UTF-8");
     }
 
-    rc = onig_search(rx->re, s, s + len, s + pos, backward ? s : s + len,
-                     &st->region, ONIG_OPTION_NONE);
+    rc = onig_search_with_param(rx->re, s, s + len, s + pos,
+                                backward ? s : s + len, &st->region,
+                                ONIG_OPTION_NONE, regexp_match_param(st));
     if (rc >= 0) {
         return rc;
     }
@@ -699,6 +735,19 @@ regexp_search(mrb_state *mrb, regexp_state *st, mrb_regexp *rx,
         return -1;
     }
 
+    if (rc == ONIGERR_RETRY_LIMIT_IN_MATCH_OVER
+        || rc == ONIGERR_RETRY_LIMIT_IN_SEARCH_OVER)
+    {
+        mrb_raisef(mrb, mrb_class_get(mrb, "RegexpError"),
+                   "backtracking limit hit: more than %d retries %s: /%s/",
+                   rc == ONIGERR_RETRY_LIMIT_IN_MATCH_OVER
+                       ? REGEXP_RETRY_LIMIT_IN_MATCH
+                       : REGEXP_RETRY_LIMIT_IN_SEARCH,
+                   rc == ONIGERR_RETRY_LIMIT_IN_MATCH_OVER
+                       ? "at one position (retry_limit_in_match)"
+                       : "in one search (retry_limit_in_search)",
+                   rx->src);
+    }
 
     onig_error_code_to_str(msg, rc);
     mrb_raisef(mrb, mrb_class_get(mrb, "RegexpError"), "%s: /%s/",
@@ -1113,6 +1162,11 @@ mrb_regexp_define(mrb_state *mrb)
     onig_region_init(&st->region);
     st->symidx = (mrb_sym) -1;
     d->data = st;
+    st->match_param = onig_new_match_param();
+    if (st->match_param == NULL) {
+        mrb_exc_raise(mrb, mrb_obj_value(mrb->nomem_err));
+    }
+    onig_initialize_match_param(st->match_param);
     mrb_iv_set(mrb, mrb_obj_value(c), mrb_intern_lit(mrb, "__state__"),
                mrb_obj_value(d));
 

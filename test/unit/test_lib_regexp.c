@@ -290,6 +290,34 @@ TEST(lib_regexp_compile_depth_comes_from_the_stack_left)
 }
 
 
+/* Runaway backtracking stops at the retry limits with a RegexpError that
+ * names the limit, and what backtracks little still matches. */
+TEST(lib_regexp_backtracking_stops_at_the_retry_limits)
+{
+    mrb_interp  *interp = lib_interp();
+
+    REQUIRE(interp != NULL);
+    CHECK_RUBY(interp,
+        "begin; (('a' * 23 + '!') * 60) =~ /(a+)+$/; "
+        "rescue RegexpError => e; e.message; end",
+        "\"backtracking limit hit: more than 1000000 retries at one "
+        "position (retry_limit_in_match): /(a+)+$/\"");
+    CHECK_RUBY(interp,
+        "begin; (('a' * 17 + '!') * 400) =~ /(a+)+$/; "
+        "rescue RegexpError => e; e.message; end",
+        "\"backtracking limit hit: more than 10000000 retries in one "
+        "search (retry_limit_in_search): /(a+)+$/\"");
+    CHECK_RUBY(interp,
+        "s = '\"' + 'x\\\\\"' * 100_000 + '\"'; "
+        "(s =~ /\"((?:[^\"\\\\]|\\\\.)*)\"/) && $1.size", "300000");
+    /* and the next search of the run is served */
+    CHECK_RUBY(interp,
+        "begin; (('a' * 23 + '!') * 60) =~ /(a+)+$/; rescue RegexpError; end; "
+        "'abc' =~ /b/", "1");
+    mrb_interp_close(interp);
+}
+
+
 BENCH(lib_regexp_route_10_matches)
 {
     mrb_interp  *interp = lib_interp();
