@@ -3,11 +3,16 @@
  * (src/lib) on arbitrary bytes, in one interpreter opened once.
  *
  * Input: a selector byte.  Even: the rest is a JSON document; a parse that
- * succeeds must generate text that parses and generates to the same text.  Odd: a
+ * succeeds must generate text that parses and generates to the same text
+ * (all with max_nesting: false, so that only the stack bounds the depth).  Odd: a
  * split byte, then a pattern and a subject cut at it; a pattern that
  * compiles is used by =~, scan, split and gsub on the subject.  Only the
  * library's own errors (JSON::JSONError, RegexpError, ArgumentError for
  * bytes that are not UTF-8) may be raised; anything else aborts.
+ *
+ * Each input runs on a coroutine's stack of the default size (256 KB), as
+ * a script that waits does: a pattern or a document nested deeper than
+ * that stack allows must raise, not reach the guard page.
  */
 
 #include <stdint.h>
@@ -16,13 +21,16 @@
 
 #include <mruby.h>
 #include <mruby/error.h>
+#include <mruby/hash.h>
 #include <mruby/string.h>
 #include <mruby/variable.h>
 
+#include "mrb_coro.h"
 #include "mrb_interp.h"
 #include "mrb_lib.h"
 
-static mrb_interp  *fuzz_interp;
+static mrb_interp     *fuzz_interp;
+static mrb_coro_pool  *fuzz_pool;
 
 static int
 fuzz_write(mrb_run *run, const char *data, size_t len)
@@ -42,8 +50,11 @@ static const mrb_server  fuzz_server = {
 };
 
 typedef struct {
+    mrb_state  *mrb;
     int         json;
     mrb_value   a, b;
+    mrb_value   result;     /* the exception, when failed */
+    mrb_bool    failed;
 } fuzz_input;
 
 
@@ -51,15 +62,18 @@ static mrb_value
 fuzz_body(mrb_state *mrb, void *ud)
 {
     fuzz_input  *in = ud;
-    mrb_value    json, v, s, back, re;
+    mrb_value    json, opts, v, s, back, re;
 
     if (in->json) {
         json = mrb_obj_value(mrb_module_get(mrb, "JSON"));
-        v = mrb_funcall(mrb, json, "parse", 1, in->a);
-        s = mrb_funcall(mrb, json, "generate", 1, v);
+        opts = mrb_hash_new(mrb);
+        mrb_hash_set(mrb, opts, mrb_symbol_value(mrb_intern_lit(mrb,
+                     "max_nesting")), mrb_false_value());
+        v = mrb_funcall(mrb, json, "parse", 2, in->a, opts);
+        s = mrb_funcall(mrb, json, "generate", 2, v, opts);
         /* the text, not the value: a Float's to_s may round once */
-        back = mrb_funcall(mrb, json, "generate", 1,
-                           mrb_funcall(mrb, json, "parse", 1, s));
+        back = mrb_funcall(mrb, json, "generate", 2,
+                           mrb_funcall(mrb, json, "parse", 2, s, opts), opts);
         if (!mrb_str_equal(mrb, s, back)) {
             abort();
         }
@@ -75,6 +89,15 @@ fuzz_body(mrb_state *mrb, void *ud)
     mrb_funcall(mrb, in->b, "index", 2, re, mrb_fixnum_value(1));
     mrb_funcall(mrb, in->b, "rindex", 1, re);
     return mrb_nil_value();
+}
+
+
+static void
+fuzz_on_coroutine(mrb_coro *coro, void *arg)
+{
+    fuzz_input  *in = arg;
+
+    in->result = mrb_protect_error(in->mrb, fuzz_body, in, &in->failed);
 }
 
 
@@ -104,15 +127,15 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     mrb_state   *mrb;
     fuzz_input   in;
-    mrb_value    r;
-    mrb_bool     failed;
+    mrb_coro    *coro;
     const uint8_t *cut;
     char         err[256];
     int          ai;
 
     if (fuzz_interp == NULL) {
         fuzz_interp = mrb_interp_open(&fuzz_server, NULL, err, sizeof(err));
-        if (fuzz_interp == NULL) {
+        fuzz_pool = mrb_coro_pool_new(MRB_CORO_STACK_DEFAULT, 1);
+        if (fuzz_interp == NULL || fuzz_pool == NULL) {
             abort();
         }
     }
@@ -123,6 +146,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
 
     ai = mrb_gc_arena_save(mrb);
+    in.mrb = mrb;
     in.json = (data[0] & 1) == 0;
     if (in.json) {
         in.a = mrb_str_new(mrb, (const char *) data + 1, size - 1);
@@ -139,8 +163,11 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                : mrb_str_new(mrb, NULL, 0);
     }
 
-    r = mrb_protect_error(mrb, fuzz_body, &in, &failed);
-    if (failed && !fuzz_allowed(mrb, r)) {
+    coro = mrb_coro_new(fuzz_pool, fuzz_on_coroutine, &in);
+    if (coro == NULL || mrb_coro_resume(coro) != 0) {
+        abort();    /* no stack, or the body waited: neither can happen */
+    }
+    if (in.failed && !fuzz_allowed(mrb, in.result)) {
         abort();
     }
     mrb->exc = NULL;
