@@ -21,7 +21,10 @@ MRBC       := mrbc
 APXS       := apxs
 NGINX_SRC  := /usr/share/nginx/src
 
-MRUBY_DEFS := -DMRB_USE_RATIONAL -DMRB_USE_COMPLEX
+# The -D flags Debian's mruby was built with, which set the layout of
+# mrb_state and the object structs (3.1.0: RATIONAL, COMPLEX; 3.3.0 adds
+# BIGINT and DEBUG_HOOK); src/core/mrb_mruby_version.h checks them.
+MRUBY_DEFS := $(filter -D%,$(shell mruby-config --cflags 2>/dev/null))
 MRUBY_LIB  := /usr/lib/libmruby.a
 comma      := ,
 # mruby's entry points back into its VM, wrapped to check the machine stack

@@ -1,14 +1,17 @@
 #!/bin/sh
 # Installs what building, testing, running and benchmarking need, from
 # Debian's packages and PyPI.  Quiet and quick when all is there already.
+# The same names on Debian 12, 13 and testing: where a package carries a
+# version (clang's runtime, mod_php), the suite's default is named through
+# its unversioned package (libclang-rt-dev, libapache2-mod-php).
 set -e
 
 PACKAGES="build-essential pkg-config apache2 apache2-dev nginx nginx-dev
 libmruby-dev mruby libhiredis-dev libpcre2-dev libssl-dev zlib1g-dev
 libboost-context-dev libonig-dev
-clang libclang-rt-14-dev llvm debhelper lintian dpkg-dev fakeroot lua-cjson
+clang libclang-rt-dev llvm debhelper lintian dpkg-dev fakeroot lua-cjson
 redis-server wrk openssl curl python3 python3-venv iproute2 procps
-libapache2-mod-perl2 libapache2-mod-php8.2 libnginx-mod-http-lua
+libapache2-mod-perl2 libapache2-mod-php libnginx-mod-http-lua
 libnginx-mod-stream"
 
 missing=""

@@ -13,6 +13,7 @@
 #include <mruby/string.h>
 
 #include "mrb_interp_core.h"
+#include "mrb_mruby_version.h"
 
 
 typedef struct {
@@ -91,6 +92,10 @@ mrb_error_format(mrb_state *mrb, mrb_value exc, char *buf, size_t len)
 
     buf[0] = '\0';
     ai = mrb_gc_arena_save(mrb);
+
+    /* exc is caught: left in mrb->exc, mruby 3.3's VM would raise it again
+     * at the first call below (message) */
+    mrb->exc = NULL;
 
     line_puts(&b, mrb_obj_classname(mrb, exc));
     line_puts(&b, ": ");

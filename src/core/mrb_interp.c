@@ -613,7 +613,7 @@ interp_close_toplevel_env(mrb_state *mrb)
     }
 
     mrb_vm_ci_env_set(ci, NULL);
-    mrb_env_unshare(mrb, env);
+    MRB_ENV_UNSHARE(mrb, env);
 }
 
 
@@ -719,7 +719,7 @@ mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run)
             while (c->ci > c->cibase) {
                 env = mrb_vm_ci_env(c->ci);
                 c->ci--;
-                mrb_env_unshare(mrb, env);
+                MRB_ENV_UNSHARE(mrb, env);
             }
 
         } MRB_END_EXC(&jmp);

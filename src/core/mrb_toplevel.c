@@ -24,24 +24,21 @@
 #include <mruby/error.h>
 #include <mruby/proc.h>
 #include <mruby/variable.h>
-#include <mruby/version.h>
-
 #include "mrb_errbuf.h"
 #include "mrb_interp_core.h"
+#include "mrb_mruby_version.h"
 #include "mrb_toplevel.h"
 
 /*
- * mruby 3.1.0's instance variable table (src/variable.c: globals, constants
- * and instance variables) and method table (src/class.c) share this head:
+ * mruby's instance variable table (src/variable.c: globals, constants
+ * and instance variables) and method table (src/class.c), the same in 3.1.0
+ * and 3.3.0, share this head:
  * alloc 8-byte entries (mrb_value; union mt_ptr) followed by alloc keys.
  * An iv key is a symbol, IV_DELETED when removed; a method key is the
  * symbol shifted left by 2 over two flag bits, 0 or 1 when free.  Read
  * only here.  Another mruby may lay them out otherwise: check both files
- * before changing this number.
+ * before adding a release to mrb_mruby_version.h.
  */
-#if MRUBY_RELEASE_NO != 30100
-#error "mrb_toplevel.c mirrors mruby 3.1.0's iv and method tables"
-#endif
 
 struct tl_tbl {
     int      size;

@@ -48,13 +48,9 @@
 #include <mruby/irep.h>
 #include <mruby/opcode.h>
 #include <mruby/proc.h>
-#include <mruby/version.h>
-
+#include "mrb_mruby_version.h"
 #include "mrb_toplevel.h"
 
-#if MRUBY_RELEASE_NO != 30100
-#error "mrb_toplevel_scan.c reads mruby 3.1.0's bytecode and irep flags"
-#endif
 
 #define SCAN_IREP_LEAVES    MRB_TOPLEVEL_IREP_LEAVES
 #define SCAN_IREP_DONE      MRB_TOPLEVEL_IREP_SCANNED

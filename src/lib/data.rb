@@ -1,6 +1,10 @@
 # Data.define (mruby-data): immutable value classes.
 #   Point = Data.define(:x, :y); p = Point.new(x: 1, y: 2) or Point.new(1, 2)
 
+# mruby 3.3 brings a Data of its own (the mruby-data gem): without with,
+# and hashing by identity.  This one replaces it, the same on every mruby.
+Object.__send__(:remove_const, :Data) if Object.const_defined?(:Data)
+
 class Data
   def self.define(*fields, &blk)
     fields = fields.map(&:to_sym)

@@ -41,7 +41,6 @@
 typedef struct {
     mrb_value    out;           /* its length is its capacity */
     mrb_int      len;           /* bytes written */
-    mrb_int      calls;         /* Ruby methods it called */
     int          pretty;
     mrb_int      max_nesting;
 } json_gen;
@@ -645,8 +644,7 @@ json_s_parse(mrb_state *mrb, mrb_value self)
  * capacity while it grows (g->len bytes are written), and cut to g->len at
  * the end: mrb_str_cat cost ~100 instructions a piece, a third of the
  * generator.  The pointer is taken again after every call that may run
- * Ruby (to_json, to_s).  g->calls counts those calls: a Hash is walked in
- * place until one of them ran (it could change the Hash under the walk).
+ * Ruby (to_json, to_s).
  */
 
 static void gen_value(mrb_state *mrb, json_gen *g, mrb_value v,
@@ -795,7 +793,6 @@ gen_key(mrb_state *mrb, json_gen *g, mrb_value k)
     }
 
     if (!mrb_string_p(k)) {
-        g->calls++;
         k = mrb_obj_as_string(mrb, k);
     }
     gen_string(mrb, g, RSTRING_PTR(k), RSTRING_LEN(k));
@@ -830,21 +827,48 @@ gen_pair(mrb_state *mrb, json_gen *g, mrb_value k, mrb_value v,
 }
 
 
+/* Whether writing k and v runs no Ruby: no to_json or to_s, no container
+ * that could hold an object that has one. */
+static int
+gen_runs_no_ruby(mrb_value k, mrb_value v)
+{
+    if (!mrb_string_p(k) && !mrb_symbol_p(k)) {
+        return 0;
+    }
+
+    switch (mrb_type(v)) {
+    case MRB_TT_FALSE:
+    case MRB_TT_TRUE:
+    case MRB_TT_INTEGER:
+    case MRB_TT_FLOAT:
+    case MRB_TT_STRING:
+    case MRB_TT_SYMBOL:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+
+/*
+ * The walk stops before a pair that may run Ruby: Ruby may change the
+ * Hash, and mruby 3.3's walk raises "hash modified" when it has changed
+ * under it.  gen_hash writes the rest by position.
+ */
 static int
 gen_hash_i(mrb_state *mrb, mrb_value k, mrb_value v, void *arg)
 {
     gen_hash_walk  *w = arg;
-    mrb_int         calls = w->g->calls;
 
-    /* held while Ruby may run and drop them from the Hash */
-    mrb_gc_protect(mrb, k);
-    mrb_gc_protect(mrb, v);
+    if (!gen_runs_no_ruby(k, v)) {
+        return 1;
+    }
+
     gen_pair(mrb, w->g, k, v, w->depth, w->done);
     mrb_gc_arena_restore(mrb, w->ai);
     w->done++;
 
-    return w->g->calls != calls;    /* stop walking a Hash Ruby could
-                                       have changed */
+    return 0;
 }
 
 
@@ -852,8 +876,9 @@ static void
 gen_hash(mrb_state *mrb, json_gen *g, mrb_value h, mrb_int depth)
 {
     gen_hash_walk  w;
-    mrb_value      keys, k;
+    mrb_value      keys, k, v;
     mrb_int        i;
+    int            ai;
 
     json_nest(mrb, g->max_nesting, depth);
     gen_cat_lit(mrb, g, "{");
@@ -864,16 +889,27 @@ gen_hash(mrb_state *mrb, json_gen *g, mrb_value h, mrb_int depth)
     w.ai = mrb_gc_arena_save(mrb);
     mrb_hash_foreach(mrb, mrb_hash_ptr(h), gen_hash_i, &w);
 
-    /* the rest, when Ruby ran: by the keys it has now, by position */
-    if (w.done < mrb_hash_size(mrb, h)) {
-        keys = mrb_hash_keys(mrb, h);
-        w.ai = mrb_gc_arena_save(mrb);
-        for (i = w.done; i < RARRAY_LEN(keys); i++) {
-            k = RARRAY_PTR(keys)[i];
-            gen_pair(mrb, g, k, mrb_hash_get(mrb, h, k), depth, i);
-            mrb_gc_arena_restore(mrb, w.ai);
-            w.done++;
+    /* the rest by position, by the keys the Hash has now: taken again
+     * after each pair that may have run Ruby */
+    ai = mrb_gc_arena_save(mrb);
+    keys = mrb_nil_value();
+
+    for (i = w.done; i < mrb_hash_size(mrb, h); i++) {
+        if (mrb_nil_p(keys)) {
+            mrb_gc_arena_restore(mrb, ai);
+            keys = mrb_hash_keys(mrb, h);
+            w.ai = mrb_gc_arena_save(mrb);
         }
+
+        k = RARRAY_PTR(keys)[i];
+        v = mrb_hash_get(mrb, h, k);
+        if (!gen_runs_no_ruby(k, v)) {
+            keys = mrb_nil_value();
+        }
+
+        gen_pair(mrb, g, k, v, depth, i);
+        mrb_gc_arena_restore(mrb, w.ai);
+        w.done++;
     }
 
     if (g->pretty && w.done > 0) {
@@ -1123,7 +1159,6 @@ gen_value(mrb_state *mrb, json_gen *g, mrb_value v, mrb_int depth)
 
     /* an object whose class defines to_json writes itself; the others
      * (Object#to_json is the library's) are written as their to_s */
-    g->calls++;
     c = mrb_class(mrb, v);
     m = mrb_method_search_vm(mrb, &c, mrb_intern_lit(mrb, "to_json"));
     if (!MRB_METHOD_UNDEF_P(m) && c != mrb->object_class
@@ -1149,7 +1184,6 @@ json_generate(mrb_state *mrb, int pretty)
 
     g.out = mrb_str_new(mrb, NULL, 256);
     g.len = 0;
-    g.calls = 0;
     g.pretty = pretty;
     g.max_nesting = JSON_MAX_NESTING;
 

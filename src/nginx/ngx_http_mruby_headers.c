@@ -5,6 +5,11 @@
  * r->headers_in / r->headers_out (or, for the response's type and length,
  * only as fields): both are kept in step here so that what a script sets
  * is what nginx sends or forwards.
+ *
+ * Since nginx 1.23.0 each such pointer is the head of a list, through
+ * ngx_table_elt_t's next, of every header of that name (Cookie and
+ * X-Forwarded-For included, which were arrays of pointers before); before,
+ * it kept the first.  NGX_HTTP_MRUBY_HEADER_LISTS is the newer scheme.
  */
 
 #include "ngx_http_mruby_module.h"
@@ -13,6 +18,10 @@
 #include <mruby/class.h>
 #include <mruby/hash.h>
 #include <mruby/string.h>
+
+#if (nginx_version >= 1023000)
+#define NGX_HTTP_MRUBY_HEADER_LISTS  1
+#endif
 
 
 typedef struct {
@@ -65,8 +74,15 @@ static ngx_http_mruby_header_field_t  ngx_http_mruby_headers_in_fields[] = {
     ngx_http_mruby_in("overwrite", overwrite),
     ngx_http_mruby_in("date", date),
 #endif
+#if (NGX_HTTP_MRUBY_HEADER_LISTS)
+#if (NGX_HTTP_X_FORWARDED_FOR)
+    ngx_http_mruby_in("x-forwarded-for", x_forwarded_for),
+#endif
+    ngx_http_mruby_in("cookie", cookie),
+#endif
 };
 
+#if !(NGX_HTTP_MRUBY_HEADER_LISTS)
 /* The arrays of ngx_table_elt_t pointers of r->headers_in. */
 static ngx_http_mruby_header_field_t  ngx_http_mruby_headers_in_arrays[] = {
 #if (NGX_HTTP_X_FORWARDED_FOR)
@@ -74,6 +90,7 @@ static ngx_http_mruby_header_field_t  ngx_http_mruby_headers_in_arrays[] = {
 #endif
     ngx_http_mruby_in("cookie", cookies),
 };
+#endif
 
 /* The ngx_table_elt_t pointers of r->headers_out. */
 static ngx_http_mruby_header_field_t  ngx_http_mruby_headers_out_fields[] = {
@@ -196,8 +213,30 @@ ngx_http_mruby_header_push(ngx_http_request_t *r, ngx_list_t *list,
 
     h->hash = ngx_hash_strlow(h->lowcase_key, key->data, key->len);
     h->value = *value;
+#if (NGX_HTTP_MRUBY_HEADER_LISTS)
+    h->next = NULL;
+#endif
 
     return h;
+}
+
+
+/* h, a new header, into the pointer *p nginx keeps for its name: at the
+ * end of the list there, or (before the lists) there if it is empty. */
+static void
+ngx_http_mruby_header_link(ngx_table_elt_t **p, ngx_table_elt_t *h)
+{
+#if (NGX_HTTP_MRUBY_HEADER_LISTS)
+    while (*p != NULL) {
+        p = &(*p)->next;
+    }
+#else
+    if (*p != NULL) {
+        return;
+    }
+#endif
+
+    *p = h;
 }
 
 
@@ -392,17 +431,47 @@ ngx_http_mruby_headers_hash(mrb_state *mrb, ngx_list_t *list)
  * the pointers nginx keeps into that part along.  (A header only marked
  * with hash 0 would still be forwarded by proxy_pass.)
  */
+#if (NGX_HTTP_MRUBY_HEADER_LISTS)
+
+/* A pointer to a header, after the part's headers from gone on moved one
+ * place down over gone, whose next was next. */
+static ngx_table_elt_t *
+ngx_http_mruby_header_moved(ngx_table_elt_t *h, ngx_table_elt_t *gone,
+    ngx_table_elt_t *next, ngx_table_elt_t *end)
+{
+    if (h == gone) {
+        h = next;
+    }
+
+    return (h > gone && h < end) ? h - 1 : h;
+}
+
+#endif
+
+
 static void
 ngx_http_mruby_header_in_remove(ngx_http_request_t *r, ngx_list_part_t *part,
     ngx_uint_t i)
 {
-    ngx_uint_t         k, j, n;
+    ngx_uint_t         k;
+    ngx_table_elt_t   *h, *gone, *end, **p;
+#if (NGX_HTTP_MRUBY_HEADER_LISTS)
+    ngx_uint_t         j;
+    ngx_list_part_t   *all;
+    ngx_table_elt_t   *next;
+#else
+    ngx_uint_t         j, n;
     ngx_array_t       *a;
-    ngx_table_elt_t   *h, *gone, *end, **p, **e;
+    ngx_table_elt_t  **e;
+#endif
 
     h = part->elts;
     gone = &h[i];
     end = &h[part->nelts];
+
+#if (NGX_HTTP_MRUBY_HEADER_LISTS)
+    next = gone->next;
+#endif
 
     ngx_memmove(gone, gone + 1, (end - gone - 1) * sizeof(ngx_table_elt_t));
     part->nelts--;
@@ -413,13 +482,30 @@ ngx_http_mruby_header_in_remove(ngx_http_request_t *r, ngx_list_part_t *part,
         p = (ngx_table_elt_t **) ((char *) &r->headers_in
                           + ngx_http_mruby_headers_in_fields[k].offset);
 
+#if (NGX_HTTP_MRUBY_HEADER_LISTS)
+        *p = ngx_http_mruby_header_moved(*p, gone, next, end);
+#else
         if (*p == gone) {
             *p = NULL;
 
         } else if (*p > gone && *p < end) {
             (*p)--;
         }
+#endif
     }
+
+#if (NGX_HTTP_MRUBY_HEADER_LISTS)
+
+    /* and the links between headers of one name, in every part */
+    all = &r->headers_in.headers.part;
+    j = 0;
+
+    while ((h = ngx_http_mruby_header_at(&all, &j)) != NULL) {
+        h->next = ngx_http_mruby_header_moved(h->next, gone, next, end);
+        j++;
+    }
+
+#else
 
     for (k = 0; k < ngx_http_mruby_nelts(ngx_http_mruby_headers_in_arrays);
          k++)
@@ -440,6 +526,8 @@ ngx_http_mruby_header_in_remove(ngx_http_request_t *r, ngx_list_part_t *part,
 
         a->nelts = n;
     }
+
+#endif
 }
 
 
@@ -475,8 +563,10 @@ static ngx_int_t
 ngx_http_mruby_header_in_set(ngx_http_request_t *r, ngx_str_t *key,
     ngx_str_t *value)
 {
-    ngx_array_t       *a;
     ngx_table_elt_t   *h, **p;
+#if !(NGX_HTTP_MRUBY_HEADER_LISTS)
+    ngx_array_t       *a;
+#endif
 
     if (value == NULL) {
         (void) ngx_http_mruby_header_in_delete(r, key);
@@ -502,6 +592,7 @@ ngx_http_mruby_header_in_set(ngx_http_request_t *r, ngx_str_t *key,
         return NGX_OK;
     }
 
+#if !(NGX_HTTP_MRUBY_HEADER_LISTS)
     a = ngx_http_mruby_header_ptr(&r->headers_in,
                                   ngx_http_mruby_headers_in_arrays, key);
     if (a != NULL) {
@@ -520,6 +611,7 @@ ngx_http_mruby_header_in_set(ngx_http_request_t *r, ngx_str_t *key,
 
         *p = h;
     }
+#endif
 
     return NGX_OK;
 }
@@ -530,14 +622,26 @@ static ngx_int_t
 ngx_http_mruby_header_in_add(ngx_http_request_t *r, ngx_str_t *key,
     ngx_str_t *value)
 {
+    ngx_table_elt_t   *h, **p;
+
     if (value == NULL
         || ngx_http_mruby_header_find(&r->headers_in.headers, key) == NULL)
     {
         return ngx_http_mruby_header_in_set(r, key, value);
     }
 
-    return ngx_http_mruby_header_push(r, &r->headers_in.headers, key, value)
-           != NULL ? NGX_OK : NGX_ERROR;
+    h = ngx_http_mruby_header_push(r, &r->headers_in.headers, key, value);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    p = ngx_http_mruby_header_ptr(&r->headers_in,
+                                  ngx_http_mruby_headers_in_fields, key);
+    if (p != NULL) {
+        ngx_http_mruby_header_link(p, h);
+    }
+
+    return NGX_OK;
 }
 
 
@@ -738,8 +842,8 @@ ngx_http_mruby_headers_out_add(ngx_http_request_t *r, ngx_str_t *key,
 
     p = ngx_http_mruby_header_ptr(&r->headers_out,
                                   ngx_http_mruby_headers_out_fields, key);
-    if (p != NULL && *p == NULL) {
-        *p = h;
+    if (p != NULL) {
+        ngx_http_mruby_header_link(p, h);
     }
 
     return NGX_OK;

@@ -19,8 +19,119 @@ ngx_stream_mruby_server_context(ngx_conf_t *cf, ngx_command_t *cmd,
 /*
  * Nginx::Stream.add_listener(address: "127.0.0.1:9000"): a "listen" of the
  * stream server being read, with nginx's defaults, refusing an address the
- * configuration listens on already (as nginx's own listen does).
+ * configuration listens on already (as nginx's own listen does).  nginx
+ * 1.25.5 gave stream servers names, several of them an address, and
+ * ngx_stream_add_listen(); there an address is refused when this server
+ * listens on it already.
  */
+
+#if (nginx_version >= 1025005)
+
+/* Whether the server cscf listens on sockaddr already. */
+static ngx_uint_t
+ngx_stream_mruby_listens(ngx_stream_core_main_conf_t *cmcf,
+    ngx_stream_core_srv_conf_t *cscf, struct sockaddr *sockaddr,
+    socklen_t socklen)
+{
+    ngx_uint_t                    p, a, s;
+    ngx_stream_conf_port_t       *port;
+    ngx_stream_conf_addr_t       *addr;
+    ngx_stream_core_srv_conf_t  **server;
+
+    if (cmcf->ports == NULL) {
+        return 0;
+    }
+
+    port = cmcf->ports->elts;
+
+    for (p = 0; p < cmcf->ports->nelts; p++) {
+        addr = port[p].addrs.elts;
+
+        for (a = 0; a < port[p].addrs.nelts; a++) {
+            if (addr[a].opt.type != SOCK_STREAM
+                || ngx_cmp_sockaddr(addr[a].opt.sockaddr, addr[a].opt.socklen,
+                                    sockaddr, socklen, 1) != NGX_OK)
+            {
+                continue;
+            }
+
+            server = addr[a].servers.elts;
+
+            for (s = 0; s < addr[a].servers.nelts; s++) {
+                if (server[s] == cscf) {
+                    return 1;
+                }
+            }
+        }
+    }
+
+    return 0;
+}
+
+
+mrb_value
+ngx_stream_mruby_add_listener(mrb_state *mrb, mrb_value self)
+{
+    ngx_url_t                     u;
+    ngx_uint_t                    n;
+    mrb_value                     opts, address;
+    ngx_conf_t                   *cf;
+    ngx_stream_listen_opt_t       lsopt;
+    ngx_stream_core_srv_conf_t   *cscf;
+    ngx_stream_core_main_conf_t  *cmcf;
+
+    mrb_get_args(mrb, "H", &opts);
+    ngx_mruby_conf_listen_url(mrb, "Nginx::Stream.add_listener", opts, &u,
+                              &address);
+    cf = ngx_mruby_conf_running();
+
+    cscf = ngx_stream_conf_get_module_srv_conf(cf, ngx_stream_core_module);
+    cmcf = ngx_stream_conf_get_module_main_conf(cf, ngx_stream_core_module);
+
+    ngx_memzero(&lsopt, sizeof(ngx_stream_listen_opt_t));
+
+    lsopt.backlog = NGX_LISTEN_BACKLOG;
+    lsopt.rcvbuf = -1;
+    lsopt.sndbuf = -1;
+    lsopt.type = SOCK_STREAM;
+#if (NGX_HAVE_SETFIB)
+    lsopt.setfib = -1;
+#endif
+#if (NGX_HAVE_TCP_FASTOPEN)
+    lsopt.fastopen = -1;
+#endif
+#if (NGX_HAVE_INET6)
+    lsopt.ipv6only = 1;
+#endif
+
+    for (n = 0; n < u.naddrs; n++) {
+        if (ngx_stream_mruby_listens(cmcf, cscf, u.addrs[n].sockaddr,
+                                     u.addrs[n].socklen))
+        {
+            mrb_raisef(mrb, E_ARGUMENT_ERROR, "Nginx::Stream.add_listener: "
+                       "\"%v\" is listened on already", address);
+        }
+    }
+
+    cscf->listen = 1;
+
+    for (n = 0; n < u.naddrs; n++) {
+        lsopt.sockaddr = u.addrs[n].sockaddr;
+        lsopt.socklen = u.addrs[n].socklen;
+        lsopt.addr_text = u.addrs[n].name;
+        lsopt.wildcard = ngx_inet_wildcard(lsopt.sockaddr);
+
+        if (ngx_stream_add_listen(cf, cscf, &lsopt) != NGX_OK) {
+            mrb_raisef(mrb, E_RUNTIME_ERROR, "Nginx::Stream.add_listener: "
+                       "cannot listen on %v", address);
+        }
+    }
+
+    return mrb_nil_value();
+}
+
+#else
+
 mrb_value
 ngx_stream_mruby_add_listener(mrb_state *mrb, mrb_value self)
 {
@@ -86,3 +197,5 @@ ngx_stream_mruby_add_listener(mrb_state *mrb, mrb_value self)
 
     return mrb_nil_value();
 }
+
+#endif

@@ -2,20 +2,21 @@
 ErrorDocument): each test is a statement of the "When scripts run" section
 of docs/apache.md."""
 
-import os
+import glob
 
 import pytest
 
-PHP = ("php", "/usr/lib/apache2/modules/libphp8.2.so")
+# the suite's PHP: 8.2 on Debian 12, 8.4 on Debian 13 and testing
+PHP_SO = sorted(glob.glob("/usr/lib/apache2/modules/libphp*.so"))
 
 
 @pytest.fixture
 def php(monkeypatch):
     """mod_php without Debian's conf.d (the tests need no extension, and
     opcache's RTLD_DEEPBIND dlopen cannot load under AddressSanitizer)."""
-    assert os.path.exists(PHP[1]), "libapache2-mod-php8.2 (install-deps.sh)"
+    assert PHP_SO, "libapache2-mod-php (install-deps.sh)"
     monkeypatch.setenv("PHP_INI_SCAN_DIR", "")
-    return PHP
+    return ("php", PHP_SO[-1])
 
 
 def trace(what):
