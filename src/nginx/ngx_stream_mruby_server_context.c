@@ -69,24 +69,13 @@ ngx_stream_mruby_listens(ngx_stream_core_main_conf_t *cmcf,
 }
 
 
-mrb_value
-ngx_stream_mruby_add_listener(mrb_state *mrb, mrb_value self)
+static void
+ngx_stream_mruby_listen(mrb_state *mrb, ngx_conf_t *cf,
+    ngx_stream_core_srv_conf_t *cscf, ngx_stream_core_main_conf_t *cmcf,
+    ngx_url_t *u, mrb_value address)
 {
-    ngx_url_t                     u;
-    ngx_uint_t                    n;
-    mrb_value                     opts, address;
-    ngx_conf_t                   *cf;
-    ngx_stream_listen_opt_t       lsopt;
-    ngx_stream_core_srv_conf_t   *cscf;
-    ngx_stream_core_main_conf_t  *cmcf;
-
-    mrb_get_args(mrb, "H", &opts);
-    ngx_mruby_conf_listen_url(mrb, "Nginx::Stream.add_listener", opts, &u,
-                              &address);
-    cf = ngx_mruby_conf_running();
-
-    cscf = ngx_stream_conf_get_module_srv_conf(cf, ngx_stream_core_module);
-    cmcf = ngx_stream_conf_get_module_main_conf(cf, ngx_stream_core_module);
+    ngx_uint_t               n;
+    ngx_stream_listen_opt_t  lsopt;
 
     ngx_memzero(&lsopt, sizeof(ngx_stream_listen_opt_t));
 
@@ -104,9 +93,9 @@ ngx_stream_mruby_add_listener(mrb_state *mrb, mrb_value self)
     lsopt.ipv6only = 1;
 #endif
 
-    for (n = 0; n < u.naddrs; n++) {
-        if (ngx_stream_mruby_listens(cmcf, cscf, u.addrs[n].sockaddr,
-                                     u.addrs[n].socklen))
+    for (n = 0; n < u->naddrs; n++) {
+        if (ngx_stream_mruby_listens(cmcf, cscf, u->addrs[n].sockaddr,
+                                     u->addrs[n].socklen))
         {
             mrb_raisef(mrb, E_ARGUMENT_ERROR, "Nginx::Stream.add_listener: "
                        "\"%v\" is listened on already", address);
@@ -115,10 +104,10 @@ ngx_stream_mruby_add_listener(mrb_state *mrb, mrb_value self)
 
     cscf->listen = 1;
 
-    for (n = 0; n < u.naddrs; n++) {
-        lsopt.sockaddr = u.addrs[n].sockaddr;
-        lsopt.socklen = u.addrs[n].socklen;
-        lsopt.addr_text = u.addrs[n].name;
+    for (n = 0; n < u->naddrs; n++) {
+        lsopt.sockaddr = u->addrs[n].sockaddr;
+        lsopt.socklen = u->addrs[n].socklen;
+        lsopt.addr_text = u->addrs[n].name;
         lsopt.wildcard = ngx_inet_wildcard(lsopt.sockaddr);
 
         if (ngx_stream_add_listen(cf, cscf, &lsopt) != NGX_OK) {
@@ -126,32 +115,19 @@ ngx_stream_mruby_add_listener(mrb_state *mrb, mrb_value self)
                        "cannot listen on %v", address);
         }
     }
-
-    return mrb_nil_value();
 }
 
 #else
 
-mrb_value
-ngx_stream_mruby_add_listener(mrb_state *mrb, mrb_value self)
+static void
+ngx_stream_mruby_listen(mrb_state *mrb, ngx_conf_t *cf,
+    ngx_stream_core_srv_conf_t *cscf, ngx_stream_core_main_conf_t *cmcf,
+    ngx_url_t *u, mrb_value address)
 {
-    ngx_url_t                     u;
-    ngx_uint_t                    n, i;
-    mrb_value                     opts, address;
-    ngx_conf_t                   *cf;
-    ngx_stream_listen_t          *ls, *als;
-    ngx_stream_core_srv_conf_t   *cscf;
-    ngx_stream_core_main_conf_t  *cmcf;
+    ngx_uint_t            n, i;
+    ngx_stream_listen_t  *ls, *als;
 
-    mrb_get_args(mrb, "H", &opts);
-    ngx_mruby_conf_listen_url(mrb, "Nginx::Stream.add_listener", opts, &u,
-                              &address);
-    cf = ngx_mruby_conf_running();
-
-    cscf = ngx_stream_conf_get_module_srv_conf(cf, ngx_stream_core_module);
-    cmcf = ngx_stream_conf_get_module_main_conf(cf, ngx_stream_core_module);
-
-    ls = ngx_array_push_n(&cmcf->listen, u.naddrs);
+    ls = ngx_array_push_n(&cmcf->listen, u->naddrs);
     if (ls == NULL) {
         mrb_raise(mrb, E_RUNTIME_ERROR, "Nginx::Stream.add_listener: out of "
                   "memory");
@@ -175,27 +151,48 @@ ngx_stream_mruby_add_listener(mrb_state *mrb, mrb_value self)
 
     als = cmcf->listen.elts;
 
-    for (n = 0; n < u.naddrs; n++) {
+    for (n = 0; n < u->naddrs; n++) {
         ls[n] = ls[0];
-        ls[n].sockaddr = u.addrs[n].sockaddr;
-        ls[n].socklen = u.addrs[n].socklen;
-        ls[n].addr_text = u.addrs[n].name;
+        ls[n].sockaddr = u->addrs[n].sockaddr;
+        ls[n].socklen = u->addrs[n].socklen;
+        ls[n].addr_text = u->addrs[n].name;
         ls[n].wildcard = ngx_inet_wildcard(ls[n].sockaddr);
 
-        for (i = 0; i < cmcf->listen.nelts - u.naddrs + n; i++) {
+        for (i = 0; i < cmcf->listen.nelts - u->naddrs + n; i++) {
             if (ls[n].type == als[i].type
                 && ngx_cmp_sockaddr(als[i].sockaddr, als[i].socklen,
                                     ls[n].sockaddr, ls[n].socklen, 1)
                    == NGX_OK)
             {
-                cmcf->listen.nelts -= u.naddrs;
+                cmcf->listen.nelts -= u->naddrs;
                 mrb_raisef(mrb, E_ARGUMENT_ERROR, "Nginx::Stream.add_listener: "
                            "\"%v\" is listened on already", address);
             }
         }
     }
-
-    return mrb_nil_value();
 }
 
 #endif
+
+
+mrb_value
+ngx_stream_mruby_add_listener(mrb_state *mrb, mrb_value self)
+{
+    ngx_url_t                     u;
+    mrb_value                     opts, address;
+    ngx_conf_t                   *cf;
+    ngx_stream_core_srv_conf_t   *cscf;
+    ngx_stream_core_main_conf_t  *cmcf;
+
+    mrb_get_args(mrb, "H", &opts);
+    ngx_mruby_conf_listen_url(mrb, "Nginx::Stream.add_listener", opts, &u,
+                              &address);
+    cf = ngx_mruby_conf_running();
+
+    cscf = ngx_stream_conf_get_module_srv_conf(cf, ngx_stream_core_module);
+    cmcf = ngx_stream_conf_get_module_main_conf(cf, ngx_stream_core_module);
+
+    ngx_stream_mruby_listen(mrb, cf, cscf, cmcf, &u, address);
+
+    return mrb_nil_value();
+}
