@@ -1,7 +1,7 @@
 /*
- * The layout of a shared dictionary zone: what mrb_shdict_zone.c and
- * mrb_shdict_slab.c share.  Nothing outside the shdict files (and their unit
- * tests) should need it.
+ * The layout of a shared dictionary zone: what mrb_shdict_zone.c,
+ * mrb_shdict_ledger.c and mrb_shdict_slab.c share.  Nothing outside the
+ * shdict files (and their unit tests) should need it.
  *
  * A zone is one block of shared memory:
  *

@@ -1,6 +1,7 @@
 /*
- * A shared dictionary zone: hash table, LRU list, held counts and the
- * robust mutex around them (see mrb_shdict_zone.h, mrb_shdict_layout.h).
+ * A shared dictionary zone: hash table, LRU list and the robust mutex
+ * around them (see mrb_shdict_zone.h, mrb_shdict_layout.h); the held counts
+ * are mrb_shdict_ledger.c's.
  *
  * Every operation hashes its key before taking the mutex and reads the clock
  * only when an entry with an expiry is met, so the critical section is a
@@ -11,26 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include "mrb_shdict_layout.h"
-#include "mrb_shdict_owner.h"
+#include "mrb_shdict_entry.h"
 
 /* trylock attempts before sleeping on the mutex: a holder leaves within a
  * few hundred ns, far less than a futex sleep and wake-up cost */
 #define SHD_SPINS        100
-
-/* owners a sweep collects on its stack; more take a malloc'd array */
-#define SHD_SWEEP_STACK  128
-
-#define shd_entry_at(z, off)  ((shd_entry *) shd_ptr(z, off))
-#define shd_buckets(z)        ((shd_off *) shd_ptr(z, (z)->buckets))
-#define shd_value_of(e)       ((e)->data + (e)->klen)
-
-static void shd_rebuild(mrb_shdict_zone *z);
-
-/* The time, read at most once per call and only if an expiry needs it. */
-typedef struct {
-    uint64_t  now;
-} shd_clock;
 
 
 static inline void
@@ -44,7 +30,7 @@ shd_cpu_relax(void)
 }
 
 
-static uint64_t
+uint64_t
 shd_now(shd_clock *clk)
 {
     struct timespec  ts;
@@ -109,38 +95,6 @@ mrb_shdict_hash(const char *p, size_t len)
 }
 
 
-/* The hash of a ledger entry: its key's hash mixed with the owner's
- * identity, rather than the owner's bytes hashed after the key's (hold and
- * release both need it). */
-static uint32_t
-shd_ledger_hash(uint32_t hash, const mrb_shdict_owner *o)
-{
-    uint64_t  h;
-
-    h = (((uint64_t) hash << 32) | o->pid) ^ (o->start * 0x9e3779b97f4a7c15ull);
-    h *= 0xbf58476d1ce4e5b9ull;
-
-    return (uint32_t) (h >> 32);
-}
-
-
-/* The owner suffix of a ledger key. */
-static void
-shd_owner_pack(const mrb_shdict_owner *o, char *out)
-{
-    memcpy(out, &o->pid, 4);
-    memcpy(out + 4, &o->start, 8);
-}
-
-
-static void
-shd_owner_unpack(const char *in, mrb_shdict_owner *o)
-{
-    memcpy(&o->pid, in, 4);
-    memcpy(&o->start, in + 4, 8);
-}
-
-
 /* Locking. */
 
 int
@@ -190,10 +144,9 @@ mrb_shdict_zone_unlock(mrb_shdict_zone *z)
 }
 
 
-/* Lists: the LRU list (head and tail) and the ledger list (head only) share
- * the entries' prev/next links; an entry is on at most one of them. */
+/* Lists (mrb_shdict_entry.h). */
 
-static void
+void
 shd_list_push(mrb_shdict_zone *z, shd_off *head, shd_off *tail, shd_entry *e)
 {
     shd_off  off = shd_offset(z, e);
@@ -212,7 +165,7 @@ shd_list_push(mrb_shdict_zone *z, shd_off *head, shd_off *tail, shd_entry *e)
 }
 
 
-static void
+void
 shd_list_unlink(mrb_shdict_zone *z, shd_off *head, shd_off *tail,
     shd_entry *e)
 {
@@ -235,10 +188,6 @@ shd_list_unlink(mrb_shdict_zone *z, shd_off *head, shd_off *tail,
 }
 
 
-#define shd_lru_push(z, e)    shd_list_push(z, &(z)->lru_head, &(z)->lru_tail, e)
-#define shd_lru_unlink(z, e)  shd_list_unlink(z, &(z)->lru_head, &(z)->lru_tail, e)
-
-
 static void
 shd_lru_touch(mrb_shdict_zone *z, shd_entry *e)
 {
@@ -251,7 +200,7 @@ shd_lru_touch(mrb_shdict_zone *z, shd_entry *e)
 
 /* The hash table. */
 
-static void
+void
 shd_hash_link(mrb_shdict_zone *z, shd_entry *e)
 {
     shd_off  *b = &shd_buckets(z)[e->hash & (z->nbuckets - 1)];
@@ -261,7 +210,7 @@ shd_hash_link(mrb_shdict_zone *z, shd_entry *e)
 }
 
 
-static void
+void
 shd_hash_unlink(mrb_shdict_zone *z, shd_entry *e)
 {
     shd_off  *link, off;
@@ -279,9 +228,7 @@ shd_hash_unlink(mrb_shdict_zone *z, shd_entry *e)
 }
 
 
-/* A user entry (held == 0), or the ledger entry of owner on key (owner !=
- * NULL, hash covering the key and the owner). */
-static shd_entry *
+shd_entry *
 shd_find(mrb_shdict_zone *z, uint32_t hash, const char *key, size_t klen,
     const char *owner)
 {
@@ -312,101 +259,7 @@ shd_find(mrb_shdict_zone *z, uint32_t hash, const char *key, size_t klen,
 }
 
 
-static int64_t
-shd_int_of(shd_entry *e)
-{
-    int64_t  i;
-
-    memcpy(&i, shd_value_of(e), 8);
-    return i;
-}
-
-
-static void
-shd_int_store(shd_entry *e, int64_t i)
-{
-    memcpy(shd_value_of(e), &i, 8);
-}
-
-
-/* The user entry a ledger entry holds. */
-static shd_entry *
-shd_ledger_parent(mrb_shdict_zone *z, shd_entry *l)
-{
-    size_t  klen = l->klen - SHD_OWNER_LEN;
-
-    return shd_find(z, mrb_shdict_hash(l->data, klen), l->data, klen, NULL);
-}
-
-
-/*
- * Ledgers pin their parent while they hold a count: it leaves the LRU list
- * (never evicted) and loses its expiry.  A ledger whose count falls to 0 is
- * kept, idle, rather than freed: the same process holding the same key again
- * (the next request for a file) then finds it instead of allocating one.
- * An idle ledger pins nothing and shows nowhere; the sweep frees the idle
- * ones, and so does an allocation that finds the zone full, before it
- * evicts anything.
- */
-
-static void
-shd_pin(mrb_shdict_zone *z, shd_entry *parent)
-{
-    if (parent->pins++ == 0) {
-        shd_lru_unlink(z, parent);
-        parent->expires = 0;
-    }
-}
-
-
-/* parent may be NULL */
-static void
-shd_unpin(mrb_shdict_zone *z, shd_entry *parent)
-{
-    if (parent != NULL && parent->pins != 0 && --parent->pins == 0) {
-        shd_lru_push(z, parent);
-    }
-}
-
-
-/* Removes ledger l; if it held a count, parent (may be NULL) loses its pin. */
-static void
-shd_ledger_remove(mrb_shdict_zone *z, shd_entry *l, shd_entry *parent)
-{
-    if (shd_int_of(l) == 0) {
-        z->nidle--;
-
-    } else {
-        shd_unpin(z, parent);
-    }
-
-    shd_list_unlink(z, &z->ledgers, NULL, l);
-    shd_hash_unlink(z, l);
-    z->nledgers--;
-    l->tag = 0;
-    shd_slab_free(z, shd_offset(z, l));
-}
-
-
-/* Frees every idle ledger. */
-static void
-shd_idle_free(mrb_shdict_zone *z)
-{
-    shd_off     off, next;
-    shd_entry  *l;
-
-    for (off = z->ledgers; off != 0 && z->nidle != 0; off = next) {
-        l = shd_entry_at(z, off);
-        next = l->next;
-
-        if (shd_int_of(l) == 0) {
-            shd_ledger_remove(z, l, NULL);
-        }
-    }
-}
-
-
-static void
+void
 shd_entry_remove(mrb_shdict_zone *z, shd_entry *e)
 {
     shd_off     off, next;
@@ -436,8 +289,7 @@ shd_entry_remove(mrb_shdict_zone *z, shd_entry *e)
 }
 
 
-/* The live user entry for key: an expired one is removed on sight. */
-static shd_entry *
+shd_entry *
 shd_lookup(mrb_shdict_zone *z, uint32_t hash, const char *key, size_t klen,
     shd_clock *clk)
 {
@@ -454,10 +306,7 @@ shd_lookup(mrb_shdict_zone *z, uint32_t hash, const char *key, size_t klen,
 }
 
 
-/* Memory for a new entry, freeing the idle ledgers and then evicting least
- * recently used entries while evict allows.  An entry the caller still needs
- * must be off the LRU list meanwhile. */
-static shd_entry *
+shd_entry *
 shd_entry_alloc(mrb_shdict_zone *z, size_t size, int evict,
     mrb_shdict_rc *rc)
 {
@@ -507,7 +356,7 @@ shd_value_len(const mrb_shdict_value *v)
 }
 
 
-static void
+void
 shd_value_store(shd_entry *e, const mrb_shdict_value *v)
 {
     e->type = (uint8_t) v->type;
@@ -557,8 +406,7 @@ shd_value_load(shd_entry *e, mrb_shdict_value *v, char *buf, size_t cap)
 }
 
 
-/* Completes a new user entry and makes it visible. */
-static void
+void
 shd_entry_publish(mrb_shdict_zone *z, shd_entry *e, uint32_t hash,
     const char *key, size_t klen, const mrb_shdict_value *v, uint64_t expires)
 {
@@ -574,309 +422,6 @@ shd_entry_publish(mrb_shdict_zone *z, shd_entry *e, uint32_t hash,
     shd_hash_link(z, e);
     shd_lru_push(z, e);
     z->nentries++;
-}
-
-
-/* Held counts: dead owners are looked for at most once per interval, by
- * whichever call comes first.  Every hold and release asks, so the question
- * is answered here, inline: a call into shd_sweep, whose frame holds its
- * table of owners, cost more than the answer. */
-
-static size_t shd_sweep(mrb_shdict_zone *z, int force);
-
-static inline void
-shd_sweep_maybe(mrb_shdict_zone *z)
-{
-    shd_clock  clk = { 0 };
-
-    if (__atomic_load_n(&z->nledgers, __ATOMIC_RELAXED) != 0
-        && __atomic_load_n(&z->next_sweep, __ATOMIC_RELAXED) <= shd_now(&clk))
-    {
-        shd_sweep(z, 0);
-    }
-}
-
-
-static int
-shd_owner_cmp(const void *a, const void *b)
-{
-    const mrb_shdict_owner  *x = a, *y = b;
-
-    if (x->pid != y->pid) {
-        return (x->pid > y->pid) - (x->pid < y->pid);
-    }
-
-    return (x->start > y->start) - (x->start < y->start);
-}
-
-
-/* Sorts owners and drops duplicates; returns how many are left. */
-static size_t
-shd_owners_unique(mrb_shdict_owner *owners, size_t n)
-{
-    size_t  i, m;
-
-    if (n == 0) {
-        return 0;
-    }
-
-    qsort(owners, n, sizeof(mrb_shdict_owner), shd_owner_cmp);
-
-    for (i = 1, m = 1; i < n; i++) {
-        if (shd_owner_cmp(&owners[i], &owners[m - 1]) != 0) {
-            owners[m++] = owners[i];
-        }
-    }
-
-    return m;
-}
-
-
-/*
- * The owners of the live ledgers into *owners (stack, or a malloc'd array
- * when they outnumber it); the idle ledgers go.  0 when no sweep is due.
- */
-static size_t
-shd_sweep_collect_locked(mrb_shdict_zone *z, int force,
-    mrb_shdict_owner *stack, mrb_shdict_owner **owners)
-{
-    size_t             n, cap;
-    shd_off            off, next;
-    shd_clock          clk = { 0 };
-    shd_entry         *l;
-    mrb_shdict_owner  *set;
-
-    *owners = stack;
-
-    /* another process may have swept since the caller looked */
-    if (!force && z->next_sweep > shd_now(&clk)) {
-        return 0;
-    }
-
-    z->next_sweep = shd_now(&clk) + MRB_SHDICT_SWEEP_INTERVAL;
-
-    cap = SHD_SWEEP_STACK;
-
-    if (z->nledgers > SHD_SWEEP_STACK) {
-        set = malloc(z->nledgers * sizeof(mrb_shdict_owner));
-        if (set != NULL) {
-            *owners = set;
-            cap = z->nledgers;
-        }
-    }
-
-    n = 0;
-
-    for (off = z->ledgers; off != 0; off = next) {
-        l = shd_entry_at(z, off);
-        next = l->next;
-
-        if (shd_int_of(l) == 0) {
-            shd_ledger_remove(z, l, NULL);
-            continue;
-        }
-
-        if (n < cap) {
-            shd_owner_unpack(l->data + l->klen - SHD_OWNER_LEN,
-                             &(*owners)[n++]);
-        }
-    }
-
-    return n;
-}
-
-
-/* Removes the ledgers of dead (sorted) and what they held: how many. */
-static size_t
-shd_sweep_remove_locked(mrb_shdict_zone *z, const mrb_shdict_owner *dead,
-    size_t ndead)
-{
-    size_t             removed;
-    shd_off            off, next;
-    shd_entry         *l, *p;
-    mrb_shdict_owner   o;
-
-    removed = 0;
-
-    for (off = z->ledgers; off != 0; off = next) {
-        l = shd_entry_at(z, off);
-        next = l->next;
-        shd_owner_unpack(l->data + l->klen - SHD_OWNER_LEN, &o);
-
-        if (bsearch(&o, dead, ndead, sizeof(mrb_shdict_owner),
-                    shd_owner_cmp) == NULL)
-        {
-            continue;
-        }
-
-        p = shd_ledger_parent(z, l);
-
-        if (p != NULL && p->type == MRB_SHDICT_INTEGER) {
-            shd_int_store(p, shd_int_of(p) - shd_int_of(l));
-        }
-
-        removed += (shd_int_of(l) != 0);
-        shd_ledger_remove(z, l, p);
-    }
-
-    return removed;
-}
-
-
-/*
- * Every holder is looked at, however many there are: the owners of all
- * ledgers are collected under the lock (into a malloc'd array when they
- * outnumber the stack's), judged alive or dead without it (/proc), and the
- * ledgers of the dead removed under it again.  Out of memory, a sweep looks
- * at the first SHD_SWEEP_STACK ledgers' owners only; the next one at the
- * same again, so that it is no worse than a partial sweep.
- */
-static size_t
-shd_sweep(mrb_shdict_zone *z, int force)
-{
-    size_t             n, ndead, i, removed;
-    mrb_shdict_owner   stack[SHD_SWEEP_STACK], *owners;
-
-    if (mrb_shdict_zone_lock(z) != 0) {
-        return 0;
-    }
-
-    n = shd_sweep_collect_locked(z, force, stack, &owners);
-    mrb_shdict_zone_unlock(z);
-
-    n = shd_owners_unique(owners, n);
-
-    /* /proc is read without the mutex; a dead owner stays dead; the dead
-     * stay sorted */
-    ndead = 0;
-
-    for (i = 0; i < n; i++) {
-        if (!mrb_shdict_owner_alive(&owners[i])) {
-            owners[ndead++] = owners[i];
-        }
-    }
-
-    removed = 0;
-
-    if (ndead > 0 && mrb_shdict_zone_lock(z) == 0) {
-        removed = shd_sweep_remove_locked(z, owners, ndead);
-        mrb_shdict_zone_unlock(z);
-    }
-
-    if (owners != stack) {
-        free(owners);
-    }
-
-    return removed;
-}
-
-
-size_t
-mrb_shdict_zone_sweep(mrb_shdict_zone *z)
-{
-    return shd_sweep(z, 1);
-}
-
-
-/* Recovery after a process died holding the mutex mid-update: every list is
- * derived again from the chunks tagged as entries. */
-
-static int
-shd_rebuild_keep(mrb_shdict_zone *z, shd_off off, size_t capacity)
-{
-    size_t             klen;
-    uint32_t           hash;
-    shd_entry         *e;
-    mrb_shdict_owner   o;
-
-    e = shd_entry_at(z, off);
-
-    if (e->type < MRB_SHDICT_STRING || e->type > MRB_SHDICT_FALSE
-        || e->klen == 0 || e->klen > capacity || e->vlen > capacity
-        || sizeof(shd_entry) + (size_t) e->klen + e->vlen > capacity)
-    {
-        return 0;
-    }
-
-    if (((e->type == MRB_SHDICT_INTEGER || e->type == MRB_SHDICT_FLOAT)
-         && e->vlen != 8)
-        || ((e->type == MRB_SHDICT_TRUE || e->type == MRB_SHDICT_FALSE)
-            && e->vlen != 0))
-    {
-        return 0;
-    }
-
-    if (e->flags & SHD_ENTRY_HELD) {
-        /* an idle ledger is dropped: it is only kept for speed */
-        if (e->klen <= SHD_OWNER_LEN || e->type != MRB_SHDICT_INTEGER
-            || shd_int_of(e) == 0)
-        {
-            return 0;
-        }
-
-        klen = e->klen - SHD_OWNER_LEN;
-        shd_owner_unpack(e->data + klen, &o);
-        hash = shd_ledger_hash(mrb_shdict_hash(e->data, klen), &o);
-
-        if (hash != e->hash
-            || shd_find(z, hash, e->data, klen, e->data + klen) != NULL)
-        {
-            return 0;
-        }
-
-        shd_hash_link(z, e);
-        shd_list_push(z, &z->ledgers, NULL, e);
-        z->nledgers++;
-        return 1;
-    }
-
-    hash = mrb_shdict_hash(e->data, e->klen);
-
-    /* a copy made by an interrupted replacement: the first one found wins */
-    if (hash != e->hash
-        || shd_find(z, hash, e->data, e->klen, NULL) != NULL)
-    {
-        return 0;
-    }
-
-    e->pins = 0;
-    shd_hash_link(z, e);
-    shd_lru_push(z, e);
-    z->nentries++;
-    return 1;
-}
-
-
-static void
-shd_rebuild(mrb_shdict_zone *z)
-{
-    shd_off     off, next;
-    shd_entry  *l, *p;
-
-    memset(shd_buckets(z), 0, (size_t) z->nbuckets * sizeof(shd_off));
-    z->lru_head = 0;
-    z->lru_tail = 0;
-    z->ledgers = 0;
-    z->nentries = 0;
-    z->nledgers = 0;
-    z->nidle = 0;
-
-    shd_slab_rebuild(z, shd_rebuild_keep);
-
-    /* pins: each ledger pins its parent; a ledger without an Integer parent
-     * has nothing left to give back */
-    for (off = z->ledgers; off != 0; off = next) {
-        l = shd_entry_at(z, off);
-        next = l->next;
-        p = shd_ledger_parent(z, l);
-
-        if (p == NULL || p->type != MRB_SHDICT_INTEGER) {
-            shd_ledger_remove(z, l, NULL);
-            continue;
-        }
-
-        shd_pin(z, p);
-    }
 }
 
 
@@ -945,69 +490,70 @@ mrb_shdict_zone_init(void *mem, size_t size)
 }
 
 
-mrb_shdict_rc
-mrb_shdict_zone_get(mrb_shdict_zone *z, const char *key, size_t klen,
-    mrb_shdict_value *v, char *buf, size_t cap)
+/* Operations on one key: each a _locked function run by shd_with_entry. */
+
+typedef struct {
+    mrb_shdict_value  *v;
+    char              *buf;
+    size_t             cap;
+} shd_get_args;
+
+
+static mrb_shdict_rc
+shd_get_locked(mrb_shdict_zone *z, shd_entry *e, shd_key *k, void *arg)
 {
-    uint32_t        hash;
-    shd_clock       clk = { 0 };
-    shd_entry      *e;
-    mrb_shdict_rc   rc;
-
-    shd_sweep_maybe(z);
-    hash = mrb_shdict_hash(key, klen);
-
-    if (mrb_shdict_zone_lock(z) != 0) {
-        return MRB_SHDICT_LOCK_FAILED;
-    }
-
-    e = shd_lookup(z, hash, key, klen, &clk);
+    shd_get_args  *a = arg;
 
     if (e == NULL) {
-        rc = MRB_SHDICT_NOT_FOUND;
-
-    } else {
-        shd_lru_touch(z, e);
-        rc = shd_value_load(e, v, buf, cap);
+        return MRB_SHDICT_NOT_FOUND;
     }
 
-    mrb_shdict_zone_unlock(z);
-    return rc;
+    shd_lru_touch(z, e);
+    return shd_value_load(e, a->v, a->buf, a->cap);
 }
 
 
 mrb_shdict_rc
-mrb_shdict_zone_set(mrb_shdict_zone *z, const char *key, size_t klen,
-    const mrb_shdict_value *v, uint64_t ttl_ms, unsigned flags)
+mrb_shdict_zone_get(mrb_shdict_zone *z, const char *key, size_t klen,
+    mrb_shdict_value *v, char *buf, size_t cap)
 {
-    size_t          size;
-    uint32_t        hash, pins;
-    uint64_t        expires;
-    shd_clock       clk = { 0 };
-    shd_entry      *e, *n;
-    mrb_shdict_rc   rc;
+    shd_get_args  a = { v, buf, cap };
 
-    hash = mrb_shdict_hash(key, klen);
-    size = sizeof(shd_entry) + klen + shd_value_len(v);
+    shd_sweep_maybe(z);
 
-    if (mrb_shdict_zone_lock(z) != 0) {
-        return MRB_SHDICT_LOCK_FAILED;
+    return shd_with_entry(z, key, klen, shd_get_locked, &a);
+}
+
+
+typedef struct {
+    const mrb_shdict_value  *v;
+    uint64_t                 ttl_ms;
+    unsigned                 flags;
+} shd_set_args;
+
+
+static mrb_shdict_rc
+shd_set_locked(mrb_shdict_zone *z, shd_entry *e, shd_key *k, void *arg)
+{
+    size_t         size;
+    uint32_t       pins;
+    uint64_t       expires;
+    shd_entry     *n;
+    mrb_shdict_rc  rc;
+    shd_set_args  *a = arg;
+
+    if (e != NULL && (a->flags & MRB_SHDICT_ADD)) {
+        return MRB_SHDICT_EXISTS;
     }
 
-    rc = MRB_SHDICT_OK;
-    e = shd_lookup(z, hash, key, klen, &clk);
-    expires = (ttl_ms != 0) ? shd_now(&clk) + ttl_ms : 0;
-
-    if (e != NULL && (flags & MRB_SHDICT_ADD)) {
-        rc = MRB_SHDICT_EXISTS;
-        goto done;
-    }
+    size = sizeof(shd_entry) + k->klen + shd_value_len(a->v);
+    expires = (a->ttl_ms != 0) ? shd_now(&k->clk) + a->ttl_ms : 0;
 
     if (e != NULL && size <= shd_slab_capacity(z, shd_offset(z, e))) {
-        shd_value_store(e, v);
+        shd_value_store(e, a->v);
         e->expires = (e->pins == 0) ? expires : 0;
         shd_lru_touch(z, e);
-        goto done;
+        return MRB_SHDICT_OK;
     }
 
     if (e != NULL && e->pins == 0) {
@@ -1015,13 +561,14 @@ mrb_shdict_zone_set(mrb_shdict_zone *z, const char *key, size_t klen,
         shd_lru_unlink(z, e);
     }
 
-    n = shd_entry_alloc(z, size, !(flags & MRB_SHDICT_NO_EVICT), &rc);
+    rc = MRB_SHDICT_OK;
+    n = shd_entry_alloc(z, size, !(a->flags & MRB_SHDICT_NO_EVICT), &rc);
 
     if (n == NULL) {
         if (e != NULL && e->pins == 0) {
             shd_lru_push(z, e);
         }
-        goto done;
+        return rc;
     }
 
     pins = 0;
@@ -1035,16 +582,25 @@ mrb_shdict_zone_set(mrb_shdict_zone *z, const char *key, size_t klen,
         shd_slab_free(z, shd_offset(z, e));
     }
 
-    shd_entry_publish(z, n, hash, key, klen, v, pins ? 0 : expires);
+    shd_entry_publish(z, n, k->hash, k->key, k->klen, a->v,
+                      pins ? 0 : expires);
 
     if (pins != 0) {
         shd_lru_unlink(z, n);
         n->pins = pins;
     }
 
-done:
-    mrb_shdict_zone_unlock(z);
-    return rc;
+    return MRB_SHDICT_OK;
+}
+
+
+mrb_shdict_rc
+mrb_shdict_zone_set(mrb_shdict_zone *z, const char *key, size_t klen,
+    const mrb_shdict_value *v, uint64_t ttl_ms, unsigned flags)
+{
+    shd_set_args  a = { v, ttl_ms, flags };
+
+    return shd_with_entry(z, key, klen, shd_set_locked, &a);
 }
 
 
@@ -1067,94 +623,108 @@ shd_add(const mrb_shdict_value *a, const mrb_shdict_value *b,
 }
 
 
+typedef struct {
+    const mrb_shdict_value  *by;
+    const mrb_shdict_value  *init;
+    uint64_t                 ttl_ms;
+    mrb_shdict_value        *out;
+} shd_incr_args;
+
+
+static mrb_shdict_rc
+shd_incr_locked(mrb_shdict_zone *z, shd_entry *e, shd_key *k, void *arg)
+{
+    mrb_shdict_rc      rc;
+    shd_incr_args     *a = arg;
+    mrb_shdict_value   cur;
+
+    if (e == NULL) {
+        if (a->init == NULL) {
+            return MRB_SHDICT_NOT_FOUND;
+        }
+
+        rc = shd_add(a->init, a->by, a->out);
+        if (rc != MRB_SHDICT_OK) {
+            return rc;
+        }
+
+        e = shd_entry_alloc(z, sizeof(shd_entry) + k->klen + 8, 1, &rc);
+        if (e == NULL) {
+            return rc;
+        }
+
+        shd_entry_publish(z, e, k->hash, k->key, k->klen, a->out,
+                          (a->ttl_ms != 0) ? shd_now(&k->clk) + a->ttl_ms : 0);
+        return MRB_SHDICT_OK;
+    }
+
+    if (e->type != MRB_SHDICT_INTEGER && e->type != MRB_SHDICT_FLOAT) {
+        return MRB_SHDICT_NOT_A_NUMBER;
+    }
+
+    cur.type = (mrb_shdict_type) e->type;
+
+    if (cur.type == MRB_SHDICT_INTEGER) {
+        cur.i = shd_int_of(e);
+
+    } else {
+        memcpy(&cur.f, shd_value_of(e), 8);
+    }
+
+    rc = shd_add(&cur, a->by, a->out);
+    if (rc != MRB_SHDICT_OK) {
+        return rc;
+    }
+
+    /* an Integer and a Float both take 8 bytes: always in place */
+    shd_value_store(e, a->out);
+    shd_lru_touch(z, e);
+
+    return MRB_SHDICT_OK;
+}
+
+
 mrb_shdict_rc
 mrb_shdict_zone_incr(mrb_shdict_zone *z, const char *key, size_t klen,
     const mrb_shdict_value *by, const mrb_shdict_value *init,
     uint64_t ttl_ms, mrb_shdict_value *out)
 {
-    uint32_t          hash;
-    shd_clock         clk = { 0 };
-    shd_entry        *e;
-    mrb_shdict_rc     rc;
-    mrb_shdict_value  cur;
+    shd_incr_args  a = { by, init, ttl_ms, out };
 
-    hash = mrb_shdict_hash(key, klen);
+    return shd_with_entry(z, key, klen, shd_incr_locked, &a);
+}
 
-    if (mrb_shdict_zone_lock(z) != 0) {
-        return MRB_SHDICT_LOCK_FAILED;
-    }
 
-    e = shd_lookup(z, hash, key, klen, &clk);
-
+static mrb_shdict_rc
+shd_delete_locked(mrb_shdict_zone *z, shd_entry *e, shd_key *k, void *arg)
+{
     if (e == NULL) {
-        if (init == NULL) {
-            rc = MRB_SHDICT_NOT_FOUND;
-            goto done;
-        }
-
-        rc = shd_add(init, by, out);
-        if (rc != MRB_SHDICT_OK) {
-            goto done;
-        }
-
-        e = shd_entry_alloc(z, sizeof(shd_entry) + klen + 8, 1, &rc);
-        if (e == NULL) {
-            goto done;
-        }
-
-        shd_entry_publish(z, e, hash, key, klen, out,
-                          (ttl_ms != 0) ? shd_now(&clk) + ttl_ms : 0);
-        goto done;
+        return MRB_SHDICT_NOT_FOUND;
     }
 
-    if (e->type != MRB_SHDICT_INTEGER && e->type != MRB_SHDICT_FLOAT) {
-        rc = MRB_SHDICT_NOT_A_NUMBER;
-        goto done;
-    }
-
-    shd_value_load(e, &cur, NULL, 0);
-
-    rc = shd_add(&cur, by, out);
-    if (rc != MRB_SHDICT_OK) {
-        goto done;
-    }
-
-    /* an Integer and a Float both take 8 bytes: always in place */
-    shd_value_store(e, out);
-    shd_lru_touch(z, e);
-
-done:
-    mrb_shdict_zone_unlock(z);
-    return rc;
+    shd_entry_remove(z, e);
+    return MRB_SHDICT_OK;
 }
 
 
 mrb_shdict_rc
 mrb_shdict_zone_delete(mrb_shdict_zone *z, const char *key, size_t klen)
 {
-    uint32_t        hash;
-    shd_clock       clk = { 0 };
-    shd_entry      *e;
-    mrb_shdict_rc   rc;
+    return shd_with_entry(z, key, klen, shd_delete_locked, NULL);
+}
 
-    hash = mrb_shdict_hash(key, klen);
 
-    if (mrb_shdict_zone_lock(z) != 0) {
-        return MRB_SHDICT_LOCK_FAILED;
-    }
-
-    e = shd_lookup(z, hash, key, klen, &clk);
+static mrb_shdict_rc
+shd_ttl_locked(mrb_shdict_zone *z, shd_entry *e, shd_key *k, void *arg)
+{
+    int64_t  *ms = arg;
 
     if (e == NULL) {
-        rc = MRB_SHDICT_NOT_FOUND;
-
-    } else {
-        shd_entry_remove(z, e);
-        rc = MRB_SHDICT_OK;
+        return MRB_SHDICT_NOT_FOUND;
     }
 
-    mrb_shdict_zone_unlock(z);
-    return rc;
+    *ms = (e->expires == 0) ? -1 : (int64_t) (e->expires - shd_now(&k->clk));
+    return MRB_SHDICT_OK;
 }
 
 
@@ -1162,29 +732,7 @@ mrb_shdict_rc
 mrb_shdict_zone_ttl(mrb_shdict_zone *z, const char *key, size_t klen,
     int64_t *ms)
 {
-    uint32_t        hash;
-    shd_clock       clk = { 0 };
-    shd_entry      *e;
-    mrb_shdict_rc   rc;
-
-    hash = mrb_shdict_hash(key, klen);
-
-    if (mrb_shdict_zone_lock(z) != 0) {
-        return MRB_SHDICT_LOCK_FAILED;
-    }
-
-    e = shd_lookup(z, hash, key, klen, &clk);
-
-    if (e == NULL) {
-        rc = MRB_SHDICT_NOT_FOUND;
-
-    } else {
-        *ms = (e->expires == 0) ? -1 : (int64_t) (e->expires - shd_now(&clk));
-        rc = MRB_SHDICT_OK;
-    }
-
-    mrb_shdict_zone_unlock(z);
-    return rc;
+    return shd_with_entry(z, key, klen, shd_ttl_locked, ms);
 }
 
 
@@ -1291,6 +839,19 @@ mrb_shdict_zone_count(mrb_shdict_zone *z)
 }
 
 
+void
+shd_lists_clear(mrb_shdict_zone *z)
+{
+    memset(shd_buckets(z), 0, (size_t) z->nbuckets * sizeof(shd_off));
+    z->lru_head = 0;
+    z->lru_tail = 0;
+    z->ledgers = 0;
+    z->nentries = 0;
+    z->nledgers = 0;
+    z->nidle = 0;
+}
+
+
 mrb_shdict_rc
 mrb_shdict_zone_flush(mrb_shdict_zone *z)
 {
@@ -1298,179 +859,11 @@ mrb_shdict_zone_flush(mrb_shdict_zone *z)
         return MRB_SHDICT_LOCK_FAILED;
     }
 
-    memset(shd_buckets(z), 0, (size_t) z->nbuckets * sizeof(shd_off));
+    shd_lists_clear(z);
     shd_slab_init(z);
-    z->lru_head = 0;
-    z->lru_tail = 0;
-    z->ledgers = 0;
-    z->nentries = 0;
-    z->nledgers = 0;
-    z->nidle = 0;
 
     mrb_shdict_zone_unlock(z);
     return MRB_SHDICT_OK;
-}
-
-
-mrb_shdict_rc
-mrb_shdict_zone_hold(mrb_shdict_zone *z, const char *key, size_t klen,
-    int64_t n, int64_t *total)
-{
-    int                created;
-    char               owner[SHD_OWNER_LEN];
-    int64_t            pv, lv;
-    uint32_t           hash, lhash;
-    shd_clock          clk = { 0 };
-    shd_entry         *p, *l;
-    mrb_shdict_rc      rc;
-    mrb_shdict_owner   self;
-    mrb_shdict_value   zero = { MRB_SHDICT_INTEGER, 0, 0, NULL, 0 };
-
-    shd_sweep_maybe(z);
-
-    mrb_shdict_owner_self(&self);
-    shd_owner_pack(&self, owner);
-    hash = mrb_shdict_hash(key, klen);
-    lhash = shd_ledger_hash(hash, &self);
-
-    if (mrb_shdict_zone_lock(z) != 0) {
-        return MRB_SHDICT_LOCK_FAILED;
-    }
-
-    rc = MRB_SHDICT_OK;
-    created = 0;
-    p = shd_lookup(z, hash, key, klen, &clk);
-
-    if (p == NULL) {
-        p = shd_entry_alloc(z, sizeof(shd_entry) + klen + 8, 1, &rc);
-        if (p == NULL) {
-            goto done;
-        }
-
-        shd_entry_publish(z, p, hash, key, klen, &zero, 0);
-        created = 1;
-
-    } else if (p->type != MRB_SHDICT_INTEGER) {
-        rc = MRB_SHDICT_NOT_A_NUMBER;
-        goto done;
-    }
-
-    l = shd_find(z, lhash, key, klen, owner);
-
-    if (__builtin_add_overflow(shd_int_of(p), n, &pv)
-        || (l != NULL && __builtin_add_overflow(shd_int_of(l), n, &lv)))
-    {
-        rc = MRB_SHDICT_OVERFLOW;
-        goto done;
-    }
-
-    if (l == NULL) {
-        /* pinned first: the ledger's allocation may evict */
-        shd_pin(z, p);
-
-        l = shd_entry_alloc(z, sizeof(shd_entry) + klen + SHD_OWNER_LEN + 8, 1,
-                            &rc);
-
-        if (l == NULL) {
-            shd_unpin(z, p);
-            if (created) {
-                shd_entry_remove(z, p);
-            }
-            goto done;
-        }
-
-        l->flags = SHD_ENTRY_HELD;
-        l->hash = lhash;
-        l->klen = (uint32_t) (klen + SHD_OWNER_LEN);
-        l->pins = 0;
-        l->expires = 0;
-        memcpy(l->data, key, klen);
-        memcpy(l->data + klen, owner, SHD_OWNER_LEN);
-        shd_value_store(l, &zero);
-        l->tag = SHD_TAG_ENTRY;
-
-        shd_hash_link(z, l);
-        shd_list_push(z, &z->ledgers, NULL, l);
-        z->nledgers++;
-
-    } else if (shd_int_of(l) == 0) {
-        /* this process's idle ledger for key: holding again */
-        shd_pin(z, p);
-        z->nidle--;
-    }
-
-    shd_int_store(p, pv);
-    shd_int_store(l, shd_int_of(l) + n);
-    *total = pv;
-
-done:
-    mrb_shdict_zone_unlock(z);
-    return rc;
-}
-
-
-mrb_shdict_rc
-mrb_shdict_zone_release(mrb_shdict_zone *z, const char *key, size_t klen,
-    int64_t n, int64_t *total)
-{
-    char               owner[SHD_OWNER_LEN];
-    int64_t            held, take;
-    uint32_t           hash, lhash;
-    shd_clock          clk = { 0 };
-    shd_entry         *p, *l;
-    mrb_shdict_rc      rc;
-    mrb_shdict_owner   self;
-
-    shd_sweep_maybe(z);
-
-    mrb_shdict_owner_self(&self);
-    shd_owner_pack(&self, owner);
-    hash = mrb_shdict_hash(key, klen);
-    lhash = shd_ledger_hash(hash, &self);
-
-    if (mrb_shdict_zone_lock(z) != 0) {
-        return MRB_SHDICT_LOCK_FAILED;
-    }
-
-    rc = MRB_SHDICT_OK;
-    p = shd_lookup(z, hash, key, klen, &clk);
-    l = shd_find(z, lhash, key, klen, owner);
-    take = 0;
-
-    /* an idle ledger holds nothing */
-    if (l != NULL && shd_int_of(l) == 0) {
-        l = NULL;
-    }
-
-    if (l != NULL) {
-        held = shd_int_of(l);
-        take = (n < held) ? n : held;
-        shd_int_store(l, held - take);
-
-        if (take == held) {
-            /* kept, idle, for this process's next hold of key */
-            z->nidle++;
-            shd_unpin(z, p);
-        }
-    }
-
-    if (p == NULL) {
-        *total = 0;
-
-    } else if (p->type != MRB_SHDICT_INTEGER) {
-        rc = MRB_SHDICT_NOT_A_NUMBER;
-
-    } else {
-        *total = shd_int_of(p) - take;
-        shd_int_store(p, *total);
-    }
-
-    if (rc == MRB_SHDICT_OK && l == NULL) {
-        rc = MRB_SHDICT_NOT_FOUND;
-    }
-
-    mrb_shdict_zone_unlock(z);
-    return rc;
 }
 
 
