@@ -203,6 +203,20 @@ ap_mrb_req_ctx *ap_mrb_req_ctx_get(request_rec *r);
 void *ap_mrb_run_data(mrb_state *mrb, ap_mrb_run_kind kind,
     const char *class_name);
 mrb_value ap_mrb_str(mrb_state *mrb, const char *s);
+/* The C string field at offset of base (a field getter's, mrb_api.h) as
+ * ap_mrb_str gives it: nil for NULL. */
+mrb_value ap_mrb_str_at(mrb_state *mrb, const void *base, size_t offset);
+
+/* getter: the getter of an mrb_api_field table's C string fields of the
+ * struct that base(mrb) returns (which raises where there is none). */
+#define AP_MRB_STR_FIELD_GETTER(getter, base)                                 \
+    static mrb_value                                                          \
+    getter(mrb_state *mrb, mrb_value self)                                    \
+    {                                                                         \
+        size_t  offset = mrb_api_field_offset(mrb);                           \
+                                                                              \
+        return ap_mrb_str_at(mrb, base(mrb), offset);                         \
+    }
 char *ap_mrb_pstr(mrb_state *mrb, apr_pool_t *p, mrb_value str);
 int ap_mrb_filter_write(void *data, const char *buf, size_t len);
 

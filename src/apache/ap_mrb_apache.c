@@ -54,6 +54,14 @@ ap_mrb_str(mrb_state *mrb, const char *s)
 }
 
 
+mrb_value
+ap_mrb_str_at(mrb_state *mrb, const void *base, size_t offset)
+{
+    return ap_mrb_str(mrb, *(const char * const *) ((const char *) base
+                                                    + offset));
+}
+
+
 /*
  * A Ruby string as a C string in pool p.  Apache's strings end at the
  * first NUL, so one inside would silently cut the value: refuse it.

@@ -10,6 +10,8 @@
  *                            AUTH_USER_NOT_FOUND
  */
 
+#include <stddef.h>
+
 #include <http_core.h>
 #include <http_request.h>
 #include <ap_provider.h>
@@ -136,32 +138,8 @@ ap_mrb_authn_of(mrb_state *mrb)
 }
 
 
-static mrb_value
-ap_mrb_authn_user(mrb_state *mrb, mrb_value self)
-{
-    return ap_mrb_str(mrb, ap_mrb_authn_of(mrb)->user);
-}
-
-
-static mrb_value
-ap_mrb_authn_password(mrb_state *mrb, mrb_value self)
-{
-    return ap_mrb_str(mrb, ap_mrb_authn_of(mrb)->password);
-}
-
-
-static mrb_value
-ap_mrb_authn_realm(mrb_state *mrb, mrb_value self)
-{
-    return ap_mrb_str(mrb, ap_mrb_authn_of(mrb)->realm);
-}
-
-
-static mrb_value
-ap_mrb_authn_rethash(mrb_state *mrb, mrb_value self)
-{
-    return ap_mrb_str(mrb, ap_mrb_authn_of(mrb)->rethash);
-}
+/* user, password, realm, rethash: the field at the getter's offset */
+AP_MRB_STR_FIELD_GETTER(ap_mrb_authn_str_field, ap_mrb_authn_of)
 
 
 static mrb_value
@@ -176,13 +154,15 @@ ap_mrb_authn_set_rethash(mrb_state *mrb, mrb_value self)
 }
 
 
-static const mrb_api_method  ap_mrb_authn_methods[] = {
-    { "user", ap_mrb_authn_user, MRB_ARGS_NONE() },
-    { "password", ap_mrb_authn_password, MRB_ARGS_NONE() },
-    { "realm", ap_mrb_authn_realm, MRB_ARGS_NONE() },
-    { "rethash", ap_mrb_authn_rethash, MRB_ARGS_NONE() },
-    { "rethash=", ap_mrb_authn_set_rethash, MRB_ARGS_REQ(1) },
-    MRB_API_METHOD_END
+#define AP_MRB_AUTHN_FIELD(name, set)                                         \
+    { #name, ap_mrb_authn_str_field, set, offsetof(ap_mrb_authn_ctx, name) }
+
+static const mrb_api_field  ap_mrb_authn_fields[] = {
+    AP_MRB_AUTHN_FIELD(user, NULL),
+    AP_MRB_AUTHN_FIELD(password, NULL),
+    AP_MRB_AUTHN_FIELD(realm, NULL),
+    AP_MRB_AUTHN_FIELD(rethash, ap_mrb_authn_set_rethash),
+    MRB_API_FIELD_END
 };
 
 
@@ -201,7 +181,7 @@ ap_mrb_define_authn(mrb_state *mrb, struct RClass *apache)
 {
     struct RClass  *c;
 
-    c = mrb_api_define_class(mrb, apache, "AuthnProvider", NULL,
-                             ap_mrb_authn_methods);
+    c = mrb_api_define_class(mrb, apache, "AuthnProvider", NULL, NULL);
+    mrb_api_define_fields(mrb, c, ap_mrb_authn_fields);
     mrb_api_define_consts(mrb, c, ap_mrb_authn_results);
 }

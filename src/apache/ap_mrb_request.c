@@ -6,6 +6,7 @@
  * memory, it only raises outside a request.
  */
 
+#include <stddef.h>
 #include <string.h>
 
 #include <http_core.h>
@@ -37,14 +38,26 @@ ap_mrb_req_ctx_get(request_rec *r)
 }
 
 
-/* String fields: read/write; "nilable" ones may be set to nil (NULL). */
-#define AP_MRB_STR_GET(field)                                                 \
-    static mrb_value                                                          \
-    ap_mrb_get_##field(mrb_state *mrb, mrb_value self)                        \
-    {                                                                         \
-        return ap_mrb_str(mrb, ap_mrb_request(mrb)->field);                   \
-    }
+/*
+ * The request's fields read through one getter per type, with the field's
+ * offset in the table below: a String field (nil when NULL), an Integer
+ * one (the flags as Integers, as the original gave them: 0 is true in
+ * Ruby, compare with 1).
+ */
+AP_MRB_STR_FIELD_GETTER(ap_mrb_get_str_field, ap_mrb_request)
 
+
+static mrb_value
+ap_mrb_get_int_field(mrb_state *mrb, mrb_value self)
+{
+    size_t        offset = mrb_api_field_offset(mrb);
+    request_rec  *r = ap_mrb_request(mrb);
+
+    return mrb_int_value(mrb, *(int *) ((char *) r + offset));
+}
+
+
+/* String fields' setters; "nilable" ones may be set to nil (NULL). */
 #define AP_MRB_STR_SET(field, spec)                                           \
     static mrb_value                                                          \
     ap_mrb_set_##field(mrb_state *mrb, mrb_value self)                        \
@@ -99,59 +112,25 @@ ap_mrb_check_filename(mrb_state *mrb, const char *what, mrb_value v,
     }
 }
 
-#define AP_MRB_STR_ATTR(field)                                                \
-    AP_MRB_STR_GET(field)                                                     \
-    AP_MRB_STR_SET(field, "S")
-
-#define AP_MRB_STR_ATTR_NIL(field)                                            \
-    AP_MRB_STR_GET(field)                                                     \
-    AP_MRB_STR_SET(field, "S!")
-
-#define AP_MRB_STR_ATTR_CHECKED(field, nil_ok, check, what)                   \
-    AP_MRB_STR_GET(field)                                                     \
-    AP_MRB_STR_SET_CHECKED(field, nil_ok, check, what)
-
-AP_MRB_STR_ATTR(the_request)
-AP_MRB_STR_ATTR(protocol)
-AP_MRB_STR_ATTR_NIL(user)
-AP_MRB_STR_ATTR_NIL(ap_auth_type)
-AP_MRB_STR_ATTR_CHECKED(unparsed_uri, 0, mrb_http_check_target,
-                        "unparsed_uri=")
-AP_MRB_STR_ATTR_CHECKED(uri, 0, mrb_http_check_uri, "uri=")
-AP_MRB_STR_ATTR_CHECKED(filename, 0, ap_mrb_check_filename, "filename=")
-AP_MRB_STR_ATTR_NIL(canonical_filename)
-AP_MRB_STR_ATTR_CHECKED(path_info, 1, mrb_http_check_uri, "path_info=")
-AP_MRB_STR_ATTR_CHECKED(args, 1, mrb_http_check_args, "args=")
-AP_MRB_STR_ATTR_CHECKED(hostname, 0, mrb_http_check_header_value, "Host")
-AP_MRB_STR_ATTR_CHECKED(status_line, 1, mrb_http_check_header_value,
-                        "status line")
-AP_MRB_STR_ATTR_CHECKED(range, 1, mrb_http_check_header_value, "Range")
-AP_MRB_STR_ATTR_NIL(handler)
-AP_MRB_STR_ATTR_CHECKED(content_encoding, 1, mrb_http_check_header_value,
-                        "Content-Encoding")
-AP_MRB_STR_ATTR_NIL(vlist_validator)
-AP_MRB_STR_GET(method)
-AP_MRB_STR_GET(content_type)
-
-
-/* The request's flags, as Integers as the original gave them (0 is true in
- * Ruby: compare with 1). */
-#define AP_MRB_FLAG_GET(field)                                                \
-    static mrb_value                                                          \
-    ap_mrb_get_##field(mrb_state *mrb, mrb_value self)                        \
-    {                                                                         \
-        return mrb_int_value(mrb, ap_mrb_request(mrb)->field);                \
-    }
-
-AP_MRB_FLAG_GET(assbackwards)
-AP_MRB_FLAG_GET(header_only)
-AP_MRB_FLAG_GET(chunked)
-AP_MRB_FLAG_GET(read_body)
-AP_MRB_FLAG_GET(read_chunked)
-AP_MRB_FLAG_GET(used_path_info)
-AP_MRB_FLAG_GET(eos_sent)
-AP_MRB_FLAG_GET(no_cache)
-AP_MRB_FLAG_GET(no_local_copy)
+AP_MRB_STR_SET(the_request, "S")
+AP_MRB_STR_SET(protocol, "S")
+AP_MRB_STR_SET(user, "S!")
+AP_MRB_STR_SET(ap_auth_type, "S!")
+AP_MRB_STR_SET_CHECKED(unparsed_uri, 0, mrb_http_check_target,
+                       "unparsed_uri=")
+AP_MRB_STR_SET_CHECKED(uri, 0, mrb_http_check_uri, "uri=")
+AP_MRB_STR_SET_CHECKED(filename, 0, ap_mrb_check_filename, "filename=")
+AP_MRB_STR_SET(canonical_filename, "S!")
+AP_MRB_STR_SET_CHECKED(path_info, 1, mrb_http_check_uri, "path_info=")
+AP_MRB_STR_SET_CHECKED(args, 1, mrb_http_check_args, "args=")
+AP_MRB_STR_SET_CHECKED(hostname, 0, mrb_http_check_header_value, "Host")
+AP_MRB_STR_SET_CHECKED(status_line, 1, mrb_http_check_header_value,
+                       "status line")
+AP_MRB_STR_SET_CHECKED(range, 1, mrb_http_check_header_value, "Range")
+AP_MRB_STR_SET(handler, "S!")
+AP_MRB_STR_SET_CHECKED(content_encoding, 1, mrb_http_check_header_value,
+                       "Content-Encoding")
+AP_MRB_STR_SET(vlist_validator, "S!")
 
 
 /* Setting the method keeps method_number in step, as Apache reads both.
@@ -233,13 +212,6 @@ ap_mrb_set_content_length(mrb_state *mrb, mrb_value self)
 }
 
 
-static mrb_value
-ap_mrb_get_status(mrb_state *mrb, mrb_value self)
-{
-    return mrb_int_value(mrb, ap_mrb_request(mrb)->status);
-}
-
-
 /* A 1xx here would go out as the response's status, then the body. */
 static mrb_value
 ap_mrb_set_status(mrb_state *mrb, mrb_value self)
@@ -250,13 +222,6 @@ ap_mrb_set_status(mrb_state *mrb, mrb_value self)
     mrb_http_check_final_status(mrb, v);
     ap_mrb_request(mrb)->status = (int) v;
     return mrb_int_value(mrb, v);
-}
-
-
-static mrb_value
-ap_mrb_get_proxyreq(mrb_state *mrb, mrb_value self)
-{
-    return mrb_int_value(mrb, ap_mrb_request(mrb)->proxyreq);
 }
 
 
@@ -275,20 +240,6 @@ static mrb_value
 ap_mrb_get_scheme(mrb_state *mrb, mrb_value self)
 {
     return ap_mrb_str(mrb, ap_http_scheme(ap_mrb_request(mrb)));
-}
-
-
-static mrb_value
-ap_mrb_get_proto_num(mrb_state *mrb, mrb_value self)
-{
-    return mrb_int_value(mrb, ap_mrb_request(mrb)->proto_num);
-}
-
-
-static mrb_value
-ap_mrb_get_method_number(mrb_state *mrb, mrb_value self)
-{
-    return mrb_int_value(mrb, ap_mrb_request(mrb)->method_number);
 }
 
 
@@ -586,45 +537,63 @@ ap_mrb_reverse_proxy(mrb_state *mrb, mrb_value self)
 }
 
 
+#define AP_MRB_STR_RW(name)                                                   \
+    { #name, ap_mrb_get_str_field, ap_mrb_set_##name,                         \
+      offsetof(request_rec, name) }
+#define AP_MRB_STR_RO(name)                                                   \
+    { #name, ap_mrb_get_str_field, NULL, offsetof(request_rec, name) }
+#define AP_MRB_INT_RW(name)                                                   \
+    { #name, ap_mrb_get_int_field, ap_mrb_set_##name,                         \
+      offsetof(request_rec, name) }
+#define AP_MRB_INT_RO(name)                                                   \
+    { #name, ap_mrb_get_int_field, NULL, offsetof(request_rec, name) }
+
+static const mrb_api_field  ap_mrb_request_fields[] = {
+    AP_MRB_STR_RW(the_request),
+    AP_MRB_STR_RW(protocol),
+    AP_MRB_STR_RW(user),
+    AP_MRB_STR_RW(ap_auth_type),
+    AP_MRB_STR_RW(unparsed_uri),
+    AP_MRB_STR_RW(uri),
+    AP_MRB_STR_RW(filename),
+    AP_MRB_STR_RW(canonical_filename),
+    AP_MRB_STR_RW(path_info),
+    AP_MRB_STR_RW(args),
+    AP_MRB_STR_RW(hostname),
+    AP_MRB_STR_RW(status_line),
+    AP_MRB_STR_RW(method),
+    AP_MRB_STR_RW(range),
+    AP_MRB_STR_RW(content_type),
+    AP_MRB_STR_RW(handler),
+    AP_MRB_STR_RW(content_encoding),
+    AP_MRB_STR_RW(vlist_validator),
+    AP_MRB_INT_RW(proxyreq),
+    AP_MRB_INT_RW(status),
+
+    AP_MRB_INT_RO(header_only),
+    AP_MRB_INT_RO(proto_num),
+    AP_MRB_INT_RO(method_number),
+    AP_MRB_INT_RO(chunked),
+    AP_MRB_INT_RO(assbackwards),
+    AP_MRB_INT_RO(read_body),
+    AP_MRB_INT_RO(read_chunked),
+    AP_MRB_INT_RO(used_path_info),
+    AP_MRB_INT_RO(eos_sent),
+    AP_MRB_INT_RO(no_cache),
+    AP_MRB_INT_RO(no_local_copy),
+
+    MRB_API_FIELD_END
+};
+
+
 #define AP_MRB_RW(name)  { #name, ap_mrb_get_##name, ap_mrb_set_##name }
 #define AP_MRB_RO(name)  { #name, ap_mrb_get_##name, NULL }
 
 static const mrb_api_attr  ap_mrb_request_attrs[] = {
-    AP_MRB_RW(the_request),
-    AP_MRB_RW(protocol),
-    AP_MRB_RW(user),
-    AP_MRB_RW(ap_auth_type),
-    AP_MRB_RW(unparsed_uri),
-    AP_MRB_RW(uri),
-    AP_MRB_RW(filename),
-    AP_MRB_RW(canonical_filename),
-    AP_MRB_RW(path_info),
-    AP_MRB_RW(args),
-    AP_MRB_RW(hostname),
     AP_MRB_RW(document_root),
-    AP_MRB_RW(status_line),
-    AP_MRB_RW(method),
-    AP_MRB_RW(range),
-    AP_MRB_RW(content_type),
     AP_MRB_RW(content_length),
-    AP_MRB_RW(handler),
-    AP_MRB_RW(content_encoding),
-    AP_MRB_RW(proxyreq),
-    AP_MRB_RW(status),
-    AP_MRB_RW(vlist_validator),
 
     AP_MRB_RO(scheme),
-    AP_MRB_RO(header_only),
-    AP_MRB_RO(proto_num),
-    AP_MRB_RO(method_number),
-    AP_MRB_RO(chunked),
-    AP_MRB_RO(assbackwards),
-    AP_MRB_RO(read_body),
-    AP_MRB_RO(read_chunked),
-    AP_MRB_RO(used_path_info),
-    AP_MRB_RO(eos_sent),
-    AP_MRB_RO(no_cache),
-    AP_MRB_RO(no_local_copy),
     AP_MRB_RO(request_time),
     AP_MRB_RO(response_time),
     AP_MRB_RO(body),
@@ -661,5 +630,6 @@ ap_mrb_define_request(mrb_state *mrb, struct RClass *apache)
 
     c = mrb_api_define_class(mrb, apache, "Request", NULL,
                              ap_mrb_request_methods);
+    mrb_api_define_fields(mrb, c, ap_mrb_request_fields);
     mrb_api_define_attrs(mrb, c, ap_mrb_request_attrs);
 }

@@ -33,6 +33,22 @@ typedef struct {
 
 #define MRB_API_ATTR_END  { NULL, NULL, NULL }
 
+/*
+ * A field: an attribute whose getter is shared by many fields of one
+ * struct, as nginx's ngx_http_variables.c shares one handler among the
+ * request's fields by their offset.  get reads the field at
+ * mrb_api_field_offset(mrb) of its object; set (name=, or NULL) is the
+ * field's own.  The getter takes no argument.
+ */
+typedef struct {
+    const char  *name;
+    mrb_func_t   get;
+    mrb_func_t   set;
+    size_t       offset;
+} mrb_api_field;
+
+#define MRB_API_FIELD_END  { NULL, NULL, NULL, 0 }
+
 /* An Integer constant. */
 typedef struct {
     const char  *name;
@@ -52,6 +68,13 @@ void mrb_api_define_class_methods(mrb_state *mrb, struct RClass *c,
 /* The attributes of a as instance methods of c: name and name=. */
 void mrb_api_define_attrs(mrb_state *mrb, struct RClass *c,
     const mrb_api_attr *a);
+
+/* The fields of f as instance methods of c: name and name=. */
+void mrb_api_define_fields(mrb_state *mrb, struct RClass *c,
+    const mrb_api_field *f);
+
+/* In a field's getter: the offset of the field it was defined for. */
+size_t mrb_api_field_offset(mrb_state *mrb);
 
 /* The constants of k in c. */
 void mrb_api_define_consts(mrb_state *mrb, struct RClass *c,
