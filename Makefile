@@ -157,7 +157,7 @@ test: deps
 	$(PYTHON) -m pytest -q -p no:cacheprovider --ignore=test/selftest test
 	$(MAKE) test-deb
 
-# seed 001's experiments (bench/coro.py runs it)
+# the Fiber paper's experiments (bench/coro.py runs it)
 $(BUILD)/coro_bench: bench/coro_bench.c $(CORE_SRC) $(LIB_SRC) $(RB_C) $(CORE_H)
 	$(CC) $(CFLAGS_ALL) -o $@ bench/coro_bench.c $(CORE_SRC) $(LIB_SRC) $(RB_C) $(LIBS)
 

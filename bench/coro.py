@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""make bench, coroutines: seed 001's four experiments for the runs that
+"""make bench, coroutines: the Fiber paper's four experiments for the runs that
 wait (machine-stack coroutines) and for mruby's own Fiber, and 1,000
 concurrent requests each sleeping 100 ms on one nginx worker, against
 lua-nginx-module's ngx.sleep in the same run.
@@ -210,7 +210,7 @@ def render(res):
     sw = res["switch"]
     cr = res["create"]
     lines = [BEGIN, "",
-             "## Coroutines: seed 001's experiments",
+             "## Coroutines: the Fiber paper's experiments",
              "",
              f"From `bench/coro.py` ({res.get('date', '?')}; "
              f"{res.get('note', '')}). Each pair comes from one process "
@@ -250,7 +250,7 @@ def render(res):
     lines.append(f"| mruby Fiber | {res['max'][0]['fiber']:,} |")
     e = res["echo"][0]
     lines += ["",
-              f"Echo over {e['conns']} connections (seed 001 Fig. 11, a "
+              f"Echo over {e['conns']} connections (the Fiber paper's Fig. 11, a "
               "coroutine per connection): "
               f"{e['ours']:,.0f} round trips/s on coroutines woken by a C "
               f"epoll loop, {e['fiber']:,.0f} with mruby Fibers woken by "
@@ -304,7 +304,7 @@ def render(res):
         v = unit[label]
         return f"{v:.1f} ns" + (": met" if v <= target else ": not met")
 
-    lines += ["", "Against issue 10's targets. The C figures come from "
+    lines += ["", "Against the coroutines' speed targets. The C figures come from "
               "`build/test_core --bench` (each the fastest of 10 repetitions, "
               f"{res.get('unit_load', 'load not recorded')}, "
               f"{res.get('counts_date', '?')}): timings on a shared, loaded "

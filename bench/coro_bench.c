@@ -1,10 +1,10 @@
 /*
- * Seed 001's experiments, for the runs that wait (src/core/mrb_wait.c, on
+ * The Fiber paper's experiments, for the runs that wait (src/core/mrb_wait.c, on
  * mrb_coro's machine stacks) and for mruby 3.1's own Fiber, in the same
  * process and the same interpreter build:
  *
  *   switch DEPTH      a suspend + resume from Ruby (two switches), after
- *                     DEPTH nested blocks (seed 001 Fig. 4): ns per switch
+ *                     DEPTH nested blocks (the Fiber paper's Fig. 4): ns per switch
  *   create SIZE POOL  SIZE coroutines made, then each run to its end, over
  *                     and over (Fig. 6), with the stack pool (POOL 1) or
  *                     with every stack mapped and unmapped (POOL 0): ns per
@@ -344,7 +344,7 @@ max_child(int fd, int fiber)
     }
 
     if (fiber) {
-        /* as seed 001 Fig. 8: kept alive, each resumed once */
+        /* as the Fiber paper's Fig. 8: kept alive, each resumed once */
         s = bench_script(
             "$f = []\n"
             "b = proc { Fiber.yield }  # one block: its irep counts references\n"
@@ -424,7 +424,7 @@ exp_max(int stack_kb)
  * line on every connection, then reads every echo, until TRIPS round
  * trips.  Ours: a run per connection waiting in Bench.wait_readable,
  * resumed from epoll.  Fiber: one Ruby script with a fiber per connection
- * and an IO.select loop, as seed 001 Fig. 11.
+ * and an IO.select loop, as the Fiber paper's Fig. 11.
  */
 static void
 exp_echo(int conns, long trips)

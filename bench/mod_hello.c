@@ -1,12 +1,12 @@
 /*
- * mod_hello: the C reference of the benchmarks (seed 000, Table 2).
+ * mod_hello: the C reference of the benchmarks (the mod_mruby paper, Table 2).
  *
  * Answers "hello world\n" as text/plain for requests whose handler is
  * "hello" (SetHandler hello): the least work an Apache module can do for a
  * dynamic response, so that every scripted mode is measured against it.
  *
  * With the query "sleep=N" it first sleeps N milliseconds: the "slow page"
- * of the access-limiter benchmark (seed 002 used a PHP script that slept).
+ * of the access-limiter benchmark (the access-limiter post used a PHP script that slept).
  */
 
 #include <stdlib.h>

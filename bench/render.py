@@ -129,11 +129,11 @@ def plot_rss(series, title, path, xmax=None):
 
 
 def lib_section(lib, params, img_dir, w, targets):
-    """Issue 11's library figures: ngx_mruby against lua-nginx-module doing
+    """The library figures: ngx_mruby against lua-nginx-module doing
     the same work in the same rounds (bench/lib_*.rb and bench/lib_*.lua)."""
     w("## The standard library on nginx: ngx_mruby against "
       "lua-nginx-module\n")
-    w("Issue 11's two library figures. nginx, 2 workers, a content handler "
+    w("Two library figures. nginx, 2 workers, a content handler "
       "per request: ngx_mruby with its script cached (`cache`) and "
       "lua-nginx-module (Debian's `libnginx-mod-http-lua`, LuaJIT, "
       "`content_by_lua_file` with the code cache on) running the same work "
@@ -253,9 +253,9 @@ def render(results, doc_path, img_dir):
 
     targets = []  # (figure, target, measured, ok)
     pending = []  # images to place after the current table
-    titles = {"apache": "Apache: seed 000 Table 2",
+    titles = {"apache": "Apache: the mod_mruby paper's Table 2",
               "apache_close": "Apache without keep-alive", "nginx": "nginx",
-              "fig8": "Seed 000 Fig. 8", "rss": "RSS over many requests",
+              "fig8": "The mod_mruby paper's Fig. 8", "rss": "RSS over many requests",
               "memory": "Memory one interpreter adds",
               "lib": "The standard library on nginx"}
     for sec, title in titles.items():
@@ -269,7 +269,7 @@ def render(results, doc_path, img_dir):
     # -- Apache Table 2 ------------------------------------------------------
     ap = results.get("apache")
     if ap:
-        w("## Apache: seed 000 Table 2 on this machine\n")
+        w("## Apache: the mod_mruby paper's Table 2 on this machine\n")
         w(throughput_table(ap, "C module"))
         w("")
         if plot_ratios(ap, "Apache (event MPM): ratio to the C module",
@@ -295,11 +295,11 @@ def render(results, doc_path, img_dir):
                             f"slowest mruby mode {min(mr):.3f}" if mr
                             else "-", ok))
 
-    # -- Apache without keep-alive (seed 000's ab) ----------------------------
+    # -- Apache without keep-alive (the mod_mruby paper's ab) ----------------------------
     ac = results.get("apache_close")
     if isinstance(ac, list) and ac:
-        w("### The same without keep-alive (seed 000's load)\n")
-        w("Seed 000 measured with `ab -c 100 -n 100000` from another "
+        w("### The same without keep-alive (the mod_mruby paper's load)\n")
+        w("The mod_mruby paper measured with `ab -c 100 -n 100000` from another "
           "machine, a new connection per request. Here: wrk with "
           "`Connection: close`, so every request also pays a TCP "
           "handshake and close on the same 2 cores. Informative only; the "
@@ -333,15 +333,15 @@ def render(results, doc_path, img_dir):
     # -- Fig. 8 --------------------------------------------------------------
     f8 = results.get("fig8")
     if f8:
-        w("## Seed 000 Fig. 8: worker RSS while serving requests\n")
-        w("The script of seed 000 Fig. 6/7 (`mrubyTranslateNameMiddle` "
+        w("## The mod_mruby paper's Fig. 8: worker RSS while serving requests\n")
+        w("The script of the mod_mruby paper's Fig. 6/7 (`mrubyTranslateNameMiddle` "
           "setting `r.filename`) for every URI, Apache prefork MPM with 4 "
           "children (one interpreter each) and 4 wrk connections; the RSS of "
           "each child sampled every 0.1 s. Growth is counted from the first "
           "sample after 5% of the requests to the end.\n")
         series = {v.get("label", k): v.get("samples")
                   for k, v in f8.items()}
-        if plot_rss(series, "seed 000 Fig. 8: RSS per Apache child",
+        if plot_rss(series, "the mod_mruby paper's Fig. 8: RSS per Apache child",
                     os.path.join(img_dir, "fig8_rss.png")):
             w("![Fig. 8](img/fig8_rss.png)\n")
         w("| mode | requests | RSS growth of a child after warm-up |")
@@ -420,7 +420,7 @@ def render(results, doc_path, img_dir):
           f"static file (and {n:,} for a cached mod_mruby handler where the "
           f"interpreter exists), median of {run.get('starts', 3)} starts. "
           "VmRSS is what "
-          "seed 000 measured (a server process with and without mod_mruby: "
+          "the mod_mruby paper measured (a server process with and without mod_mruby: "
           "about 5,000 and 4,400 kB). From `/proc/PID/smaps`: the pages of "
           "mod_mruby's own files (`mod_mruby.so` with mruby linked in "
           "statically, and libhiredis) that the child has mapped, its "
@@ -449,7 +449,7 @@ def render(results, doc_path, img_dir):
                   for f in fields}
             rest = d["rss"] - d["module"] - d["anon"]
             w(f"\nmod_mruby with its interpreter adds **{d['rss']} kB** of "
-              f"VmRSS to a child (seed 000: ~600 kB): {d['module']} kB are "
+              f"VmRSS to a child (the mod_mruby paper: ~600 kB): {d['module']} kB are "
               "pages of mod_mruby's files, mostly code and read-only data, "
               "shared with every process that maps them; "
               f"{d['anon']:+} kB anonymous memory; {rest:+} kB pages of "
@@ -471,14 +471,14 @@ def render(results, doc_path, img_dir):
     # -- limiter ---------------------------------------------------------------
     lim = results.get("limiter")
     if lim:
-        w("## Access limiter: seed 002's table\n")
-        w("The scripts of `examples/access_limiter` (seed 002's "
+        w("## Access limiter: the access-limiter post's table\n")
+        w("The scripts of `examples/access_limiter` (the access-limiter post's "
           "configuration: post_config and child_init scripts cached, the "
           "access checker and log transaction scripts per request, counting "
           "in-flight requests per file in a SharedDict) with a threshold no "
           "run reaches, on `<Location /limited>`; Apache event MPM as "
           "above, EnableMMAP Off. Fast page: a 12-byte static file. Slow "
-          "page: the C module sleeping 20 ms (seed 002 used a PHP page; with "
+          "page: the C module sleeping 20 ms (the access-limiter post used a PHP page; with "
           "100 connections it is bound by concurrency, so the limiter's "
           "cost hardly shows). `cache`, `stat`, `never` are the policies of "
           "the two per-request scripts.\n")

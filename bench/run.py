@@ -12,11 +12,11 @@ and rendered to docs/benchmarks.md with plots in docs/img/.
     python3 bench/run.py --render              # docs from results.json only
     BENCH_QUICK=1 python3 bench/run.py         # a smoke run (~3 min)
 
-Sections: apache, nginx (Table 2 and its nginx twin), fig8 (seed 000 Fig. 8:
+Sections: apache, nginx (Table 2 and its nginx twin), fig8 (the mod_mruby paper's Fig. 8:
 worker RSS over 60,000 requests), rss (RSS over 1,000,000 requests per
 mode), memory (what one interpreter adds to an Apache child), limiter
-(seed 002's table), incr (SharedDict#incr under 2-process contention),
-lib (issue 11: a 10-regexp router and JSON parse + generate of a 1 KB
+(the access-limiter post's table), incr (SharedDict#incr under 2-process contention),
+lib (a 10-regexp router and JSON parse + generate of a 1 KB
 document on nginx, ngx_mruby against lua-nginx-module doing the same,
 bench/lib_*.rb and bench/lib_*.lua).
 
@@ -836,13 +836,13 @@ def memory_section(starts=5):
 
 
 # ---------------------------------------------------------------------------
-# Access limiter (issue 4, seed 002)
+# Access limiter (the access-limiter post)
 
 LIMITER_DIR = os.path.join(REPO, "examples", "access_limiter")
 
 
 def limiter_section():
-    """Seed 002's table: the same page with the limiter off and on."""
+    """The access-limiter post's table: the same page with the limiter off and on."""
     conf_path = os.path.join(LIMITER_DIR, "apache.conf")
     if not os.path.exists(conf_path):
         return {"error": "examples/access_limiter does not exist yet"}
@@ -977,7 +977,7 @@ def incr_section(n=None):
 
 
 # ---------------------------------------------------------------------------
-# The standard library on nginx against lua-nginx-module (issue 11)
+# The standard library on nginx against lua-nginx-module
 
 LIB_ROUTER_URI = "/api/v2/users/12345/posts/678.json"
 
@@ -1028,7 +1028,7 @@ def lib_server(location, script, lua=False):
 
 
 def lib_workloads():
-    """(key, title, [return 200, lua, mruby]) per figure of issue 11."""
+    """(key, title, [return 200, lua, mruby]) per library figure."""
     ref = Config("return", "return 200", "nginx",
                  lambda: nginx_server(
                      'location = /hello { return 200 "hello world\\n"; }\n'))
@@ -1102,7 +1102,7 @@ def group_throughput(configs, ref_key, figure):
 
 
 def lib_section():
-    """Issue 11's two library figures: ngx_mruby against lua-nginx-module
+    """The two library figures: ngx_mruby against lua-nginx-module
     doing the same work, measured in the same rounds, each also against
     `return 200`."""
     out = {}
@@ -1211,7 +1211,7 @@ def main():
 
 
 def close_section():
-    """Seed 000's own load: ab opened a new connection for every request
+    """The mod_mruby paper's own load: ab opened a new connection for every request
     (no keep-alive), so each request also paid a TCP handshake and close.
     The targets are judged on keep-alive (the apache section); this shows
     what the paper's figures correspond to."""

@@ -1,3 +1,3 @@
-# The slow page of the demo (seed 002's sleep.php, without PHP).
+# The slow page of the demo (the access-limiter post's sleep.php, without PHP).
 Apache.sleep 3
 Apache.rputs "loaded"

@@ -1,5 +1,5 @@
 /*
- * Machine-stack coroutines (seed 001): each coroutine runs on a stack of
+ * Machine-stack coroutines (the Fiber paper): each coroutine runs on a stack of
  * its own, taken from a pool, and a switch saves and loads a few registers
  * (on x86-64 our own inline switch, ~2 ns; elsewhere boost.context's
  * jump_fcontext, ~5 ns) instead of copying stacks or calling swapcontext

@@ -214,7 +214,7 @@ shd_ttl_from(mrb_state *mrb, mrb_value ttl)
 
 /*
  * A dictionary nobody declared: a startup script of the parent or master
- * makes it with the default size (seed 002's configuration declares
+ * makes it with the default size (the access-limiter post's configuration declares
  * none), with a notice saying how to size it; elsewhere it is an error.
  */
 static mrb_shdict_ref *

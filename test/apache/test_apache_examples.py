@@ -1,5 +1,5 @@
-"""The Apache examples (examples/<name>/apache.conf) and the seed examples,
-each as written, on a real Apache."""
+"""The Apache examples (examples/<name>/apache.conf), among them those of
+the works README.md cites, each as written, on a real Apache."""
 
 import concurrent.futures
 import os
@@ -61,7 +61,7 @@ def test_hello(apache, mpm):
     assert r.text == "Hello mod_mruby World!"
 
 
-def test_seed003_slide30_as_written(apache):
+def test_slides_slide30_as_written(apache):
     """The slide-30 script itself, with its if/elsif on server_name."""
     a = apache("<Location /s30>\n  mrubyHandlerMiddle {dir}/slide30.rb\n"
                "</Location>", files={"slide30.rb": """\
@@ -76,10 +76,10 @@ Server::rputs "Hello #{Server::module_name} World!"
     assert a.get("/s30").text == "Hello mod_mruby World!"
 
 
-def test_seed000_translate_name_example(apache):
-    a = start_examples(apache, ["seed000_translate_name"])
-    for uri in ("/seed000_translate_name/", "/seed000_translate_name/a/b/c",
-                "/seed000_translate_name/x.php?y=1"):
+def test_translate_name_example(apache):
+    a = start_examples(apache, ["translate_name"])
+    for uri in ("/translate_name/", "/translate_name/a/b/c",
+                "/translate_name/x.php?y=1"):
         r = a.get(uri)
         assert r.status_code == 200, uri
         assert "redirect.html: served for every URI" in r.text
@@ -88,7 +88,7 @@ def test_seed000_translate_name_example(apache):
     assert a.get("/elsewhere").status_code == 404
 
 
-def test_seed000_fig6_fig7_as_written(apache, tmpdir_www):
+def test_paper_fig6_fig7_as_written(apache, tmpdir_www):
     """Fig. 6 at server level and Fig. 7 verbatim but for the file path."""
     target = os.path.join(tmpdir_www, "redirect.html")
     with open(target, "w") as f:
@@ -110,56 +110,56 @@ Apache::return Apache::OK
         assert r.text == "the one file\n"
 
 
-def test_seed000_global_remove(apache):
-    a = start_examples(apache, ["seed000_global_remove"])
-    r = a.get("/seed000_global_remove/")
+def test_global_remove(apache):
+    a = start_examples(apache, ["global_remove"])
+    r = a.get("/global_remove/")
     assert r.status_code == 200
     assert r.text == "before: $hoge = 1\nafter:  $hoge = nil\n"
 
 
-def test_seed003_handler_with_and_without_cache(apache, tmpdir_www):
+def test_handler_cache_with_and_without_cache(apache, tmpdir_www):
     """Slide 23: the stat script sees an edit at once, the cached one
     keeps its startup bytecode."""
-    d = os.path.join(tmpdir_www, "seed003_handler")
-    shutil.copytree(os.path.join(EXAMPLES, "seed003_handler"), d)
+    d = os.path.join(tmpdir_www, "handler_cache")
+    shutil.copytree(os.path.join(EXAMPLES, "handler_cache"), d)
     script = os.path.join(d, "test.rb")
     a = apache(start=False)
-    a.conf = example_conf("seed003_handler", a.docroot).replace(
-        os.path.join(EXAMPLES, "seed003_handler"), d)
+    a.conf = example_conf("handler_cache", a.docroot).replace(
+        os.path.join(EXAMPLES, "handler_cache"), d)
     a.start()
 
-    r = a.get("/seed003_handler/")
+    r = a.get("/handler_cache/")
     assert r.status_code == 200
-    assert r.text == "Hello from test.rb\nuri: /seed003_handler/\n"
+    assert r.text == "Hello from test.rb\nuri: /handler_cache/\n"
     assert r.headers["Content-Type"] == "text/plain"
-    r = a.get("/seed003_handler/cached/")
-    assert r.text == "Hello from test.rb\nuri: /seed003_handler/cached/\n"
+    r = a.get("/handler_cache/cached/")
+    assert r.text == "Hello from test.rb\nuri: /handler_cache/cached/\n"
 
     with open(script, "w") as f:
         f.write('Apache.rputs "edited"\n')
-    assert a.get_edited("/seed003_handler/", "edited").text == "edited"
-    assert a.get("/seed003_handler/cached/").text.startswith(
+    assert a.get_edited("/handler_cache/", "edited").text == "edited"
+    assert a.get("/handler_cache/cached/").text.startswith(
         "Hello from test.rb")
 
 
-def test_seed004_native_one_line(apache):
-    a = start_examples(apache, ["seed004_native"])
-    r = a.get("/seed004_native/")
+def test_native_script_one_line(apache):
+    a = start_examples(apache, ["native_script"])
+    r = a.get("/native_script/")
     assert r.status_code == 200
     assert r.text == "hello native mruby world"
 
 
-def test_seed004_native_multi_line(apache):
-    a = start_examples(apache, ["seed004_native"])
-    r = a.get("/seed004_native/multi")
+def test_native_script_multi_line(apache):
+    a = start_examples(apache, ["native_script"])
+    r = a.get("/native_script/multi")
     assert r.status_code == 200
     assert r.headers["Content-Type"].startswith("text/html")
     # Apache mapped the URI to the longest path that exists, plus one
     # component (the rest is path_info)
-    before = os.path.join(a.docroot, "seed004_native")
+    before = os.path.join(a.docroot, "native_script")
     assert r.text == (
         "Test Start.<br><br>Request Class Test<br>"
-        f"filename = {before}<br>uri = /seed004_native/multi<br>"
+        f"filename = {before}<br>uri = /native_script/multi<br>"
         "---- request_rec changed ----<br>"
         "filename = /var/www/html/index.html<br>uri = /index.html<br><br>")
 

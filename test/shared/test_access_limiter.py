@@ -1,4 +1,4 @@
-"""examples/access_limiter on real servers: seed 002's configuration as
+"""examples/access_limiter on real servers: the access-limiter post's configuration as
 written (Apache) and the same scripts under nginx, a worker killed in the
 middle of requests, and fleet mode (two Apaches sharing a limit through
 Redis, Redis down)."""
@@ -65,7 +65,7 @@ Apache.rputs "loaded"
     a.write("count.rb", COUNT)
     conf = read("apache.conf").replace("@DIR@", d)
     if not declare:
-        # as seed 002 prints it: no dictionary declared
+        # as the access-limiter post prints it: no dictionary declared
         conf = conf.replace("mrubySharedDict access_limiter 1m\n", "")
         assert "mrubySharedDict" not in conf
     # the demo handler, with our sleep time
@@ -174,9 +174,9 @@ def statuses(responses):
 
 
 @pytest.mark.parametrize("mpm", ["event", "prefork"])
-def test_seed_config_apache_ten_at_once(apache, mpm):
+def test_post_config_apache_ten_at_once(apache, mpm):
     """Threshold 2, ten concurrent requests to a slow page: two load, eight
-    get 503, with the seed's log lines; afterwards the count is back to 0."""
+    get 503, with the post's log lines; afterwards the count is back to 0."""
     a = start_apache(apache, mpm=mpm, sleep=30)
     a.wait_log("access_limiter: counting in shared dictionary access_limiter")
     rs = gated_gets([a.url("/access_limiter/sleep.php")] * 10, [a], early=8)
@@ -207,10 +207,10 @@ UNDECLARED_NOTICE = ('shared dictionary "access_limiter" was not declared: '
 
 
 @pytest.mark.parametrize("mpm", ["event", "prefork"])
-def test_seed_config_as_printed_apache(apache, mpm):
-    """Seed 002's configuration as it prints it (no mrubySharedDict): the
+def test_post_config_as_printed_apache(apache, mpm):
+    """The access-limiter post's configuration as it prints it (no mrubySharedDict): the
     post_config script makes the dictionary with the default size and says
-    so; the limit works across the children (issue 11, item 3)."""
+    so; the limit works across the children."""
     a = start_apache(apache, mpm=mpm, sleep=30, declare=False)
     assert UNDECLARED_NOTICE in a.wait_log("was not declared")
     rs = gated_gets([a.url("/access_limiter/sleep.php")] * 6, [a], early=4)
@@ -218,7 +218,7 @@ def test_seed_config_as_printed_apache(apache, mpm):
     assert settled_count(a, sleep_php(a)) == "0"
 
 
-def test_seed_config_as_printed_nginx(nginx):
+def test_post_config_as_printed_nginx(nginx):
     """The same without mruby_shared_dict: mruby_init makes it in the
     master, both workers count in it."""
     n = start_nginx(nginx, workers=2, declare=False)

@@ -235,7 +235,7 @@ def test_usleep_waits(kind, apache, nginx):
     assert r.text == "true"
 
 
-# The seed-002-era way: a Cache and a global Mutex opened at startup (which
+# The way of the access-limiter post's time: a Cache and a global Mutex opened at startup (which
 # makes their dictionaries), used by every worker's requests.
 CACHE_INIT = r'''
 Cache.new(namespace: "limiter").clear

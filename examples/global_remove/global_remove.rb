@@ -1,4 +1,4 @@
-# Seed 000, Fig. 5.
+# The mod_mruby paper, Fig. 5.
 $hoge = 1
 Apache.rputs "before: $hoge = #{$hoge.inspect}\n"
 
