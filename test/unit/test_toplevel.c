@@ -1,0 +1,189 @@
+/*
+ * Unit tests of mrb_toplevel.c on a bare mrb_state: what a recorded
+ * interpreter's restore puts back after code changed its top level, what
+ * it leaves, and what take / put_back set aside for a run that waits.
+ * (Through whole request runs: test_interp.c; the scan that decides which
+ * runs compare the tables: test_toplevel_scan.c.)
+ */
+
+#include <string.h>
+
+#include <mruby.h>
+#include <mruby/compile.h>
+#include <mruby/string.h>
+
+#include "mrb_errbuf.h"
+#include "mrb_toplevel.h"
+#include "unit.h"
+#include "unit_ruby.h"
+
+typedef struct {
+    mrb_state     *mrb;
+    mrb_toplevel  *tl;
+} tl_fixture;
+
+
+/* An interpreter with a server class Srv and a startup state, recorded. */
+static int
+tl_open(tl_fixture *f, int always)
+{
+    struct RClass  *srv;
+
+    f->mrb = mrb_open();
+    if (f->mrb == NULL) {
+        return -1;
+    }
+
+    srv = mrb_define_class(f->mrb, "Srv", f->mrb->object_class);
+    mrb_load_string(f->mrb, "$kept = 'startup'; Kept = 1; Srv::Code = 2; "
+                    "module Kernel; def kept_helper; :helper; end; end; "
+                    "def Srv.rputs(s); s; end");
+    if (f->mrb->exc != NULL) {
+        return -1;
+    }
+
+    f->tl = mrb_toplevel_record(f->mrb, srv, always);
+    return f->tl != NULL ? 0 : -1;
+}
+
+
+static void
+tl_close(tl_fixture *f)
+{
+    mrb_toplevel_free(f->mrb, f->tl);
+    mrb_close(f->mrb);
+}
+
+
+static int
+tl_restore(tl_fixture *f)
+{
+    char  err[MRB_ERR_MSG_LEN];
+
+    return mrb_toplevel_restore(f->mrb, f->tl, err, sizeof(err));
+}
+
+
+TEST(toplevel_restore_removes_added_globals_and_keeps_new_values)
+{
+    tl_fixture  f;
+
+    REQUIRE(tl_open(&f, 1) == 0);
+
+    CHECK_MRB(f.mrb, "$kept = 'run'; $added = 1; @ivar = 2; nil", "nil");
+    CHECK_EQ(tl_restore(&f), 0);
+
+    /* a startup global is how scripts share on purpose */
+    CHECK_MRB(f.mrb, "[$kept, global_variables.include?(:$added), "
+              "instance_variables]", "[\"run\", false, []]");
+
+    tl_close(&f);
+}
+
+
+TEST(toplevel_restore_puts_constants_and_methods_back)
+{
+    tl_fixture  f;
+
+    REQUIRE(tl_open(&f, 1) == 0);
+
+    CHECK_MRB(f.mrb, "Object.send(:remove_const, :Kept); Added = 3; "
+              "Srv.send(:remove_const, :Code); Srv::New = 4; "
+              "module Kernel; def kept_helper; :changed; end; "
+              "def added_helper; end; end; "
+              "def Srv.rputs(s); :replaced; end; nil", "nil");
+    CHECK_EQ(tl_restore(&f), 0);
+
+    CHECK_MRB(f.mrb, "[Kept, Object.const_defined?(:Added), Srv::Code, "
+              "Srv.const_defined?(:New)]", "[1, false, 2, false]");
+    CHECK_MRB(f.mrb, "[kept_helper, Kernel.method_defined?(:added_helper), "
+              "Srv.rputs(:s)]", "[:helper, false, :s]");
+    CHECK_EQ(mrb_toplevel_restores(f.tl), 1);
+
+    tl_close(&f);
+}
+
+
+TEST(toplevel_restore_unfreezes_what_a_run_froze)
+{
+    tl_fixture  f;
+
+    REQUIRE(tl_open(&f, 1) == 0);
+
+    CHECK_MRB(f.mrb, "Srv.freeze; Object.freeze; [Srv.frozen?, "
+              "Object.frozen?]", "[true, true]");
+    CHECK_EQ(tl_restore(&f), 0);
+    CHECK_MRB(f.mrb, "[Srv.frozen?, Object.frozen?]", "[false, false]");
+
+    tl_close(&f);
+}
+
+
+/* Not recorded as always, with no run begun: only the sizes are compared,
+ * and a run that changed nothing costs no restore. */
+TEST(toplevel_restore_after_nothing_changed_restores_nothing)
+{
+    tl_fixture  f;
+
+    REQUIRE(tl_open(&f, 0) == 0);
+
+    CHECK_MRB(f.mrb, "$kept.size", "7");
+    CHECK_EQ(tl_restore(&f), 0);
+    CHECK_EQ(mrb_toplevel_restores(f.tl), 0);
+    CHECK_EQ(mrb_toplevel_compares(f.tl), 0);
+
+    /* an added global shows in the sizes alone */
+    CHECK_MRB(f.mrb, "$added = 1", "1");
+    CHECK_EQ(tl_restore(&f), 0);
+    CHECK_EQ(mrb_toplevel_restores(f.tl), 1);
+    CHECK_MRB(f.mrb, "global_variables.include?(:$added)", "false");
+
+    tl_close(&f);
+}
+
+
+TEST(toplevel_take_sets_a_runs_changes_aside_and_put_back_returns_them)
+{
+    char        err[MRB_ERR_MSG_LEN];
+    mrb_value   aside, exc;
+    tl_fixture  f;
+
+    REQUIRE(tl_open(&f, 1) == 0);
+
+    CHECK_MRB(f.mrb, "$waiting = :mine; Waiting = 5; nil", "nil");
+
+    REQUIRE(mrb_toplevel_take(f.mrb, f.tl, &aside, err, sizeof(err)) == 0);
+    CHECK(strcmp(err, "") == 0);
+    CHECK(!mrb_nil_p(aside));
+    mrb_gc_register(f.mrb, aside);
+
+    /* another run meanwhile sees the recorded state */
+    CHECK_MRB(f.mrb, "[global_variables.include?(:$waiting), "
+              "Object.const_defined?(:Waiting)]", "[false, false]");
+
+    CHECK_EQ(mrb_toplevel_put_back(f.mrb, f.tl, aside, &exc), 0);
+    mrb_gc_unregister(f.mrb, aside);
+    CHECK_MRB(f.mrb, "[$waiting, Waiting]", "[:mine, 5]");
+
+    /* and the run's end removes them */
+    CHECK_EQ(tl_restore(&f), 0);
+    CHECK_MRB(f.mrb, "Object.const_defined?(:Waiting)", "false");
+
+    tl_close(&f);
+}
+
+
+TEST(toplevel_take_with_nothing_changed_sets_nothing_aside)
+{
+    char        err[MRB_ERR_MSG_LEN];
+    mrb_value   aside, exc;
+    tl_fixture  f;
+
+    REQUIRE(tl_open(&f, 1) == 0);
+
+    REQUIRE(mrb_toplevel_take(f.mrb, f.tl, &aside, err, sizeof(err)) == 0);
+    CHECK(mrb_nil_p(aside));
+    CHECK_EQ(mrb_toplevel_put_back(f.mrb, f.tl, aside, &exc), 0);
+
+    tl_close(&f);
+}
