@@ -7,7 +7,9 @@
  * generator's 16 kB pool pages and their 0.5-2 kB arrays.  From glibc, each
  * large malloc() consolidates the fast bins and searches the large bins,
  * each free() merges chunks again, and the arena fragments around them:
- * malloc was 8,900 of the 22,200 instructions of a one-line compile.  Kept
+ * malloc was 8,900 of the 22,200 instructions of a one-line compile
+ * (callgrind, apache2 -X prefork, hello world compiled every request,
+ * 2026-11-22).  Kept
  * here, they are taken back in a few instructions.
  *
  * What is kept is bounded (at most MRB_ALLOC_KEEP_BLOCKS blocks and

@@ -1,9 +1,9 @@
 /*
- * Machine-stack coroutines (the Fiber paper): each coroutine runs on a stack of
- * its own, taken from a pool, and a switch saves and loads a few registers
- * (on x86-64 our own inline switch, ~2 ns; elsewhere boost.context's
- * jump_fcontext, ~5 ns) instead of copying stacks or calling swapcontext
- * (a sigprocmask syscall per switch).
+ * Machine-stack coroutines (the Fiber paper): each coroutine runs on a
+ * stack of its own, taken from a pool, and a switch saves and loads a few
+ * registers (on x86-64 our own inline switch; elsewhere boost.context's
+ * jump_fcontext: mrb_coro_switch.h has their costs) instead of copying
+ * stacks or calling swapcontext (a sigprocmask syscall per switch).
  *
  * A stack is one mmap: the usable stack, and below it one PROT_NONE guard
  * page; pages a coroutine never touched cost no memory.  A finished

@@ -5,7 +5,8 @@
  * back along the other side's calls, which the CPU's return predictor
  * cannot know, and each such miss costs as much as the switch itself
  * (2.2 ns one way inlined, 8.7 ns through out-of-line functions, measured
- * side by side; boost's jump_fcontext 5.4 ns).
+ * side by side; boost's jump_fcontext 5.4 ns: build/test_core --bench
+ * bench_coro_switch, fastest of 30 runs, 2026-11-24).
  *
  * Included by mrb_coro.h; nothing here is for other files to use
  * directly.

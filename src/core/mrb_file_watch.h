@@ -89,7 +89,8 @@ int mrb_file_watch_settled(mrb_file_watch_path *path,
  * interpreter is used by one thread at a time, and its epoll stays warm in
  * the CPU caches with it.  (Threads asking the queue's own descriptor at
  * once make its reference count bounce between cores: 370 ns a call with
- * two threads, against 125 ns through an epoll of one's own.)
+ * two threads, against 125 ns through an epoll of one's own, build/
+ * test_core --bench, 2026-11-22.)
  */
 typedef struct mrb_file_watch_poller_s {
     int       fd;          /* -1 until made */

@@ -9,7 +9,8 @@
  * has run N scripts a lookup of a name that is neither built in nor inline
  * (at most 5 letters or digits) scans up to N entries: with 10,000 scripts,
  * the five lookups of the file name in the recompile and load of an edited
- * script were 90% of that request's time, 4-9 ms of it at 100,000.  So:
+ * script were 90% of that request's CPU (perf on the nginx worker,
+ * 2026-11-24; bench/watch_scale.py makes the scripts).  So:
  *
  * - a file is compiled in the process's compiler, a state of its own that
  *   is opened again once it has interned COMPILER_NAMES names since its

@@ -5,8 +5,9 @@
  * Most runs change none of it, so the check after a run must cost next to
  * nothing: the sizes of every recorded table and the frozen flags.  The
  * values of the constant and method tables are compared (a memcmp each
- * against a copy, ~830 instructions of nginx's hello world) only after a
- * run whose bytecode could change them (mrb_toplevel_scan.c).  Only a
+ * against a copy, ~830 instructions of nginx's hello world: bench/
+ * callgrind.py nginx cache, 2026-11-24) only after a run whose bytecode
+ * could change them (mrb_toplevel_scan.c).  Only a
  * run that changed something pays for the names and values to be
  * compared one by one, and that part runs under mrb_protect_error: it
  * may raise (out of memory), and a raise there, with no handler, would

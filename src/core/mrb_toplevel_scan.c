@@ -2,7 +2,8 @@
  * Which bytecode can change what mrb_toplevel_restore puts back (Object's
  * and the server class's constants, Kernel's and the server class's own
  * methods), so that only runs of such bytecode pay for the whole-table
- * comparison (about 830 instructions of nginx's hello world).
+ * comparison (about 830 instructions of nginx's hello world:
+ * bench/callgrind.py nginx cache, 2026-11-24).
  *
  * A run can change those tables only
  *
