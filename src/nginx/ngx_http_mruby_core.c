@@ -153,10 +153,16 @@ ngx_http_mruby_send_header(mrb_state *mrb, mrb_value self)
 }
 
 
+/*
+ * Nginx.status_code = n (and r.status = n): the response's status, and
+ * what the script returns, as Nginx.return(n) (one function in the
+ * original): a phase before content ends with it.
+ */
 mrb_value
 ngx_http_mruby_set_status(mrb_state *mrb, mrb_value self)
 {
     mrb_int              status;
+    mrb_run             *run;
     ngx_http_request_t  *r;
 
     mrb_get_args(mrb, "i", &status);
@@ -164,6 +170,10 @@ ngx_http_mruby_set_status(mrb_state *mrb, mrb_value self)
 
     r = ngx_http_mruby_request(mrb);
     r->headers_out.status = (ngx_uint_t) status;
+
+    run = mrb_interp_run(mrb);
+    run->result = status;
+    run->returned = 1;
 
     return mrb_fixnum_value(status);
 }

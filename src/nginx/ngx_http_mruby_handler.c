@@ -143,13 +143,16 @@ ngx_http_mruby_internal_redirect(ngx_http_request_t *r,
     ngx_str_t   uri, args;
 
     uri = ctx->redirect;
-    ngx_str_null(&args);
 
     /* ctx is zeroed by either redirect */
 
     if (uri.data[0] == '@') {
         return ngx_http_named_location(r, &uri);
     }
+
+    /* a path without a query string keeps the request's, as nginx's own
+     * rewrite does and the original did */
+    args = r->args;
 
     q = ngx_strlchr(uri.data, uri.data + uri.len, '?');
     if (q != NULL) {
@@ -548,6 +551,15 @@ ngx_http_mruby_content_done(ngx_http_request_t *r, ngx_http_mruby_ctx_t *ctx,
 
     if (ctx->out != NULL || r->header_sent) {
         return ngx_http_mruby_send(r, ctx, result);
+    }
+
+    if (returned && result == NGX_HTTP_OK) {
+        /* the original's answer: HTTP_OK promises a body (Nginx::OK, or
+         * no return at all, is an empty 200) */
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "mruby: status code is 200, but response body is "
+                      "empty: 500 instead");
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
     switch (result) {

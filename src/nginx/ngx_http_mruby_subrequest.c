@@ -11,7 +11,9 @@
  * reads status, headers and body from the finished subrequest (its memory
  * is the main request's pool).  An error status of the subrequest (404,
  * 503, 502 from an upstream that is down) is the script's to handle: it is
- * what `status` says.
+ * what `status` says.  When nginx ended the subrequest with its error page
+ * the body is empty, as it was in the original: the page is nginx's, not
+ * the location's answer.
  */
 
 #include "ngx_http_mruby_module.h"
@@ -116,7 +118,8 @@ ngx_http_mruby_subrequest_response(mrb_state *mrb, ngx_http_request_t *sr,
     mrb_iv_set(mrb, res, mrb_intern_lit(mrb, "@status"),
                mrb_fixnum_value((mrb_int) status));
 
-    b = (sr->out != NULL) ? sr->out->buf : NULL;
+    /* rc: the subrequest ended in an error page (its handler's status) */
+    b = (sr->out != NULL && rc == 0) ? sr->out->buf : NULL;
     mrb_iv_set(mrb, res, mrb_intern_lit(mrb, "@body"),
                (b != NULL && b->pos != NULL)
                ? mrb_str_new(mrb, (char *) b->pos, b->last - b->pos)

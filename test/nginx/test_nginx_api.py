@@ -324,6 +324,19 @@ location /target { mruby_content_handler_code 'r = Nginx::Request.new; Nginx.rpu
     assert (r.status_code, r.text) == (200, "target /target from=in")
 
 
+
+def test_internal_redirect_keeps_the_query_string(nginx):
+    """Nginx.redirect "/path" passes the request's query string on, as
+    nginx's rewrite and the original do; "/path?args" replaces it."""
+    n = nginx("""
+location /keep { mruby_rewrite_handler_code 'Nginx.redirect "/target"'; }
+location /replace { mruby_rewrite_handler_code 'Nginx.redirect "/target?b=2"'; }
+location /target { mruby_content_handler_code 'r = Nginx::Request.new; Nginx.rputs "target #{r.uri} #{r.args}"'; }
+""")
+    assert n.get("/keep?a=1&c=3").text == "target /target a=1&c=3"
+    assert n.get("/keep").text == "target /target "
+    assert n.get("/replace?a=1").text == "target /target b=2"
+
 def test_filter_class_only_in_body_filter(nginx):
     n = nginx("location / { mruby_content_handler_code 'Nginx::Filter.new.body'; }")
     assert n.get("/").status_code == 500

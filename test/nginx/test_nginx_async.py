@@ -379,7 +379,7 @@ Nginx.rputs "#{a.status} #{a.body} #{a.headers['X-Backend']}\\n"
 b = http.sub_request("/up/two", {"q" => "a b&c"})
 Nginx.rputs "#{b.status} #{b.body}\\n"
 c = http.sub_request("/missing")
-Nginx.rputs "#{c.status} #{c.body.include?('404 Not Found')}\\n"
+Nginx.rputs "#{c.status} #{c.body.inspect}\\n"
 d = http.sub_request("/busy")
 Nginx.rputs "#{d.status} #{http.last_response.status}\\n"
 e = http.sub_request("/script")
@@ -390,10 +390,30 @@ Nginx.return(d.status == 503 ? 200 : 500)
     assert r.status_code == 200, n.error_log()[-2000:]
     assert r.text == ("200 backend /one x=1 yes\n"
                       "200 backend /two q=a%20b%26c\n"
-                      "404 true\n"
+                      "404 \"\"\n"
                       "503 503\n"
                       "200 from a script\n")
 
+
+
+def test_a_failed_sub_request_has_no_body_and_the_request_goes_on(nginx):
+    """A subrequest that ends in nginx's error page (a missing file): its
+    status says so and its body is empty, as in the original, so a
+    rewrite script that writes the body writes nothing and the request
+    goes on to its next handler: a static file, or nginx's 404."""
+    script = ('Nginx::Async::HTTP.sub_request "/missing"\n'
+              'Nginx.rputs Nginx::Async::HTTP.last_response.body\n'
+              'Nginx::Request.new.headers_out["X-Sub"] = '
+              'Nginx::Async::HTTP.last_response.status.to_s')
+    n = nginx(loc("/page.html", "mruby_rewrite_handler_code", script)
+              + loc("/nopage.html", "mruby_rewrite_handler_code", script),
+              docs={"page.html": "static page\n"})
+    r = n.get("/page.html")
+    assert (r.status_code, r.text, r.headers["X-Sub"]) == \
+        (200, "static page\n", "404")
+    r = n.get("/nopage.html")
+    assert (r.status_code, r.headers["X-Sub"]) == (404, "404")
+    assert "404 Not Found" in r.text
 
 def test_sub_request_checks_its_arguments(nginx):
     n = nginx(loc("/", "mruby_content_handler_code",

@@ -55,6 +55,44 @@ def test_content_handler_return_codes(nginx):
     assert (r.status_code, r.text) == (200, "")
 
 
+
+def test_return_http_ok_promises_a_body(nginx):
+    """Nginx.return Nginx::HTTP_OK from a content script that wrote
+    nothing is a 500 and an error line, as in the original; with a body,
+    or Nginx::OK, or no return, the answer is a 200."""
+    n = nginx(
+        "location /nobody { mruby_content_handler_code "
+        + code("Nginx.return Nginx::HTTP_OK") + "; }\n"
+        "location /body { mruby_content_handler_code "
+        + code('Nginx.rputs "body"; Nginx.return Nginx::HTTP_OK') + "; }\n"
+        "location /ok { mruby_content_handler_code "
+        + code("Nginx.return Nginx::OK") + "; }\n")
+    assert n.get("/nobody").status_code == 500
+    n.wait_log("status code is 200, but response body is empty")
+    r = n.get("/body")
+    assert (r.status_code, r.text) == (200, "body")
+    r = n.get("/ok")
+    assert (r.status_code, r.text) == (200, "")
+
+
+def test_status_code_ends_a_phase_as_return_does(nginx):
+    """Nginx.status_code = n is Nginx.return(n) (one function in the
+    original): a rewrite or access script that sets it ends its phase with
+    that status instead of going on to the next handler."""
+    n = nginx(
+        "location /rewrite { mruby_rewrite_handler_code "
+        + code("Nginx.status_code = 204") + "; }\n"
+        "location /access { mruby_access_handler_code "
+        + code("Nginx.status_code = Nginx::HTTP_FORBIDDEN") + "; }\n"
+        "location /request { mruby_rewrite_handler_code "
+        + code("Nginx::Request.new.status = 410") + "; }\n",
+        docs={"rewrite": "static\n", "access": "static\n",
+              "request": "static\n"})
+    r = n.get("/rewrite")
+    assert (r.status_code, r.text) == (204, "")
+    assert n.get("/access").status_code == 403
+    assert n.get("/request").status_code == 410
+
 def test_send_header_streams_body(nginx):
     n = nginx("location / { mruby_content_handler_code "
               + code('Nginx.send_header 202; Nginx.rputs "a"; '
