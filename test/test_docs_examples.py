@@ -377,20 +377,42 @@ def run_nginx_tls(apache, nginx, redis_server):
     assert served_cert(n.port, "b.example") == default
 
 
+def error_line_pattern(line, n):
+    """A sample log line of the docs as a pattern for n's log: its path,
+    pid and connection number are n's, "..." anything."""
+    return (re.escape(line.replace("/srv/", n.dir + "/"))
+            .replace(r"\.\.\.", ".*")
+            .replace("1234\\#1234", r"\d+\#\d+").replace("1234#1234",
+                                                         r"\d+#\d+")
+            .replace(r"\*5", r"\*\d+"))
+
+
 @runs("nginx-error-line")
 def run_nginx_error_line(apache, nginx, redis_server):
     n = nginx("location / { mruby_content_handler {dir}/boom.rb; }",
               files={"boom.rb": 'x = 1\ny = 2\nraise ArgumentError, '
-                                '"it broke"\n'})
+                                '"it broke"\n'}, loglevel="info")
     assert n.get("/").status_code == 500
-    sample = example("nginx-error-line").strip().replace("/srv/",
-                                                         n.dir + "/")
-    pattern = (re.escape(sample).replace(r"\.\.\.", ".*")
-               .replace("1234\\#1234", r"\d+\#\d+").replace("1234#1234",
-                                                            r"\d+#\d+")
-               .replace(r"\*5", r"\*\d+"))
+    sample = example("nginx-error-line").strip()
     n.wait_log("it broke")
-    assert re.search(pattern, n.error_log()), (sample, n.error_log()[-500:])
+    assert re.search(error_line_pattern(sample, n), n.error_log()), \
+        (sample, n.error_log()[-500:])
+
+
+@runs("nginx-error-line-debug")
+def run_nginx_error_line_debug(apache, nginx, redis_server):
+    n = nginx("location / { mruby_content_handler {dir}/boom.rb; }",
+              files={"boom.rb": 'def check(x)\n  x = 1\n  raise '
+                                'ArgumentError, "it broke"\nend\n\n'
+                                'y = 2\ncheck(y)\n'}, loglevel="debug")
+    assert n.get("/").status_code == 500
+    n.wait_log("it broke")
+    log = [line for line in n.error_log().splitlines()
+           if "[error]" in line]
+    sample = example("nginx-error-line-debug").strip().splitlines()
+    assert len(log) == len(sample), log
+    for want, got in zip(sample, log):
+        assert re.search(error_line_pattern(want, n), got), (want, got)
 
 
 @runs("rack-hello")

@@ -1,7 +1,9 @@
 /*
  * An exception as one error-log line: class, message and backtrace, with
- * newlines escaped so that one error is one line; and the one conversion
- * of a run's value that happens after the run, protected the same way.
+ * newlines escaped so that one error is one line; where the server logs
+ * at debug, a run's backtrace instead on lines of their own, one a frame,
+ * as the original ngx_mruby logged it.  And the one conversion of a run's
+ * value that happens after the run, protected the same way.
  */
 
 #include <stdio.h>
@@ -77,14 +79,43 @@ exc_message(mrb_state *mrb, void *exc)
 }
 
 
-void
-mrb_error_format(mrb_state *mrb, mrb_value exc, char *buf, size_t len)
+/* The backtrace's frames, one a line, each "mruby: backtrace I/N: FRAME"
+ * at level. */
+static void
+log_frames(mrb_interp *interp, mrb_run *run, int level, mrb_value bt)
 {
-    mrb_line_buf  b = { buf, len };
-    mrb_value     msg, bt, frame;
-    mrb_int       i, n;
-    mrb_bool      failed;
-    int           ai;
+    char          line[MRB_ERR_MSG_LEN];
+    mrb_line_buf  b;
+    mrb_int       i, n = RARRAY_LEN(bt);
+    int           head;
+
+    for (i = 0; i < n; i++) {
+        head = snprintf(line, sizeof(line), "mruby: backtrace %d/%d: ",
+                        (int) i + 1, (int) n);
+        b.p = line + head;
+        b.left = sizeof(line) - head;
+        line_put_value(mrb_interp_state(interp), &b, RARRAY_PTR(bt)[i]);
+
+        mrb_interp_server(interp)->log(mrb_interp_log_target(interp), run,
+                                       level, line, (size_t) (b.p - line));
+    }
+}
+
+
+/*
+ * The line of exc into buf; with interp (a run's error), at debug the
+ * frames are logged first and the line refers to them.
+ */
+static void
+error_format(mrb_state *mrb, mrb_value exc, mrb_interp *interp, mrb_run *run,
+    char *buf, size_t len)
+{
+    mrb_line_buf       b = { buf, len };
+    mrb_value          msg, bt, frame;
+    mrb_int            i, n;
+    mrb_bool           failed;
+    int                ai;
+    const mrb_server  *server;
 
     if (len == 0) {
         return;
@@ -107,9 +138,20 @@ mrb_error_format(mrb_state *mrb, mrb_value exc, char *buf, size_t len)
     }
 
     bt = mrb_exc_backtrace(mrb, exc);
-    if (mrb_array_p(bt) && RARRAY_LEN(bt) > 0) {
+    n = mrb_array_p(bt) ? RARRAY_LEN(bt) : 0;
+    server = interp != NULL ? mrb_interp_server(interp) : NULL;
+
+    /* a server without log_enabled (the unit tests') is not at debug */
+    if (n > 0 && server != NULL && server->log_enabled != NULL
+        && server->log_enabled(mrb_interp_log_target(interp), run,
+                               MRB_LOG_DEBUG))
+    {
+        /* at the error line's level: every log that has it has them */
+        log_frames(interp, run, MRB_LOG_ERR, bt);
+        line_puts(&b, " (backtrace above)");
+
+    } else if (n > 0) {
         line_puts(&b, " (");
-        n = RARRAY_LEN(bt);
 
         for (i = 0; i < n; i++) {
             frame = RARRAY_PTR(bt)[i];
@@ -124,6 +166,21 @@ mrb_error_format(mrb_state *mrb, mrb_value exc, char *buf, size_t len)
 
     mrb->exc = NULL;
     mrb_gc_arena_restore(mrb, ai);
+}
+
+
+void
+mrb_error_format(mrb_state *mrb, mrb_value exc, char *buf, size_t len)
+{
+    error_format(mrb, exc, NULL, NULL, buf, len);
+}
+
+
+void
+mrb_error_format_run(mrb_interp *interp, mrb_value exc, mrb_run *run)
+{
+    error_format(mrb_interp_state(interp), exc, interp, run, run->error,
+                 sizeof(run->error));
 }
 
 

@@ -731,8 +731,7 @@ mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run)
     rc = 0;
 
     if (mrb->exc != NULL) {
-        mrb_error_format(mrb, mrb_obj_value(mrb->exc), run->error,
-                         sizeof(run->error));
+        mrb_error_format_run(interp, mrb_obj_value(mrb->exc), run);
         mrb->exc = NULL;
         rc = -1;
     }

@@ -30,6 +30,14 @@ void mrb_http_status_define(mrb_state *mrb, struct RClass *server_class);
 void mrb_error_format(mrb_state *mrb, mrb_value exc, char *buf, size_t len);
 
 /*
+ * The error of run (in progress in interp) into run->error, as
+ * mrb_error_format; where the server logs at debug, each frame of the
+ * backtrace is logged first on a line of its own, "mruby: backtrace I/N:
+ * FRAME" at MRB_LOG_ERR, and the error line ends in "(backtrace above)".
+ */
+void mrb_error_format_run(mrb_interp *interp, mrb_value exc, mrb_run *run);
+
+/*
  * Runs proc as run: saves and restores the GC arena, catches any exception
  * (then -1 and the one-line error in run->error), clears mrb->exc, and
  * unless run->startup or nested removes the top-level state the script

@@ -440,6 +440,7 @@ def test_script_run_inside_another_is_still_top_level(apache):
     Object like any script's (not into Apache::Request, whose method was
     running), everything it set is gone after the request, and its error
     reaches the outer script as an exception it can rescue."""
+    # info: the one-line error (at debug its frames get lines of their own)
     a = apache("""
 <Location /in>
     mrubyInputFilter {dir}/in.rb
@@ -449,7 +450,7 @@ def test_script_run_inside_another_is_still_top_level(apache):
 <Location /left>
     mrubyHandlerMiddle {dir}/left.rb
 </Location>
-""", mpm="prefork", mpm_conf=ONE_CHILD,
+""", mpm="prefork", mpm_conf=ONE_CHILD, loglevel="info",
         files={"in.rb": NESTED_FILTER, "handler.rb": NESTED_HANDLER,
                "left.rb": LEFT_BEHIND})
     nothing = '[nil, false, false, nil]'

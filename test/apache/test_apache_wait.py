@@ -103,8 +103,10 @@ def test_sleeps_that_cannot_suspend_block_as_before(apache):
 
 
 def test_exception_after_the_resume_is_a_500_with_file_and_line(apache):
+    # info: the one-line error (at debug its frames get lines of their own)
     a = apache("<Location /t>\n    mrubyHandlerMiddle {dir}/t.rb\n"
                "</Location>\n", mpm="event", mpm_conf=FOUR_THREADS,
+               loglevel="info",
                files={"t.rb": "Apache.rputs 'never sent'\nsleep 0.05\n"
                               "raise 'broken after the wait'\n"})
     r = requests.get(a.url("/t"), timeout=30)

@@ -4,8 +4,10 @@ import re
 
 
 def test_exception_gives_500_and_one_log_line(nginx):
+    # info: the one-line error (at debug its frames get lines of their own)
     n = nginx("location / { mruby_content_handler {dir}/boom.rb; }",
-              files={"boom.rb": "x = 1\n\nraise ArgumentError, 'it broke'\n"})
+              files={"boom.rb": "x = 1\n\nraise ArgumentError, 'it broke'\n"},
+              loglevel="info")
     r = n.get("/")
     assert r.status_code == 500
     assert "it broke" not in r.text

@@ -7,6 +7,8 @@ import os
 import re
 import time
 
+import pytest
+
 # The answer for each level, as "debug=false info=true ..."
 LEVELS = '''
 Server = get_server_class
@@ -135,3 +137,54 @@ def test_nginx_debug_lines_name_the_timers_connections(nginx):
     trims = set(re.findall(r"event timer add: (-?\d+): 1000:", log))
     assert trims == {"-1"}, trims
 
+
+# Three frames: bar, foo, the top level
+BACKTRACE = '''
+Server = get_server_class
+class Foo
+  def foo
+    Bar.new.bar
+  end
+end
+class Bar
+  def bar
+    raise "intentional"
+  end
+end
+Foo.new.foo
+'''
+
+BACKTRACE_CONF = {
+    "apache": "<Location /bt>\n    mrubyHandlerMiddle {dir}/bt.rb\n"
+              "</Location>",
+    "nginx": "location /bt { mruby_content_handler {dir}/bt.rb; }",
+}
+
+
+@pytest.mark.parametrize("which", ["apache", "nginx"])
+def test_backtrace_one_line_a_frame_at_debug(request, which):
+    """At debug, a script's backtrace is logged one frame a line, at the
+    error's level, before the error line, which says so; at info the error
+    line holds it all.  One line a frame names the file: the original's
+    test counts three."""
+    factory = request.getfixturevalue(which)
+    debug = factory(BACKTRACE_CONF[which], files={"bt.rb": BACKTRACE},
+                    loglevel="debug")
+    assert debug.get("/bt").status_code == 500
+    log = debug.wait_log("RuntimeError: intentional (backtrace above)")
+    lines = [line for line in log.splitlines() if "/bt.rb:" in line]
+    assert len(lines) == 3, lines
+    for i, (line, where) in enumerate(zip(lines, ("10:in bar", "5:in foo",
+                                                  "13"))):
+        assert f"mruby: backtrace {i + 1}/3: {debug.dir}/bt.rb:{where}" \
+            in line, line
+        assert "error" in line, line
+
+    info = factory(BACKTRACE_CONF[which], files={"bt.rb": BACKTRACE},
+                   loglevel="info")
+    assert info.get("/bt").status_code == 500
+    log = info.wait_log("RuntimeError: intentional (")
+    lines = [line for line in log.splitlines() if "/bt.rb:" in line]
+    assert len(lines) == 1 and "backtrace" not in lines[0], lines
+    assert f"{info.dir}/bt.rb:10:in bar, {info.dir}/bt.rb:5:in foo" \
+        in lines[0]

@@ -152,6 +152,60 @@ TEST(interp_nested_run_error_is_its_own)
 }
 
 
+
+/* A server at debug level whose log keeps each line, "LEVEL MESSAGE\n". */
+static char  debug_log[1024];
+
+static void
+interp_debug_logger(void *target, mrb_run *run, int level, const char *msg,
+    size_t len)
+{
+    size_t  used = strlen(debug_log);
+
+    snprintf(debug_log + used, sizeof(debug_log) - used, "%d %.*s\n", level,
+             (int) len, msg);
+}
+
+
+static int
+interp_at_debug(void *target, mrb_run *run, int level)
+{
+    return 1;
+}
+
+
+static const mrb_server  interp_debug_server = {
+    "Test", "Apache", "mod_mruby", "test", 0, interp_define, interp_write,
+    interp_debug_logger, interp_at_debug
+};
+
+
+TEST(interp_error_backtrace_one_line_a_frame_at_debug)
+{
+    char         err[256];
+    mrb_run      run;
+    mrb_interp  *interp;
+    const char  *code = "def f; raise 'x'; end\nf";
+
+    /* not at debug: one line */
+    interp = interp_sealed();
+    REQUIRE(interp != NULL);
+    CHECK_EQ(interp_run_code(interp, code, &run), -1);
+    CHECK(strcmp(run.error, "RuntimeError: x (outer:1:in f, outer:2)") == 0);
+    mrb_interp_close(interp);
+
+    /* at debug: the frames first, at the error's level */
+    interp = mrb_interp_open(&interp_debug_server, NULL, err, sizeof(err));
+    REQUIRE(interp != NULL);
+    mrb_interp_seal(interp);
+    debug_log[0] = '\0';
+    CHECK_EQ(interp_run_code(interp, code, &run), -1);
+    CHECK(strcmp(run.error, "RuntimeError: x (backtrace above)") == 0);
+    CHECK(strcmp(debug_log, "3 mruby: backtrace 1/2: outer:1:in f\n"
+                            "3 mruby: backtrace 2/2: outer:2\n") == 0);
+    mrb_interp_close(interp);
+}
+
 TEST(interp_nested_run_in_a_fiber)
 {
     mrb_interp  *interp = interp_sealed();
