@@ -151,9 +151,21 @@ ap_mrb_pre_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp)
 }
 
 
+/*
+ * The parent's post_config interpreter of this configuration, and the pool
+ * it dies with: a prefork child takes over its copy (ap_mrb_child_init).
+ */
+static mrb_interp  *ap_mrb_parent_interp;
+static apr_pool_t  *ap_mrb_parent_pool;
+
+
 static apr_status_t
 ap_mrb_interp_cleanup(void *data)
 {
+    if (data == ap_mrb_parent_interp) {
+        ap_mrb_parent_interp = NULL;
+    }
+
     mrb_interp_close(data);
     return APR_SUCCESS;
 }
@@ -178,9 +190,11 @@ ap_mrb_has_scripts(server_rec *s, ap_mrb_proc_phase phase)
 
 /*
  * post_config scripts run in the parent, in an interpreter of its own that
- * lives as long as this configuration: children never use it.  Apache
- * reads its configuration twice at startup; the first pass only prepares
- * the second, so the scripts run once at startup and once per restart.
+ * lives as long as this configuration.  A prefork child takes over its
+ * copy of it, so that what they defined is there in the child, as in the
+ * original; threaded children make their interpreters anew.  Apache reads
+ * its configuration twice at startup; the first pass only prepares the
+ * second, so the scripts run once at startup and once per restart.
  */
 static int
 ap_mrb_post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
@@ -216,6 +230,8 @@ ap_mrb_post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
                               apr_pool_cleanup_null);
 
     ap_mrb_run_startup_scripts(interp, s, AP_MRB_POST_CONFIG);
+    ap_mrb_parent_interp = interp;
+    ap_mrb_parent_pool = pconf;
     return OK;
 }
 
@@ -234,10 +250,12 @@ ap_mrb_child_exit(void *data)
  *
  * A threaded child joins its threads before it destroys pchild: the idle
  * interpreters are closed then, so that their finalizers run.  A prefork
- * child serves one request at a time: its interpreter is created now, so
+ * child serves one request at a time: its interpreter is made ready now, so
  * the scripts run as the child starts, and left to the exit, because
  * SIGTERM ends a prefork child from its signal handler, where freeing
- * memory and running finalizers is not safe.
+ * memory and running finalizers is not safe.  That interpreter is the
+ * parent's post_config one when there is one (the child's copy, made by
+ * the fork), with the child_init scripts run in it.
  */
 static void
 ap_mrb_child_init(apr_pool_t *pchild, server_rec *s)
@@ -254,6 +272,19 @@ ap_mrb_child_init(apr_pool_t *pchild, server_rec *s)
     }
 
     ap_mrb_file_watch_child_init(pchild, s, 0);
+
+    if (ap_mrb_parent_interp != NULL) {
+        /* the child's now: the configuration's pool does not close it */
+        interp = ap_mrb_parent_interp;
+        apr_pool_cleanup_kill(ap_mrb_parent_pool, interp,
+                              ap_mrb_interp_cleanup);
+        ap_mrb_parent_interp = NULL;
+
+        ap_mrb_run_startup_scripts(interp, s, AP_MRB_CHILD_INIT);
+        mrb_interp_seal(interp);
+        mrb_interp_give_back(interp);
+        return;
+    }
 
     if (ap_mrb_has_scripts(s, AP_MRB_CHILD_INIT)) {
         interp = ap_mrb_interp_take(NULL);

@@ -307,16 +307,19 @@ def test_post_config_runs_once_per_start_and_restart(apache, mpm):
     assert log.count("post_config ran") == 2
 
 
-def test_post_config_state_is_not_inherited(apache):
-    """The parent's interpreter is its own: request scripts do not see
-    what post_config defined."""
+@pytest.mark.parametrize("mpm,seen", [("event", "nil"),
+                                       ("prefork", '"parent"')])
+def test_post_config_state_in_the_children(apache, mpm, seen):
+    """A prefork child serves with its copy of the parent's post_config
+    interpreter, so its requests see what post_config defined; an event
+    child makes its interpreters anew."""
     a = apache("""
 mrubyPostConfigMiddleCode '$from_post_config = "parent"'
 <Location /g>
     mrubyHandlerMiddleCode 'Apache.rputs $from_post_config.inspect'
 </Location>
-""")
-    assert a.get("/g").text == "nil"
+""", mpm=mpm)
+    assert a.get("/g").text == seen
 
 
 @pytest.mark.parametrize("mpm", MPMS)
