@@ -95,7 +95,7 @@ mrb_api_field_offset(mrb_state *mrb)
 {
     mrb_get_args(mrb, "");
 
-    return (size_t) mrb_integer(mrb_cfunc_env_get(mrb, 0));
+    return (size_t) mrb_integer(mrb_proc_cfunc_env_get(mrb, 0));
 }
 
 
