@@ -14,21 +14,14 @@ figure does not move with the machine's load, unlike `make bench`.
 Compare two builds by running it once with each MRUBY_BUILD.
 """
 
-import os
-import re
-import shutil
-import signal
-import subprocess
 import sys
-import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "test"))
+import valgrind
 
-import harness  # noqa: E402
-import requests  # noqa: E402
+import harness
 
 BODY = "hello world\n"
+CLASS = {"apache": "Apache", "nginx": "Nginx"}
 SCRIPT = {"apache": 'Apache.rputs "hello world\\n"\n',
           "nginx": 'Nginx.rputs "hello world\\n"\n'}
 # ten tests of the URI as a router makes them (three match /hello), and
@@ -77,66 +70,27 @@ def server(kind, case):
     if kind == "apache":
         s = harness.Apache(APACHE[case], mpm="prefork", access_log=False,
                            loglevel="warn")
-        s.write("hello.rb", SCRIPT[kind])
-        s.write("route.rb", ROUTE.format(cls="Apache"))
-        s.write("alloc.rb", ALLOC.format(cls="Apache"))
-        s.generate()
-        return s, [harness.APACHE_BIN, "-f", s.conf_path, "-X"]
-
-    s = harness.Nginx("location = /hello {\n    %s\n}\n" % NGINX[case],
-                      access_log=False, loglevel="warn")
+    else:
+        s = harness.Nginx("location = /hello {\n    %s\n}\n" % NGINX[case],
+                          access_log=False, loglevel="warn")
     s.write("hello.rb", SCRIPT[kind])
-    s.write("route.rb", ROUTE.format(cls="Nginx"))
-    s.write("alloc.rb", ALLOC.format(cls="Nginx"))
-    s.generate()
-    with open(s.conf_path) as f:
-        conf = f.read().replace("master_process on;", "master_process off;")
-    with open(s.conf_path, "w") as f:
-        f.write(conf)
-    return s, s.command()
+    s.write("route.rb", ROUTE.format(cls=CLASS[kind]))
+    s.write("alloc.rb", ALLOC.format(cls=CLASS[kind]))
+    return s, valgrind.one_process(s)
+
+
+def hello(http, url):
+    r = http.get(url, timeout=30)
+    if r.text != BODY:
+        raise RuntimeError(f"unexpected answer: {r.status_code} "
+                           f"{r.text[:200]!r}")
 
 
 def instructions(s, cmd, n):
-    """Instructions of a whole server life that served n requests (and the
-    one that found it up) on one keep-alive connection."""
-    out = os.path.join(s.dir, f"callgrind.{n}")
-    # Apache -X becomes www-data; callgrind writes at exit as that user
-    open(out, "w").close()
-    os.chmod(out, 0o666)
-    shutil.chown(out, "www-data", "www-data")
-
-    p = subprocess.Popen(["valgrind", "--tool=callgrind",
-                          f"--callgrind-out-file={out}"] + cmd,
-                         env=s.env(), stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, start_new_session=True)
-    url = f"http://127.0.0.1:{s.port}/hello"
-    session = requests.Session()
-    session.trust_env = False
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                if session.get(url, timeout=30).status_code == 200:
-                    break
-            except requests.ConnectionError:
-                if time.monotonic() > deadline or p.poll() is not None:
-                    raise
-                time.sleep(0.2)
-        for _ in range(n):
-            r = session.get(url, timeout=30)
-            if r.text != BODY:
-                raise RuntimeError(f"unexpected answer: {r.status_code} "
-                                   f"{r.text[:200]!r}")
-    finally:
-        session.close()
-        os.kill(p.pid, signal.SIGTERM)
-        p.wait(120)
-
-    with open(out) as f:
-        m = re.search(r"^(?:summary|totals): (\d+)", f.read(), re.M)
-    if m is None:
-        raise RuntimeError(f"no totals in {out}")
-    return int(m.group(1))
+    """Instructions of a whole server life that served n hello worlds on
+    one keep-alive connection."""
+    url = s.url("/hello")
+    return valgrind.life(s, cmd, n, lambda http, k: hello(http, url))[0]
 
 
 def main():

@@ -18,16 +18,11 @@ gives their CPU time with the rest (all calls / paths rewritten).
 """
 
 import os
-import subprocess
 import sys
 
-import requests
+import valgrind
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "test"))
-
-import harness  # noqa: E402
-from callgrind_stat import command, total_ir, wait_port  # noqa: E402
+import harness
 
 SCRIPTS = 100
 EVERY = 200
@@ -53,45 +48,34 @@ def server(which):
 
 
 def run(which, n, edits):
-    """Instructions of a server life that served n requests."""
+    """Instructions of a server life that served n requests (all threads),
+    every script watched and compiled first."""
     s, d = server(which)
-    cmd = command(s, which)
-    cg = os.path.join(s.dir, "cg")
-    os.makedirs(cg, mode=0o777)
-    os.chmod(cg, 0o777)
-    proc = subprocess.Popen(
-        ["valgrind", "--tool=callgrind",
-         f"--callgrind-out-file={cg}/cg.out", "--separate-threads=yes",
-         "--dump-instr=no"] + cmd,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_port(s.port)
-        session = requests.Session()
-        url = s.url("/s/0.rb")
-        for i in range(1, SCRIPTS):     # every script watched and compiled
-            session.get(s.url(f"/s/{i}.rb"), timeout=60)
-        for k in range(n):
-            r = session.get(url, timeout=60)
-            assert r.text == "0", r.text
-            if edits and k % EVERY == EVERY - 1:
-                i = 1 + k // EVERY % (SCRIPTS - 1)
-                with open(os.path.join(d, f"{i}.rb"), "w") as f:
-                    f.write(f'{CLASS[which]}.rputs "{i}, {k}"\n')
-    finally:
-        proc.terminate()
-        proc.wait(120)
-    ir = sum(total_ir(os.path.join(cg, f)) for f in os.listdir(cg)
-             if f.startswith("cg.out-"))
+
+    def request(http, k):
+        if k < SCRIPTS - 1:
+            http.get(s.url(f"/s/{k + 1}.rb"), timeout=60)
+            return
+        k -= SCRIPTS - 1
+        r = http.get(s.url("/s/0.rb"), timeout=60)
+        assert r.text == "0", r.text
+        if edits and k % EVERY == EVERY - 1:
+            i = 1 + k // EVERY % (SCRIPTS - 1)
+            with open(os.path.join(d, f"{i}.rb"), "w") as f:
+                f.write(f'{CLASS[which]}.rputs "{i}, {k}"\n')
+
+    counts = valgrind.life(s, valgrind.one_process(s), SCRIPTS - 1 + n,
+                           request, threads=True)
     s.remove()
-    return ir
+    return [sum(counts)]
 
 
 def main():
     for which in sys.argv[1:] or ["nginx", "apache"]:
         per = {}
         for edits in (False, True):
-            per[edits] = (run(which, 3000, edits)
-                          - run(which, 1000, edits)) / 2000
+            per[edits], = valgrind.per_request(
+                lambda n: run(which, n, edits), 1000, 3000)
         print(f"{which}: {per[False]:,.0f} instructions per request to an "
               f"unchanged script, {per[True]:,.0f} with one edit of another "
               f"script every {EVERY} requests (ratio "

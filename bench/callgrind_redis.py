@@ -12,15 +12,12 @@ does, and only the isolation cleanup's restore of the constant is extra).
     build/venv/bin/python bench/callgrind_redis.py [local|top]
 """
 
-import os
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "test"))
+import callgrind
+import valgrind
 
-import callgrind  # noqa: E402
-import harness  # noqa: E402
+import harness
 
 SCRIPT = {
     "local": 'r = Redis.new("127.0.0.1", {port})\n'
@@ -41,15 +38,10 @@ def main():
                           "    mruby_content_handler {dir}/get.rb cache;\n}\n",
                           access_log=False, loglevel="warn")
         s.write("get.rb", SCRIPT[case].format(port=redis.port))
-        s.generate()
-        with open(s.conf_path) as f:
-            conf = f.read().replace("master_process on;",
-                                    "master_process off;")
-        with open(s.conf_path, "w") as f:
-            f.write(conf)
+        cmd = valgrind.one_process(s)
         try:
-            low = callgrind.instructions(s, s.command(), 1000)
-            high = callgrind.instructions(s, s.command(), 3000)
+            low = callgrind.instructions(s, cmd, 1000)
+            high = callgrind.instructions(s, cmd, 3000)
         finally:
             s.remove()
         redis.remove()

@@ -11,18 +11,11 @@ coroutine) and answers "ok".  Independent of the machine's load.
     python3 bench/callgrind_sleep.py [mruby] [lua]
 """
 
-import os
-import subprocess
 import sys
 
-import requests
+import valgrind
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "test"))
-sys.path.insert(0, HERE)
-
-import callgrind_stat  # noqa: E402
-import harness  # noqa: E402
+import harness
 
 LUA_MODULES = ["/usr/lib/nginx/modules/ndk_http_module.so",
                "/usr/lib/nginx/modules/ngx_http_lua_module.so"]
@@ -36,30 +29,21 @@ def callgrind_run(path, n):
     """Instructions of a whole nginx run that answers n requests."""
     s = harness.Nginx(CONF, modules=LUA_MODULES, access_log=False,
                       loglevel="warn")
-    cmd = callgrind_stat.command(s, "nginx")
-    out = os.path.join(s.dir, "cg.out")
-    proc = subprocess.Popen(
-        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-         "--dump-instr=no"] + cmd,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        callgrind_stat.wait_port(s.port)
-        session = requests.Session()
-        for _ in range(n):
-            r = session.get(s.url(path), timeout=60)
-            assert r.status_code == 200 and r.text == "ok", r.status_code
-    finally:
-        proc.terminate()
-        proc.wait(120)
-    ir = callgrind_stat.total_ir(out)
+    url = s.url(path)
+
+    def request(http, k):
+        r = http.get(url, timeout=60)
+        assert r.status_code == 200 and r.text == "ok", r.status_code
+
+    counts = valgrind.life(s, valgrind.one_process(s), n, request)
     s.remove()
-    return ir
+    return counts
 
 
 def main():
     for name in sys.argv[1:] or ["mruby", "lua"]:
-        per = (callgrind_run("/" + name, 900)
-               - callgrind_run("/" + name, 300)) / 600
+        per, = valgrind.per_request(
+            lambda n: callgrind_run("/" + name, n), 300, 900)
         print(f"{name}: {per:,.0f} instructions per request")
 
 

@@ -20,10 +20,9 @@ import time
 
 import requests
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "test"))
+import valgrind
 
-import harness  # noqa: E402
+import harness
 
 HELLO = '{cls}.rputs "hello world"\n'
 CONF = {
@@ -49,39 +48,10 @@ def server(which, policy):
     return s
 
 
-def command(s, which):
-    """The server as one process in the foreground."""
-    s.generate()
-    if which == "nginx":
-        with open(s.conf_path) as f:
-            text = f.read().replace("master_process on;",
-                                    "master_process off;")
-        with open(s.conf_path, "w") as f:
-            f.write(text)
-        return s.command()
-    return s.command() + ["-X"]
-
-
-def wait_port(port):
-    for _ in range(600):
-        if harness.port_open(port):
-            return
-        time.sleep(0.1)
-    raise RuntimeError("server did not start")
-
-
 def hammer(session, url, n):
     for _ in range(n):
         r = session.get(url, timeout=60)
         assert r.status_code == 200, r.status_code
-
-
-def total_ir(out_file):
-    with open(out_file) as f:
-        for line in f:
-            if line.startswith("totals:") or line.startswith("summary:"):
-                return int(line.split()[1])
-    raise RuntimeError(f"no totals in {out_file}")
 
 
 def callgrind_run(which, policy, n):
@@ -90,46 +60,30 @@ def callgrind_run(which, policy, n):
     whose work follows the events of the watched directories, not the
     requests)."""
     s = server(which, policy)
-    cmd = command(s, which)
-    # written at exit, by apache2 -X after it became www-data
-    os.makedirs(os.path.join(s.dir, "cg"), mode=0o777)
-    os.chmod(os.path.join(s.dir, "cg"), 0o777)
-    out = os.path.join(s.dir, "cg", "cg.out")
-    proc = subprocess.Popen(
-        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-         "--separate-threads=yes", "--dump-instr=no"] + cmd,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_port(s.port)
-        hammer(requests.Session(), s.url("/"), n)
-    finally:
-        proc.terminate()
-        proc.wait(120)
-    cg = os.path.join(s.dir, "cg")
-    files = sorted(f for f in os.listdir(cg) if f.startswith("cg.out-"))
-    main = total_ir(os.path.join(cg, files[0]))
-    others = sum(total_ir(os.path.join(cg, f)) for f in files[1:])
+    url = s.url("/")
+    counts = valgrind.life(s, valgrind.one_process(s), n,
+                           lambda http, k: hammer(http, url, 1),
+                           threads=True)
     s.remove()
-    return main, others
+    return counts[0], sum(counts[1:])
 
 
 def callgrind(which, policy):
     """Per request: (3,000 requests - 1,000 requests) / 2,000, two runs
     (callgrind_control's dumps hang on an apache2 -X that switched to
     www-data)."""
-    high = callgrind_run(which, policy, 3000)
-    low = callgrind_run(which, policy, 1000)
-    return ((high[0] - low[0]) / 2000, (high[1] - low[1]) / 2000)
+    return valgrind.per_request(lambda n: callgrind_run(which, policy, n),
+                                1000, 3000)
 
 
 def syscalls(which, policy):
     s = server(which, policy)
-    cmd = command(s, which)
+    cmd = valgrind.one_process(s)
     log = os.path.join(s.dir, "strace.out")
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:
-        wait_port(s.port)
+        valgrind.wait_port(s.port, proc)
         session = requests.Session()
         url = s.url("/")
         hammer(session, url, 200)

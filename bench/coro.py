@@ -31,6 +31,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(REPO, "test"))
 
+import valgrind  # noqa: E402
+
 RESULTS = os.path.join(HERE, "coro_results.json")
 DOC = os.path.join(REPO, "docs", "benchmarks.md")
 IMG = os.path.join(REPO, "docs", "img", "coro.png")
@@ -66,11 +68,7 @@ def experiments():
 
 def callgrind_count(kind, n):
     """Instructions of `coro_bench count KIND N` (valgrind's summary)."""
-    err = subprocess.run(["valgrind", "--tool=callgrind",
-                          "--callgrind-out-file=/dev/null", BIN, "count",
-                          kind, str(n)], check=True, capture_output=True,
-                         text=True, timeout=1200).stderr
-    return int(re.search(r"Collected\s*:\s*(\d+)", err).group(1))
+    return valgrind.program([BIN, "count", kind, str(n)])
 
 
 def callgrind_counts():

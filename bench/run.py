@@ -52,6 +52,7 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(REPO, "test"))
 
 import harness  # noqa: E402
+import render  # noqa: E402
 from requests import RequestException  # noqa: E402
 
 QUICK = os.environ.get("BENCH_QUICK") == "1"
@@ -645,28 +646,13 @@ def rss_section():
                 r = rss_run(c, n, connections=conns)
             finally:
                 APACHE_OVERRIDES.clear()
-            r["growth_kb"] = rss_growth(r.get("samples", []))
+            r["growth_kb"] = render.rss_growth(r.get("samples", []))
             r["label"] = c.label
             r["requests_target"] = n
             out[f"{fam}/{c.key}"] = r
             log(f"    growth {r['growth_kb']} kB"
                 + (f" ({r['error']})" if "error" in r else ""))
     return out
-
-
-def rss_growth(samples, skip_fraction=0.05):
-    """Largest RSS growth of one worker from the first sample after warm-up
-    (5% of the run: thread interpreters are created lazily) to the end."""
-    if len(samples) < 2:
-        return None
-    total = samples[-1][0]
-    base = next((s for s in samples if s[0] >= skip_fraction * total),
-                samples[0])
-    end = samples[-1][1]
-    growth = [end[pid] - base[1][pid] for pid in end
-              if pid in base[1] and end[pid] is not None
-              and base[1][pid] is not None]
-    return max(growth) if growth else None
 
 
 FIG8_SCRIPT = """\
@@ -1204,7 +1190,6 @@ def main():
             log(f"== {sec} done in {time.monotonic() - t0:.0f} s")
             with open(RESULTS, "w") as f:  # keep what is done so far
                 json.dump(results, f, indent=1, sort_keys=True)
-    import render
     render.render(results, DOC, IMG)
     log(f"wrote {DOC}")
     return 0
