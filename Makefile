@@ -14,6 +14,8 @@ SHELL := /bin/bash
 #   make install    install the Apache module for a2enmod and the nginx one
 #   make deb        Debian packages of both (dpkg-buildpackage) in build/deb/
 #   make test-deb   build, lintian, install, serve, upgrade, purge them (root)
+#   make test-dist DIST=bookworm|trixie|forky
+#                   make test in a fresh debootstrap root of that suite (root)
 
 BUILD      := build
 CC         := gcc
@@ -70,7 +72,7 @@ NGINX_STREAM_ENABLED := 60-mod-stream-mruby.conf
 VENV       := build/venv
 PYTHON     := $(VENV)/bin/python
 
-.PHONY: all deps apache nginx test test-unit test-unit-core test-unit-asan test-asan test-faults test-deb fuzz run bench bench-watch install deb clean venv
+.PHONY: all deps apache nginx test test-unit test-unit-core test-unit-asan test-asan test-faults test-deb test-dist fuzz run bench bench-watch install deb clean venv
 
 all: apache nginx
 
@@ -282,6 +284,12 @@ deb:
 # As root: on this machine's Apache and nginx, restored afterwards.
 test-deb:
 	bash scripts/test-deb.sh
+
+# As root: make test on a fresh machine of that Debian suite, a chroot
+# built with debootstrap (cached in /var/cache/mruby-test-dist).
+DIST ?=
+test-dist:
+	bash scripts/test-dist.sh $(DIST)
 
 clean:
 	rm -rf $(BUILD)
