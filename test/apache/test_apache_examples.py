@@ -22,13 +22,11 @@ def example_conf(name, docroot):
 
 
 def start_examples(apache, names, mpm="event", extra="", **kw):
-    """One Apache with the named examples loaded, as `make run` does."""
+    """One Apache with the named examples loaded, as `make run` does: from
+    copies its www-data workers can read wherever the checkout is (root's
+    own home is mode 700)."""
     a = apache(start=False, mpm=mpm, **kw)
-    a.conf = "\n".join(example_conf(n, a.docroot) for n in names) + extra
-    for n in names:
-        htdocs = os.path.join(EXAMPLES, n, "htdocs")
-        if os.path.isdir(htdocs):
-            shutil.copytree(htdocs, os.path.join(a.docroot, n))
+    a.conf = "\n".join(harness.setup_example(a, n) for n in names) + extra
     a.start()
     return a
 
