@@ -287,9 +287,11 @@ test-deb:
 
 # As root: make test on a fresh machine of that Debian suite, a chroot
 # built with debootstrap (cached in /var/cache/mruby-test-dist).
-DIST ?=
+# TARGET: what to make there instead of test (e.g. "deps deb").
+DIST   ?=
+TARGET ?= test
 test-dist:
-	bash scripts/test-dist.sh $(DIST)
+	bash scripts/test-dist.sh $(DIST) $(TARGET)
 
 clean:
 	rm -rf $(BUILD)

@@ -2,12 +2,18 @@
 # make test-dist DIST=bookworm|trixie|forky: `make test` on a fresh
 # Debian machine of that suite, as a new user runs it (as root).
 #
+#   scripts/test-dist.sh DIST [TARGET...]
+#
+# TARGET (default: test) are the make targets run in the root, for
+# example "deps deb" to build the suite's packages there.
+#
 #  1. The suite's minimal root (debootstrap --variant=minbase, plus make,
 #     which the README's two commands need) is built once from Debian's
 #     archive and kept as a tarball in $CACHE (/var/cache/mruby-test-dist).
 #  2. Each run unpacks that tarball into a new directory under /var/tmp,
 #     copies in the git-tracked files of this tree (as they are in the
-#     working tree, without build/), and runs `make test` there with
+#     working tree, without build/) into /root/mod_mruby, root's home as
+#     a new user's clone would be, and runs `make test` (TARGET) there with
 #     chroot: make test installs what it needs itself.
 #  3. The root's processes run in their own PID and mount namespaces
 #     (unshare): /proc, /dev, /dev/pts, /dev/shm, /sys and /run are mounted
@@ -21,18 +27,22 @@
 # gets what this machine set up to use it: its resolver, the CA
 # certificates it added (/usr/local/share/ca-certificates, with the bundle
 # made from them) and pip's configuration (/etc/pip.conf), so that a
-# network whose egress inspects TLS lets pip reach PyPI.  A policy-rc.d keeps the packages' maintainer scripts from starting Apache,
-# nginx and Redis on the host's ports 80 and 6379: invoke-rc.d skips them,
-# as in Debian's own build chroots.  The downloaded .deb files and pip's
+# network whose egress inspects TLS lets pip reach PyPI.  A policy-rc.d
+# keeps the packages' maintainer scripts from starting Apache, nginx and
+# Redis on the host's ports 80 and 6379: invoke-rc.d skips them, as in
+# Debian's own build chroots.  The downloaded .deb files and pip's
 # downloads are kept in $CACHE between runs of a suite (when no other run
 # of it holds them), which changes what is downloaded, not what is
 # installed.
 #
 # Each part's time is printed at the end; the whole output is also in
-# build/test-dist-DIST.log, each line of make test's prefixed with its time.
+# build/test-dist-DIST.log (-TARGET for other targets), each line of
+# make's prefixed with its time since make started.
 set -euo pipefail
 
 DIST=${1:-}
+shift || true
+TARGETS=${*:-test}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 CACHE=${MRUBY_TEST_DIST_CACHE:-/var/cache/mruby-test-dist}
 MIRROR=http://deb.debian.org/debian
@@ -43,10 +53,15 @@ SRC=/root/mod_mruby   # where the tree is, inside the root
 say() { echo "test-dist: $*"; }
 fail() { echo "test-dist: FAIL: $*" >&2; exit 1; }
 
+# The suites a new machine's sources list.  The archive these machines
+# reach serves testing (forky) as of a past date, whose Release files have
+# expired (apt refuses them unless told not to check): forky is read
+# without that check, and without forky-security (testing gets its fixes
+# through unstable anyway).
 case "$DIST" in
-    bookworm|trixie) SUITES="$DIST $DIST-updates" ;;
-    # testing has no -updates of its own that matter; its -security exists
-    forky) SUITES="$DIST" ;;
+    bookworm|trixie) SUITES="$DIST $DIST-updates"; SECURITY_SUITES="$DIST-security"
+                     VALID_UNTIL=yes ;;
+    forky) SUITES="$DIST"; SECURITY_SUITES=""; VALID_UNTIL=no ;;
     *) fail "DIST must be bookworm, trixie or forky (got '${DIST}')" ;;
 esac
 [ "$(id -u)" = 0 ] || fail "run as root (debootstrap, chroot, mounts)"
@@ -54,8 +69,12 @@ command -v debootstrap >/dev/null || fail "debootstrap is not installed (apt-get
 
 TIMES=()
 STARTED=$SECONDS
+PART=""
 part_start() { PART=$1; PART_T0=$SECONDS; say "$PART"; }
-part_end() { TIMES+=("$(printf '%-34s %5d s' "$PART" $((SECONDS - PART_T0)))"); }
+part_end() {
+    TIMES+=("$(printf '%-34s %5d s' "$PART" $((SECONDS - PART_T0)))")
+    PART=""
+}
 
 # -- the cached pristine root -------------------------------------------------
 
@@ -85,6 +104,9 @@ teardown() {
     local rc=$?
     trap - EXIT INT TERM
     set +e
+    if [ -n "$PART" ]; then
+        TIMES+=("$(printf '%-34s %5d s (stopped)' "$PART" $((SECONDS - PART_T0)))")
+    fi
     if [ -n "$NS_PID" ] && kill -0 "$NS_PID" 2>/dev/null; then
         # unshare --kill-child: its child, the namespace's init, dies with
         # it, and the kernel kills every other process of the namespace.
@@ -130,13 +152,18 @@ URIs: $MIRROR
 Suites: $SUITES
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+Check-Valid-Until: $VALID_UNTIL
+EOF
+    if [ -n "$SECURITY_SUITES" ]; then
+        cat >> "$r/etc/apt/sources.list.d/debian.sources" <<EOF
 
 Types: deb
 URIs: $SECURITY_MIRROR
-Suites: $DIST-security
+Suites: $SECURITY_SUITES
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 EOF
+    fi
     printf '#!/bin/sh\n# test-dist: no daemon starts at install (the root shares the host'"'"'s ports)\nexit 101\n' \
         > "$r/usr/sbin/policy-rc.d"
     chmod 755 "$r/usr/sbin/policy-rc.d"
@@ -153,7 +180,7 @@ copy_tree() {
 
 # Runs in the new namespaces (unshare), as their init: mounts what the
 # servers and tests need inside the root, then runs make test there.
-# ${1}: the root; ${2}: the host's apt archive cache, or "".
+# $1: the root; $2: the host's download caches, or ""; $3: the targets.
 INNER='
 set -e
 r=$1
@@ -171,7 +198,7 @@ fi
 set +e
 chroot "$r" /usr/bin/env -i HOME=/root USER=root LOGNAME=root SHELL=/bin/bash \
     PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-    TERM="${TERM:-dumb}" /bin/bash -lc "cd '"$SRC"' && make test" </dev/null
+    TERM="${TERM:-dumb}" /bin/bash -lc "cd '"$SRC"' && make $3" </dev/null
 '
 
 # Prefixes each line with the time since the start of make test.
@@ -213,20 +240,22 @@ main() {
         downloads=""
     fi
 
-    local log=$REPO/build/test-dist-$DIST.log
+    local name=test-dist-$DIST
+    [ "$TARGETS" = test ] || name=$name-$(echo "$TARGETS" | tr ' ' -)
+    local log=$REPO/build/$name.log
     mkdir -p "$REPO/build"
-    part_start "make test in the $DIST root (log: build/test-dist-$DIST.log)"
+    part_start "make $TARGETS in the $DIST root (log: build/$name.log)"
     # The namespace's init runs in the background so that this shell's
     # traps see Ctrl-C and TERM at once.
     unshare --pid --fork --kill-child --mount --propagation private \
-        /bin/sh -c "$INNER" sh "$ROOT" "$downloads" \
+        /bin/sh -c "$INNER" sh "$ROOT" "$downloads" "$TARGETS" \
         > >(stamp | tee "$log") 2>&1 &
     NS_PID=$!
     local rc=0
     wait "$NS_PID" || rc=$?
     NS_PID=""
     part_end
-    [ $rc = 0 ] || fail "make test in the $DIST root exited $rc (log: build/test-dist-$DIST.log)"
+    [ $rc = 0 ] || fail "make $TARGETS in the $DIST root exited $rc (log: build/$name.log)"
 }
 
 main "$@"; exit
