@@ -9,11 +9,13 @@
 #include <stddef.h>
 
 #include "mrb_lib.h"
+#include "mrb_mutex.h"
 #include "mrb_redis.h"
 #include "mrb_regexp.h"
 
 const mrb_part *const  mrb_parts[] = {
     &mrb_redis_part,
+    &mrb_mutex_part,                /* before mutex.rb, in mrb_lib_part */
     &mrb_lib_part,
     &mrb_regexp_part,
     NULL

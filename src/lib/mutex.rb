@@ -5,6 +5,10 @@
 # Workers that run the same startup code make their global mutexes in the
 # same order and so share them; name one with key: "name" to share it
 # from anywhere.  A lock whose holder process died is taken over.
+#
+# The owner of a lock is the run that took it (mrb_mutex.c keeps which
+# run holds which): another request of the worker sharing the Mutex waits
+# for it, cannot unlock it, and a run that ends holding it lets it go.
 
 class Mutex
   DICT = "mruby_mutex"
@@ -21,6 +25,7 @@ class Mutex
     @key = (opts[:key] || Mutex.__next_key).to_s
   end
 
+  # false while a run holds it, this one included
   def try_lock
     return false if @locked
     if @dict
@@ -32,6 +37,8 @@ class Mutex
       end
     end
     @locked = true
+    Mutex.__own(self)
+    true
   end
 
   # waits until the lock is had: a global one tries every millisecond,
@@ -40,7 +47,7 @@ class Mutex
   # cannot (as the original did everywhere)
   def lock
     until try_lock
-      raise ThreadError, "deadlock; recursive locking" if @locked
+      raise ThreadError, "deadlock; recursive locking" if owned?
       __pause
     end
     self
@@ -58,9 +65,16 @@ class Mutex
 
   def unlock
     raise ThreadError, "attempt to unlock a mutex which is not locked" unless @locked
+    raise ThreadError, "attempt to unlock a mutex which is locked by another run" unless owned?
+    __release
+    self
+  end
+
+  # lets the lock go: unlock, and the end of a run that still holds it
+  def __release
+    Mutex.__disown(self)
     @dict.delete(@key) if @dict
     @locked = false
-    self
   end
 
   def locked?
@@ -68,7 +82,7 @@ class Mutex
   end
 
   def owned?
-    @locked
+    Mutex.__owned?(self)
   end
 
   def synchronize
@@ -80,15 +94,21 @@ class Mutex
     end
   end
 
-  # a millisecond between two tries of a global lock held elsewhere:
-  # usleep suspends the request where the run can wait (nginx, Apache's
-  # content handlers on the event MPM), blocks the thread elsewhere on
-  # Apache, and raises where a run of nginx cannot wait (the log phase,
-  # startup scripts), which then blocks as the original did
+  # a millisecond between two tries of a lock held elsewhere: usleep
+  # suspends the request where the run can wait (nginx, Apache's content
+  # handlers on the event MPM), blocks the thread elsewhere on Apache, and
+  # raises where a run of nginx cannot wait (the log phase, startup
+  # scripts), which then blocks as the original did.  A lock another run
+  # of this interpreter holds is waited for only by a run that can wait
+  # (Mutex.__wait_check raises otherwise): blocking, it would keep that
+  # run from resuming to let it go.
   def __pause
-    usleep(1000)
-  rescue RuntimeError
-    IO.select(nil, nil, nil, 0.001)
+    Mutex.__wait_check if @locked
+    begin
+      usleep(1000)
+    rescue RuntimeError
+      IO.select(nil, nil, nil, 0.001)
+    end
   end
 
   def __dead?(pid)

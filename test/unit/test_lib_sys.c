@@ -113,6 +113,26 @@ TEST(lib_sys_compatibility)
 }
 
 
+/* The owner of a Mutex is the run that locked it (mrb_mutex.c): a run
+ * that ends holding a startup Mutex lets it go. */
+TEST(lib_mutex_owner_is_the_run)
+{
+    mrb_interp  *interp = lib_interp_startup("L = Mutex.new\n");
+
+    REQUIRE(interp != NULL);
+    CHECK_RUBY(interp, "L.lock; [L.locked?, L.owned?]", "[true, true]");
+    CHECK_RUBY(interp, "[L.locked?, L.owned?, L.synchronize { L.owned? }]",
+               "[false, false, true]");
+    CHECK_RUBY(interp, "begin; L.unlock; rescue ThreadError => e; "
+               "e.message; end",
+               "\"attempt to unlock a mutex which is not locked\"");
+    CHECK_RUBY(interp, "L.lock; begin; L.lock; rescue ThreadError => e; "
+               "e.message; end", "\"deadlock; recursive locking\"");
+    CHECK_RUBY(interp, "L.try_lock", "true");
+    mrb_interp_close(interp);
+}
+
+
 /* exit in a script fails that run with a clear message; the process and
  * the interpreter go on. */
 TEST(lib_exit_ends_the_run_not_the_process)
