@@ -115,6 +115,28 @@ ONE_CHILD = {
 }
 
 
+def one_interpreter(kind, apache, nginx, routes, files, nginx_main="",
+                    apache_main=""):
+    """A started server, kind "nginx", "apache-event" or "apache-prefork",
+    whose requests one after another run in one interpreter (one nginx
+    worker; one Apache child, which lends the interpreter given back last
+    to the next run).  routes: {"/path": "script.rb"}, content handlers of
+    files; nginx_main / apache_main: lines before them (startup scripts,
+    dictionaries)."""
+    if kind == "nginx":
+        locs = "".join(f"    location = {path} {{ mruby_content_handler "
+                       f"{{dir}}/{script}; }}\n"
+                       for path, script in routes.items())
+        return nginx(nginx_main + "server {\n    listen 127.0.0.1:{port};\n"
+                     + locs + "}\n", files=files)
+    mpm = kind.split("-")[1]
+    locs = "".join(f"<Location {path}>\n    mrubyHandlerMiddle "
+                   f"{{dir}}/{script}\n</Location>\n"
+                   for path, script in routes.items())
+    return apache(apache_main + locs, mpm=mpm, mpm_conf=ONE_CHILD[mpm],
+                  files=files)
+
+
 class HarnessError(Exception):
     """A server could not be set up, started or stopped."""
 

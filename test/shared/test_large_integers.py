@@ -27,18 +27,10 @@ Server.rputs out.join(" ")
 
 
 def server(kind, apache, nginx):
-    files = {"large.rb": LARGE}
-    if kind == "nginx":
-        return nginx("server {\n    listen 127.0.0.1:{port};\n"
-                     "    location /large { mruby_content_handler "
-                     "{dir}/large.rb; }\n"
-                     "    location /ping { mruby_content_handler_code "
-                     "'Nginx.rputs \"pong\"'; }\n}\n", files=files)
-    mpm = kind.split("-")[1]
-    return apache("<Location /large>\n    mrubyHandlerMiddle {dir}/large.rb\n"
-                  "</Location>\n<Location /ping>\n    mrubyHandlerMiddleCode "
-                  "'Apache.rputs \"pong\"'\n</Location>\n", mpm=mpm,
-                  mpm_conf=harness.ONE_CHILD[mpm], files=files)
+    return harness.one_interpreter(
+        kind, apache, nginx, {"/large": "large.rb", "/ping": "ping.rb"},
+        {"large.rb": LARGE,
+         "ping.rb": 'get_server_class.rputs "pong"\n'})
 
 
 @pytest.mark.parametrize("kind", ["nginx", "apache-event", "apache-prefork"])

@@ -54,26 +54,15 @@ NOTHING = "nil nil nil nil nil"
 
 
 def server(kind, apache, nginx):
-    """One interpreter answers every request (one nginx worker; one Apache
-    child, whose requests one after another take the interpreter given
-    back last), with both kinds of startup script naming $1."""
-    if kind == "nginx":
-        locs = "".join(f"    location = {path} {{ mruby_content_handler "
-                       f"{{dir}}/{script}; }}\n"
-                       for path, script in ROUTES.items())
-        return nginx("mruby_init {dir}/boot.rb;\n"
-                     "mruby_init_worker {dir}/boot.rb;\n"
-                     "mruby_shared_dict gate 1m;\n"
-                     "server {\n    listen 127.0.0.1:{port};\n" + locs
-                     + "}\n", files=FILES)
-    mpm = kind.split("-")[1]
-    locs = "".join(f"<Location {path}>\n    mrubyHandlerMiddle "
-                   f"{{dir}}/{script}\n</Location>\n"
-                   for path, script in ROUTES.items())
-    return apache("mrubyPostConfigMiddle {dir}/boot.rb\n"
-                  "mrubyChildInitMiddle {dir}/boot.rb\n"
-                  "mrubySharedDict gate 1m\n" + locs, mpm=mpm,
-                  mpm_conf=harness.ONE_CHILD[mpm], files=FILES)
+    """Both kinds of startup script name $1."""
+    return harness.one_interpreter(
+        kind, apache, nginx, ROUTES, FILES,
+        nginx_main="mruby_init {dir}/boot.rb;\n"
+                   "mruby_init_worker {dir}/boot.rb;\n"
+                   "mruby_shared_dict gate 1m;\n",
+        apache_main="mrubyPostConfigMiddle {dir}/boot.rb\n"
+                    "mrubyChildInitMiddle {dir}/boot.rb\n"
+                    "mrubySharedDict gate 1m\n")
 
 
 def peek(s, args="none"):

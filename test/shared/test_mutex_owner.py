@@ -61,24 +61,18 @@ SCRIPTS = {"hold": HOLD, "wait": WAIT, "steal": STEAL, "state": STATE,
 
 
 def server(kind, apache, nginx):
-    """One interpreter answers every request: one nginx worker, one Apache
-    child (whose requests take the interpreter given back last)."""
+    """The scripts at /NAME, and G and L made by a worker's startup."""
     files = {f"{name}.rb": code for name, code in SCRIPTS.items()}
     files["init.rb"] = INIT
-    if kind == "nginx":
-        locs = "".join(f"    location = /{name} {{ mruby_content_handler "
-                       f"{{dir}}/{name}.rb; }}\n" for name in SCRIPTS)
-        return nginx("mruby_shared_dict mruby_mutex 1m;\n"
-                     "mruby_shared_dict gate 1m;\n"
-                     "mruby_init_worker {dir}/init.rb;\n"
-                     "server {\n    listen 127.0.0.1:{port};\n" + locs
-                     + "}\n", files=files)
-    mpm = kind.split("-")[1]
-    locs = "".join(f"<Location /{name}>\n    mrubyHandlerMiddle "
-                   f"{{dir}}/{name}.rb\n</Location>\n" for name in SCRIPTS)
-    return apache("mrubySharedDict mruby_mutex 1m\nmrubySharedDict gate 1m\n"
-                  "mrubyChildInitMiddle {dir}/init.rb\n" + locs, mpm=mpm,
-                  mpm_conf=harness.ONE_CHILD[mpm], files=files)
+    routes = {f"/{name}": f"{name}.rb" for name in SCRIPTS}
+    return harness.one_interpreter(
+        kind, apache, nginx, routes, files,
+        nginx_main="mruby_shared_dict mruby_mutex 1m;\n"
+                   "mruby_shared_dict gate 1m;\n"
+                   "mruby_init_worker {dir}/init.rb;\n",
+        apache_main="mrubySharedDict mruby_mutex 1m\n"
+                    "mrubySharedDict gate 1m\n"
+                    "mrubyChildInitMiddle {dir}/init.rb\n")
 
 
 def answer(s, path):
