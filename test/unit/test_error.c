@@ -1,0 +1,95 @@
+/*
+ * Unit tests of mrb_error.c: an exception as one error-log line, on a bare
+ * mrb_state.  (A run's error with its backtrace at debug, through the
+ * server's log: test_script.c and test_interp.c.)
+ */
+
+#include <string.h>
+
+#include <mruby.h>
+#include <mruby/compile.h>
+
+#include "mrb_errbuf.h"
+#include "mrb_interp_core.h"
+#include "unit.h"
+
+/* The exception code raises, taken out of mrb->exc. */
+static mrb_value
+error_of(mrb_state *mrb, const char *code)
+{
+    mrb_value  exc;
+
+    mrb_load_string(mrb, code);
+    exc = mrb->exc != NULL ? mrb_obj_value(mrb->exc) : mrb_nil_value();
+    mrb->exc = NULL;
+
+    return exc;
+}
+
+
+TEST(error_line_escapes_newlines_returns_and_nul)
+{
+    char        line[MRB_ERR_RUN_LEN];
+    mrb_state  *mrb = mrb_open();
+    mrb_value   exc;
+
+    REQUIRE(mrb != NULL);
+
+    exc = error_of(mrb, "raise \"one\\ntwo\\r\\nthree\\0four\"");
+    REQUIRE(!mrb_nil_p(exc));
+
+    mrb_error_format(mrb, exc, line, sizeof(line));
+
+    CHECK(strncmp(line, "RuntimeError: one\\ntwo\\r\\nthree\\0four",
+                  strlen("RuntimeError: one\\ntwo\\r\\nthree\\0four")) == 0);
+    CHECK(strchr(line, '\n') == NULL && strchr(line, '\r') == NULL);
+    CHECK(mrb->exc == NULL);
+
+    mrb_close(mrb);
+}
+
+
+TEST(error_line_names_a_class_whose_message_raises)
+{
+    char        line[MRB_ERR_RUN_LEN];
+    mrb_state  *mrb = mrb_open();
+    mrb_value   exc;
+
+    REQUIRE(mrb != NULL);
+
+    exc = error_of(mrb, "class OddError < StandardError; def message; "
+                   "raise 'no message today'; end; end; raise OddError");
+    REQUIRE(!mrb_nil_p(exc));
+
+    mrb_error_format(mrb, exc, line, sizeof(line));
+
+    CHECK(strncmp(line, "OddError: ", 10) == 0);
+    CHECK(strstr(line, "no message today") == NULL);
+    CHECK(mrb->exc == NULL);
+
+    mrb_close(mrb);
+}
+
+
+/* Cut, never overrun, and never half an escape. */
+TEST(error_line_is_cut_to_its_buffer)
+{
+    char        line[16];
+    mrb_state  *mrb = mrb_open();
+    mrb_value   exc;
+
+    REQUIRE(mrb != NULL);
+
+    exc = error_of(mrb, "raise \"ab\\ncd\"");
+    REQUIRE(!mrb_nil_p(exc));
+
+    memset(line, 'x', sizeof(line));
+    mrb_error_format(mrb, exc, line, 15);
+    CHECK(strcmp(line, "RuntimeError: ") == 0);
+    CHECK(line[15] == 'x');
+
+    mrb_error_format(mrb, exc, line, sizeof(line));
+    CHECK(strcmp(line, "RuntimeError: a") == 0);
+
+    mrb_close(mrb);
+}
