@@ -152,32 +152,35 @@ mutex_release_body(mrb_state *mrb, void *arg)
 }
 
 
-/* The run ended holding the Mutexes of its Array: each lets go (its
- * __release: the shared dictionary's key of a global one, too). */
+/* The run ended holding the Mutexes of its Array: each lets go, the last
+ * first (its __release disowns it: the shared dictionary's key of a global
+ * one is deleted too).  The Array stays in the box meanwhile, where the GC
+ * sees it. */
 static int
 mutex_run_end(mrb_state *mrb, const mrb_run *run)
 {
-    mrb_value  held = mutex_held(mrb), m;
+    mrb_value  held, m;
     mrb_bool   failed;
-    int        ai;
+    int        ai = mrb_gc_arena_save(mrb);
 
-    if (!mrb_array_p(held)) {
-        return 0;
-    }
-
-    ai = mrb_gc_arena_save(mrb);
-    mrb_gc_protect(mrb, held);
-    mutex_held_set(mrb, mrb_nil_value());
-
-    while (RARRAY_LEN(held) > 0) {
-        m = mrb_ary_pop(mrb, held);
+    while (mrb_array_p(held = mutex_held(mrb)) && RARRAY_LEN(held) > 0) {
+        m = RARRAY_PTR(held)[RARRAY_LEN(held) - 1];
         mrb_protect_error(mrb, mutex_release_body, &m, &failed);
         if (failed) {
-            /* a __release a script redefined: that lock stays held */
             mrb->exc = NULL;
+        }
+
+        /* a __release that a script redefined, or that raised, left m:
+         * its lock stays taken, but the run no longer holds it */
+        held = mutex_held(mrb);
+        if (mrb_array_p(held) && RARRAY_LEN(held) > 0
+            && mrb_obj_eq(mrb, RARRAY_PTR(held)[RARRAY_LEN(held) - 1], m))
+        {
+            mrb_ary_pop(mrb, held);
         }
     }
 
+    mutex_held_set(mrb, mrb_nil_value());
     mrb_gc_arena_restore(mrb, ai);
     return 0;
 }
