@@ -72,6 +72,21 @@ unit_now_ns(void)
 }
 
 
+int
+unit_append(char *buf, size_t size, const char *data, size_t len)
+{
+    size_t  used = strlen(buf);
+
+    if (used + len >= size) {
+        return -1;
+    }
+
+    memcpy(buf + used, data, len);
+    buf[used + len] = '\0';
+    return 0;
+}
+
+
 /* SIGALRM: the current test hangs; only write(2) is safe here. */
 static void
 unit_timeout(int signo)

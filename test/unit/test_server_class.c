@@ -18,26 +18,19 @@ static char  sc_log[1024];
 static int
 sc_write(mrb_run *run, const char *data, size_t len)
 {
-    size_t  used = strlen(sc_out);
-
-    if (used + len >= sizeof(sc_out)) {
-        return -1;
-    }
-
-    memcpy(sc_out + used, data, len);
-    sc_out[used + len] = '\0';
-    return 0;
+    return unit_append(sc_out, sizeof(sc_out), data, len);
 }
 
 
+/* each line as "[LEVEL] MESSAGE\n" */
 static void
 sc_logger(void *target, mrb_run *run, int level, const char *msg,
     size_t len)
 {
-    size_t  used = strlen(sc_log);
+    char  line[256];
 
-    snprintf(sc_log + used, sizeof(sc_log) - used, "[%d] %.*s\n", level,
-             (int) len, msg);
+    snprintf(line, sizeof(line), "[%d] %.*s\n", level, (int) len, msg);
+    (void) unit_append(sc_log, sizeof(sc_log), line, strlen(line));
 }
 
 

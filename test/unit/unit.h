@@ -15,6 +15,7 @@
 #ifndef UNIT_H
 #define UNIT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct unit_test_s  unit_test;
@@ -36,6 +37,10 @@ void unit_report(const char *what, double value, const char *unit);
 
 /* Monotonic time in ns. */
 uint64_t unit_now_ns(void);
+
+/* Appends len bytes to the C string in buf (size bytes): 0, or -1 when
+ * they do not fit (buf unchanged).  What a test's server writes or logs. */
+int unit_append(char *buf, size_t size, const char *data, size_t len);
 
 #define UNIT_DEFINE(name, is_bench)                                         \
     static void name(void);                                                 \
