@@ -60,14 +60,19 @@ typedef struct {
 } redis_batch;
 
 /* A Redis object: a connection (owned by a Redis::Connection object that the
- * Redis object keeps alive) and the commands queued for a pipeline, by the
- * run queue_owner. */
+ * Redis object keeps alive), the commands queued for a pipeline, by the
+ * run queue_owner, and the replies waiting for reply (its hidden
+ * __replies__ Array), by the run replies_owner.  Both are the run's: the
+ * object is listed while it holds them, and their run's end drops them
+ * (redis_run_end). */
 typedef struct {
     mrb_redis_conn  *conn;
     redis_batch      queue;
     const void      *queue_owner;
+    const void      *replies_owner;
     int              pipelining;  /* inside pipelined { } */
     int              closed;      /* close was called: commands raise */
+    int              listed;      /* in the class's __run_state__ Array */
 } redis_obj;
 
 static void redis_obj_free(mrb_state *mrb, void *p);
@@ -809,10 +814,40 @@ redis_batch_new(mrb_state *mrb)
 }
 
 
+/*
+ * Lists the object self (r) in the class's hidden __run_state__ Array,
+ * once, for the end of the run whose queue or replies it is to take: a
+ * request's must not reach the next request that uses the object (one a
+ * startup script made), which the same address of its run cannot tell
+ * from the one that left them.
+ */
+static void
+redis_note_run_state(mrb_state *mrb, mrb_value self, redis_obj *r)
+{
+    mrb_value  klass = mrb_obj_value(redis_class(mrb)), list;
+    mrb_sym    name = mrb_intern_lit(mrb, "__run_state__");
+
+    mrb_part_dirty(mrb, &mrb_redis_part);
+
+    if (r->listed) {
+        return;
+    }
+
+    list = mrb_iv_get(mrb, klass, name);
+    if (!mrb_array_p(list)) {
+        list = mrb_ary_new(mrb);
+        mrb_iv_set(mrb, klass, name, list);
+    }
+
+    mrb_ary_push(mrb, list, self);
+    r->listed = 1;
+}
+
+
 /* r's queue, for the current run: raises when another run's commands are
  * in it (several requests share the object while they wait). */
 static redis_batch *
-redis_queue_of(mrb_state *mrb, redis_obj *r)
+redis_queue_of(mrb_state *mrb, mrb_value self, redis_obj *r)
 {
     const void  *run = redis_owner(mrb);
 
@@ -822,6 +857,7 @@ redis_queue_of(mrb_state *mrb, redis_obj *r)
                   "request: Redis.new reuses the connection)");
     }
 
+    redis_note_run_state(mrb, self, r);
     r->queue_owner = run;
     return &r->queue;
 }
@@ -968,7 +1004,7 @@ redis_pipelined(mrb_state *mrb, mrb_value self)
 
     mrb_get_args(mrb, "&!", &blk);
     r = redis_self(mrb, self);
-    q = redis_queue_of(mrb, r);
+    q = redis_queue_of(mrb, self, r);
 
     if (r->pipelining || q->n != 0) {
         mrb_raise(mrb, E_RUNTIME_ERROR, "Redis: a pipeline is already open");
@@ -1009,7 +1045,7 @@ redis_queue(mrb_state *mrb, mrb_value self)
 
     mrb_get_args(mrb, "*", &args, &argc);
     r = redis_self(mrb, self);
-    redis_enqueue(mrb, r, redis_queue_of(mrb, r), mrb_nil_value(), args,
+    redis_enqueue(mrb, r, redis_queue_of(mrb, self, r), mrb_nil_value(), args,
                   argc);
 
     return self;
@@ -1023,7 +1059,7 @@ redis_commit(mrb_state *mrb, mrb_value self)
 {
     redis_obj  *r = redis_self(mrb, self);
 
-    return redis_flush(mrb, r, redis_queue_of(mrb, r), NULL, 0);
+    return redis_flush(mrb, r, redis_queue_of(mrb, self, r), NULL, 0);
 }
 
 
@@ -1040,7 +1076,17 @@ redis_pending(mrb_state *mrb, mrb_value self, int all)
     mrb_sym       name = mrb_intern_lit(mrb, "__replies__");
     mrb_value     pending = mrb_iv_get(mrb, self, name), sent;
     redis_obj    *r = redis_self(mrb, self);
-    redis_batch  *q = redis_queue_of(mrb, r);
+    redis_batch  *q = redis_queue_of(mrb, self, r);
+
+    if (mrb_array_p(pending) && RARRAY_LEN(pending) != 0
+        && r->replies_owner != r->queue_owner)
+    {
+        mrb_raise(mrb, E_RUNTIME_ERROR, "Redis: another request's replies "
+                  "wait on this object (make a Redis object in each "
+                  "request: Redis.new reuses the connection)");
+    }
+
+    r->replies_owner = r->queue_owner;
 
     if (!mrb_array_p(pending)) {
         pending = mrb_ary_new(mrb);
@@ -1199,11 +1245,61 @@ redis_drop_held(mrb_state *mrb, mrb_value key, mrb_value connobj, void *arg)
 }
 
 
+/*
+ * Drops the queue and the replies that run left on the listed objects,
+ * and unlists those that hold no other run's; returns whether some stay
+ * listed.  Allocates nothing (the list shrinks in place).
+ */
+static int
+redis_drop_run_state(mrb_state *mrb, const mrb_run *run)
+{
+    mrb_value   list, obj;
+    redis_obj  *r;
+    mrb_int     i, kept = 0;
+
+    list = mrb_iv_get(mrb, mrb_obj_value(redis_class(mrb)),
+                      mrb_intern_lit(mrb, "__run_state__"));
+    if (!mrb_array_p(list)) {
+        return 0;
+    }
+
+    for (i = 0; i < RARRAY_LEN(list); i++) {
+        obj = RARRAY_PTR(list)[i];
+        r = DATA_PTR(obj);
+
+        if (r == NULL) {
+            continue;
+        }
+        if (r->queue_owner == run) {
+            redis_batch_clear(&r->queue);
+            r->pipelining = 0;
+            r->queue_owner = NULL;
+        }
+        if (r->replies_owner == run) {
+            mrb_iv_remove(mrb, obj, mrb_intern_lit(mrb, "__replies__"));
+            r->replies_owner = NULL;
+        }
+
+        if (r->queue_owner != NULL || r->replies_owner != NULL) {
+            RARRAY_PTR(list)[kept++] = obj;
+        } else {
+            r->listed = 0;
+        }
+    }
+
+    ARY_SET_LEN(mrb_ary_ptr(list), kept);
+    return kept != 0;
+}
+
+
 static int
 redis_run_end(mrb_state *mrb, const mrb_run *run)
 {
     mrb_value     conns;
     const void   *walk[2];
+    int           left;
+
+    left = redis_drop_run_state(mrb, run);
 
     /* a startup script's links stay until a request's run ends */
     if (run->startup) {
@@ -1220,7 +1316,7 @@ redis_run_end(mrb_state *mrb, const mrb_run *run)
         mrb_hash_foreach(mrb, mrb_hash_ptr(conns), redis_drop_held, walk);
     }
 
-    return walk[1] != NULL;
+    return walk[1] != NULL || left;
 }
 
 
