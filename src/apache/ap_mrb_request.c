@@ -130,7 +130,9 @@ AP_MRB_STR_SET_CHECKED(range, 1, mrb_http_check_header_value, "Range")
 AP_MRB_STR_SET(handler, "S!")
 AP_MRB_STR_SET_CHECKED(content_encoding, 1, mrb_http_check_header_value,
                        "Content-Encoding")
-AP_MRB_STR_SET(vlist_validator, "S!")
+/* the default handler appends it to the ETag it sends */
+AP_MRB_STR_SET_CHECKED(vlist_validator, 1, mrb_http_check_header_value,
+                       "ETag")
 
 
 /* Setting the method keeps method_number in step, as Apache reads both.

@@ -344,3 +344,35 @@ def test_rack_adds_each_line_of_a_header_value(kind, apache, nginx):
     assert resp.startswith(b"HTTP/1.1 500"), resp[:200]
     assert b"Set-Cookie" not in resp
     assert "invalid value for header X-Bad" in s.error_log()
+
+
+# Apache's default handler appends r.vlist_validator (an entity tag) to the
+# ETag it sends.
+VLIST = r'''
+r = Apache::Request.new
+begin
+  r.vlist_validator = r.uri == "/bad.txt" ? "\"v\r\nX-Injected: 1\"" : "\"v1\""
+rescue ArgumentError => e
+  r.err_headers_out["X-Refused"] = e.message
+end
+'''
+
+
+def test_apache_vlist_validator_is_checked_as_the_etag(apache):
+    """(A CR LF in it was taken: Apache then refused its own ETag header
+    and answered 500, naming no script.)"""
+    a = apache("<LocationMatch \"\\.txt$\">\n    mrubyFixupsMiddle "
+               "{dir}/vlist.rb\n</LocationMatch>\n",
+               files={"vlist.rb": VLIST},
+               docs={"ok.txt": "ok\n", "bad.txt": "bad\n"})
+    r = a.get("/ok.txt")
+    assert (r.status_code, r.text) == (200, "ok\n")
+    assert ";v1" in r.headers["ETag"]
+    resp = a.raw(b"GET /bad.txt HTTP/1.1\r\nHost: x\r\n"
+                 b"Connection: close\r\n\r\n")
+    head, _, body = resp.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), a.error_log()[-2000:]
+    assert body == b"bad\n"
+    assert (b"X-Refused: invalid value for header ETag (CR, LF, NUL or "
+            b"another control character)") in head
+    assert b"X-Injected" not in head
