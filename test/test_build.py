@@ -113,3 +113,54 @@ def test_the_guarded_core_fails_to_build_against_another_mruby(tmp_path):
         bad = compile_core(rel, other)
         assert bad.returncode != 0, f"{rel} builds against mruby x.y.1"
         assert "#error" in bad.stderr and "mruby" in bad.stderr, bad.stderr
+
+
+def symbols(obj, *flags):
+    out = subprocess.run(["nm", *flags, obj], check=True, capture_output=True,
+                         text=True).stdout
+    return {line.split()[-1] for line in out.splitlines() if line.strip()}
+
+
+def core_objects():
+    """{source name: object} of the core and library, as the Apache module
+    was built from them."""
+    objs = {}
+    for sub in ("core", "lib"):
+        d = os.path.join(BUILD, "apache", "src", sub)
+        assert os.path.isdir(d), f"{d} is not built (make)"
+        for f in sorted(os.listdir(d)):
+            if f.endswith(".o"):
+                objs[f"src/{sub}/{f[:-2]}.c"] = os.path.join(d, f)
+    return objs
+
+
+REDIS_FILES = {"src/core/mrb_redis.c", "src/core/mrb_redis_conn.c"}
+
+
+def test_the_core_calls_no_part_by_name():
+    """The core reaches the library and Redis only through the parts an
+    adapter hands it (mrb_part.h): no other core file refers to a name
+    they define, or includes their headers; and the interpreter calls
+    nothing of mrb_wait.c (the script run decides what runs on a
+    coroutine, and mrb_wait.c calls the interpreter)."""
+    objs = core_objects()
+    parts = {src: o for src, o in objs.items()
+             if src.startswith("src/lib/") or src in REDIS_FILES}
+    part_names = set()
+    for o in parts.values():
+        part_names |= symbols(o, "--defined-only", "--extern-only")
+    for src, o in objs.items():
+        if src in parts:
+            continue
+        used = symbols(o, "--undefined-only") & part_names
+        assert not used, f"{src} calls into a part by name: {sorted(used)}"
+        with open(os.path.join(REPO, src)) as f:
+            text = f.read()
+        assert not re.search(r'#include "(mrb_lib|mrb_regexp|mrb_json|'
+                             r'mrb_digest|mrb_sys|mrb_securerandom|'
+                             r'mrb_redis(_conn)?)\.h"', text), src
+
+    wait = symbols(objs["src/core/mrb_wait.c"], "--defined-only",
+                   "--extern-only")
+    used = symbols(objs["src/core/mrb_interp.c"], "--undefined-only") & wait
+    assert not used, f"mrb_interp.c calls mrb_wait.c: {sorted(used)}"

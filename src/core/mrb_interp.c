@@ -69,7 +69,6 @@ struct mrb_interp_s {
     unsigned            parts_dirty;    /* a bit per part in
                                            server->parts: mrb_part_dirty */
     unsigned            startup_leaves:1;   /* mrb_toplevel_startup_leaves */
-    unsigned            wait_always:1;  /* mrb_wait_note_startup */
 };
 
 
@@ -191,8 +190,7 @@ mrb_interp_close(mrb_interp *interp)
     }
 
     mrb_toplevel_free(interp->head.mrb, interp->toplevel);
-    mrb_close(interp->head.mrb);
-    mrb_wait_state_free(interp->wait);
+    mrb_close(interp->head.mrb);   /* the wait state is an object of it */
     mrb_file_watch_poller_close(&interp->watch);
     free(interp->loaded);
     free(interp);
@@ -675,24 +673,8 @@ mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run)
     int                  ai = mrb_gc_arena_save(mrb);
     int                  rc, what;
 
-    if (interp->head.held != NULL && interp->head.run == NULL) {
-        mrb_wait_set_aside(interp);
-    }
-
-    if (run->may_wait && c == mrb->root_c && c->ci == c->cibase
-        && (interp->wait_always
-            || (!mrb_wait_quiet(proc) && mrb_wait_wanted(interp, proc))))
-    {
-        return mrb_wait_exec(interp, proc, run);
-    }
-
-    if (run->startup) {
-        if (mrb_wait_note_startup(interp, proc)) {
-            interp->wait_always = 1;
-        }
-        if (mrb_toplevel_startup_leaves(mrb, proc)) {
-            interp->startup_leaves = 1;
-        }
+    if (run->startup && mrb_toplevel_startup_leaves(mrb, proc)) {
+        interp->startup_leaves = 1;
     }
 
     what = mrb_toplevel_quiet(proc)

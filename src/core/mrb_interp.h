@@ -215,6 +215,9 @@ typedef struct {
     void               *held;       /* a suspended run whose top-level
                                        state the tables still hold
                                        (mrb_wait_set_aside), or NULL */
+    unsigned            wait_always:1;  /* every run that may wait goes
+                                       on a coroutine (a startup script
+                                       names something that waits) */
 } mrb_interp_head;
 
 static inline mrb_state *

@@ -93,47 +93,52 @@ struct RProc *mrb_interp_proc_any(mrb_interp *interp, unsigned id);
 int mrb_interp_proc_keep(mrb_interp *interp, unsigned id, uint32_t generation,
     struct RProc *proc);
 
-/* mrb_wait.c: runs on coroutines (mrb_wait.h), one state per interpreter */
+/* mrb_wait.c's state of an interpreter (mrb_wait_core.h) */
 typedef struct mrb_wait_state_s  mrb_wait_state;
 
 /* Where interp keeps its mrb_wait_state (NULL until a run may wait). */
 mrb_wait_state **mrb_interp_wait_state(mrb_interp *interp);
 
-/*
- * Whether a run of proc should go on a coroutine: its code names something
- * that waits (kept in bits of its irep's flags: mruby 3.1.0 uses 0x01 and
- * 0x02, mrb_toplevel.h 0x08 to 0x20).  mrb_wait_quiet is the inline test
- * of a proc already scanned that names none.  mrb_wait_note_startup: 1 if
- * a startup script names one (then every run that may wait should).  Both
- * say 1 when out of memory for the interpreter's wait state: the run's
- * start (mrb_wait_exec) then fails and says so.
- */
-#define MRB_WAIT_IREP_SCANNED  0x40
-#define MRB_WAIT_IREP_NAMES    0x80
-
-static inline int
-mrb_wait_quiet(const struct RProc *proc)
+/* The run in progress in interp, or NULL; mrb_interp_set_run makes run
+ * the current one (a switch between coroutines, mrb_wait.c). */
+static inline mrb_run *
+mrb_interp_current(mrb_interp *interp)
 {
-    return MRB_PROC_CFUNC_P(proc)
-           || (proc->body.irep->flags
-               & (MRB_WAIT_IREP_SCANNED | MRB_WAIT_IREP_NAMES))
-              == MRB_WAIT_IREP_SCANNED;
+    return ((mrb_interp_head *) interp)->run;
 }
 
-int mrb_wait_wanted(mrb_interp *interp, struct RProc *proc);
-int mrb_wait_note_startup(mrb_interp *interp, struct RProc *proc);
+static inline void
+mrb_interp_set_run(mrb_interp *interp, mrb_run *run)
+{
+    ((mrb_interp_head *) interp)->run = run;
+}
 
-/* Before a run starts while the tables hold a suspended run's top-level
- * state (mrb_interp_head.held): takes that aside (mrb_wait.c). */
-void mrb_wait_set_aside(mrb_interp *interp);
+/* A suspended run whose top-level state the tables still hold, or NULL
+ * (mrb_wait_set_aside): set by mrb_wait.c only. */
+static inline void *
+mrb_interp_held(mrb_interp *interp)
+{
+    return ((mrb_interp_head *) interp)->held;
+}
 
-/* Runs proc as run (may_wait) on a coroutine: 0, -1 or MRB_RUN_WAITING. */
-int mrb_wait_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run);
+static inline void
+mrb_interp_set_held(mrb_interp *interp, void *held)
+{
+    ((mrb_interp_head *) interp)->held = held;
+}
 
-/* Frees what the state holds outside mruby, after mrb_close. */
-void mrb_wait_state_free(mrb_wait_state *st);
+/* Whether every run of interp that may wait goes on a coroutine
+ * (mrb_wait_note_startup sets it). */
+static inline int
+mrb_interp_wait_always(mrb_interp *interp)
+{
+    return ((mrb_interp_head *) interp)->wait_always;
+}
 
-/* Kernel#sleep, Server.sleep, Server::Async (sleep, Cancelled). */
-void mrb_wait_define(mrb_state *mrb, struct RClass *server_class);
+static inline void
+mrb_interp_set_wait_always(mrb_interp *interp)
+{
+    ((mrb_interp_head *) interp)->wait_always = 1;
+}
 
 #endif /* MRB_INTERP_CORE_H */

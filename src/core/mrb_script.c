@@ -27,6 +27,7 @@
 #include "mrb_interp_core.h"
 #include "mrb_script.h"
 #include "mrb_script_compile.h"
+#include "mrb_wait_core.h"
 
 
 /* What identifies the version of a file a compile was made from. */
@@ -1109,6 +1110,37 @@ script_never_collect(mrb_state *mrb)
 
 
 /*
+ * Runs proc as run: the run's choice of a stack.  On a coroutine of its
+ * own when it may wait and its code names something that waits
+ * (mrb_wait_core.h), else on this one.  A suspended run's top-level state
+ * still in the tables is taken aside first, so that this run starts from
+ * the sealed state.
+ */
+static inline int
+script_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run)
+{
+    if (mrb_interp_held(interp) != NULL
+        && mrb_interp_current(interp) == NULL)
+    {
+        mrb_wait_set_aside(interp);
+    }
+
+    if (run->may_wait
+        && (mrb_interp_wait_always(interp) || !mrb_wait_quiet(proc))
+        && mrb_wait_wanted(interp, proc))
+    {
+        return mrb_wait_exec(interp, proc, run);
+    }
+
+    if (run->startup) {
+        mrb_wait_note_startup(interp, proc);
+    }
+
+    return mrb_interp_exec(interp, proc, run);
+}
+
+
+/*
  * A run that may have to compile or load its script first, which leaves
  * objects in the GC arena too.
  */
@@ -1132,7 +1164,7 @@ script_run_loading(mrb_interp *interp, mrb_script *script, mrb_run *run)
                            sizeof(run->error));
     }
 
-    rc = proc != NULL ? mrb_interp_exec(interp, proc, run) : -1;
+    rc = proc != NULL ? script_exec(interp, proc, run) : -1;
 
     mrb_gc_arena_restore(mrb, ai);
 
@@ -1160,7 +1192,7 @@ mrb_script_run(mrb_interp *interp, mrb_script *script, mrb_run *run)
     if (script->policy == MRB_CACHE_FOREVER) {
         proc = mrb_interp_proc(interp, script->id, script->generation);
         if (proc != NULL) {
-            return mrb_interp_exec(interp, proc, run);
+            return script_exec(interp, proc, run);
         }
     }
 

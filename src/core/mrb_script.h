@@ -102,11 +102,16 @@ int mrb_script_stale_next(unsigned *cursor, mrb_script_stale *out);
  */
 int mrb_script_watch_needs(size_t *scripts, size_t *watches);
 
+/* mrb_script_run (and mrb_wait_resume): the script is suspended, and
+ * run->waiting is the waiting run (mrb_wait.h). */
+#define MRB_RUN_WAITING  1
+
 /*
  * Runs the script in interp as run.  Saves and restores the GC arena,
  * catches any exception, clears mrb->exc, and (unless run->startup) removes
  * the globals, top-level constants and instance variables the script added.
- * Returns 0, or -1 with the one-line error in run->error.
+ * Returns 0; -1 with the one-line error in run->error; or, only when
+ * run->may_wait, MRB_RUN_WAITING: the script waits (mrb_wait.h).
  */
 int mrb_script_run(mrb_interp *interp, mrb_script *script, mrb_run *run);
 

@@ -17,6 +17,7 @@
 #include "mrb_api.h"
 #include "mrb_interp_core.h"
 #include "mrb_script.h"
+#include "mrb_wait_core.h"
 #include "mrb_shdict.h"
 
 

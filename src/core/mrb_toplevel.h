@@ -34,6 +34,8 @@
 #include <mruby/irep.h>
 #include <mruby/proc.h>
 
+#include "mrb_irep_flags.h"
+
 typedef struct mrb_toplevel_s  mrb_toplevel;
 
 /*
@@ -81,13 +83,8 @@ int mrb_toplevel_scan(const mrb_toplevel_names *names,
  * tables when a request calls them (then every run restores). */
 int mrb_toplevel_startup_leaves(mrb_state *mrb, const struct RProc *proc);
 
-/*
- * The scan keeps its answer in bits of mrb_irep.flags (mruby 3.1.0 uses
- * 0x01 and 0x02, mrb_wait.c 0x40 and 0x80; flags are never dumped).
- */
-#define MRB_TOPLEVEL_IREP_LEAVES   0x08
-#define MRB_TOPLEVEL_IREP_SCANNED  0x10
-#define MRB_TOPLEVEL_IREP_CHANGES  0x20
+/* The scan keeps its answer in bits of mrb_irep.flags: MRB_TOPLEVEL_IREP_*
+ * (mrb_irep_flags.h). */
 
 /* Whether proc is known to change nothing: a run's first test, inline. */
 static inline int

@@ -34,24 +34,24 @@
 #include <mruby.h>
 #include <mruby/array.h>
 #include <mruby/class.h>
+#include <mruby/data.h>
 #include <mruby/error.h>
 #include <mruby/irep.h>
 #include <mruby/object.h>
 #include <mruby/proc.h>
 #include <mruby/throw.h>
+#include <mruby/variable.h>
 
-#include "mrb_api.h"
 #include "mrb_coro.h"
 #include "mrb_interp_core.h"
 #include "mrb_mruby_version.h"
 #include "mrb_wait.h"
+#include "mrb_wait_core.h"
 
 /* mruby 3.1.0's initial VM stack and frame array (src/vm.c stack_init) */
 #define WAIT_STACK_INIT  128
 #define WAIT_CI_INIT     32
 
-/* A day: longer waits are mistakes (and would overflow nginx's timer). */
-#define WAIT_SLEEP_MAX_MS  (86400 * 1000)
 
 /* Finished runs' contexts kept for the next runs. */
 #define WAIT_KEEP_IDLE   64
@@ -124,10 +124,9 @@ _Static_assert(sizeof(wait_names) / sizeof(wait_names[0]) - 1
 #define WAIT_SYM_BITS   8192   /* a bit per symbol below it */
 
 /*
- * The answer is kept in the irep's flags, which mruby 3.1.0 uses for two
- * bits only (MRB_ISEQ_NO_FREE 1, MRB_IREP_NO_FREE 2) and never dumps: a
- * loaded script's bytecode is scanned once, not on every run (the scan
- * was 180 instructions of nginx's hello world).
+ * The answer is kept in the irep's flags (mrb_irep_flags.h): a loaded
+ * script's bytecode is scanned once, not on every run (the scan was 180
+ * instructions of nginx's hello world).
  */
 #define WAIT_IREP_SCANNED  MRB_WAIT_IREP_SCANNED
 #define WAIT_IREP_NAMES    MRB_WAIT_IREP_NAMES
@@ -168,15 +167,43 @@ mrb_wait_set_stack_size(size_t size)
 }
 
 
+/* The state is freed with its interpreter (mrb_close), by the GC. */
+static void
+wait_state_free(mrb_state *mrb, void *p)
+{
+    mrb_wait_state  *st = p;
+    mrb_wait_slot   *slot, *next;
+
+    if (st == NULL) {
+        return;
+    }
+
+    /* the contexts are the GC's: only the slots' memory is ours */
+    for (slot = st->idle; slot != NULL; slot = next) {
+        next = slot->next_idle;
+        free(slot);
+    }
+
+    mrb_coro_pool_free(st->pool);
+    free(st);
+}
+
+static const struct mrb_data_type  wait_state_type = {
+    "mrb_wait_state", wait_state_free
+};
+
+
 /*
- * The Ruby side of a new state: the names' symbols, then the keeps array,
- * registered last, so that a raise anywhere leaves nothing to undo.
+ * The Ruby side of a new state: the names' symbols, then an object that
+ * owns it and holds the keeps array, registered last and given the state
+ * after that, so that a raise anywhere leaves nothing to undo.
  */
 static mrb_value
 wait_state_new_body(mrb_state *mrb, void *p)
 {
     mrb_wait_state    *st = p;
     const mrb_server  *server = mrb_interp_server(mrb_interp_from_state(mrb));
+    struct RData      *owner;
     mrb_value          keeps;
     mrb_sym            sym;
     int                i;
@@ -197,8 +224,13 @@ wait_state_new_body(mrb_state *mrb, void *p)
         }
     }
 
+    owner = mrb_data_object_alloc(mrb, mrb->object_class, NULL,
+                                  &wait_state_type);
     keeps = mrb_ary_new(mrb);
-    mrb_gc_register(mrb, keeps);
+    mrb_iv_set(mrb, mrb_obj_value(owner), mrb_intern_lit(mrb, "keeps"),
+               keeps);
+    mrb_gc_register(mrb, mrb_obj_value(owner));
+    owner->data = st;
     st->keeps = keeps;
     return mrb_nil_value();
 }
@@ -287,8 +319,19 @@ wait_irep_names(mrb_wait_state *st, const mrb_irep *irep)
 int
 mrb_wait_wanted(mrb_interp *interp, struct RProc *proc)
 {
-    mrb_wait_state  *st;
-    mrb_irep        *irep;
+    mrb_state           *mrb = mrb_interp_state(interp);
+    struct mrb_context  *c = mrb->c;
+    mrb_wait_state      *st;
+    mrb_irep            *irep;
+
+    /* a run nested in another (or in a fiber) runs on its stack */
+    if (c != mrb->root_c || c->ci != c->cibase) {
+        return 0;
+    }
+
+    if (mrb_interp_wait_always(interp)) {
+        return 1;
+    }
 
     if (MRB_PROC_CFUNC_P(proc)) {
         return 0;
@@ -309,38 +352,18 @@ mrb_wait_wanted(mrb_interp *interp, struct RProc *proc)
 }
 
 
-int
+void
 mrb_wait_note_startup(mrb_interp *interp, struct RProc *proc)
 {
     mrb_wait_state  *st = wait_state(interp);
 
     /* out of memory: the startup script may have defined a method that
      * waits, so every run that may wait tries a coroutine */
-    if (st == NULL) {
-        return 1;
+    if (st == NULL
+        || (!MRB_PROC_CFUNC_P(proc) && wait_irep_names(st, proc->body.irep)))
+    {
+        mrb_interp_set_wait_always(interp);
     }
-
-    return !MRB_PROC_CFUNC_P(proc) && wait_irep_names(st, proc->body.irep);
-}
-
-
-void
-mrb_wait_state_free(mrb_wait_state *st)
-{
-    mrb_wait_slot  *slot, *next;
-
-    if (st == NULL) {
-        return;
-    }
-
-    /* the interpreter is closed: the GC freed the contexts */
-    for (slot = st->idle; slot != NULL; slot = next) {
-        next = slot->next_idle;
-        free(slot);
-    }
-
-    mrb_coro_pool_free(st->pool);
-    free(st);
 }
 
 
@@ -666,8 +689,8 @@ wait_arena_fill(mrb_state *mrb, int base)
 /*
  * The top-level state of runs that wait (mrb_toplevel.h).  A run that
  * suspends leaves what it set in the tables, held for it
- * (mrb_interp_head.held).  Before another run starts or resumes
- * (mrb_interp_exec, wait_switch_in) this takes it aside into the held
+ * (mrb_interp_held).  Before another run starts or resumes (the script
+ * run, mrb_script.c; wait_switch_in) this takes it aside into the held
  * run's keep and puts the tables back as sealed, so that the other runs
  * neither see it nor remove it; wait_put_back sets it again before the
  * run resumes.  A run that waits while no other runs (one request's
@@ -678,16 +701,15 @@ void
 mrb_wait_set_aside(mrb_interp *interp)
 {
     mrb_state        *mrb = mrb_interp_state(interp);
-    mrb_interp_head  *head = (mrb_interp_head *) interp;
-    mrb_wait_slot    *slot = head->held;
-    mrb_run          *run = head->run;
+    mrb_wait_slot    *slot = mrb_interp_held(interp);
+    mrb_run          *run = mrb_interp_current(interp);
     mrb_value         aside;
     int               ai = mrb_gc_arena_save(mrb);
 
-    head->held = NULL;
+    mrb_interp_set_held(interp, NULL);
 
     /* a line it logs is the held run's */
-    head->run = &slot->run;
+    mrb_interp_set_run(interp, &slot->run);
 
     /* keep's entries exist: setting them allocates nothing */
     if (mrb_interp_toplevel_take(interp, &aside) != 0) {
@@ -708,7 +730,7 @@ mrb_wait_set_aside(mrb_interp *interp)
         mrb_ary_set(mrb, slot->keep, WAIT_KEEP_PARTS, aside);
     }
 
-    head->run = run;
+    mrb_interp_set_run(interp, run);
     mrb_gc_arena_restore(mrb, ai);
 }
 
@@ -747,16 +769,16 @@ wait_put_back(mrb_state *mrb, mrb_wait_slot *slot)
 static int
 wait_switch_in(mrb_state *mrb, mrb_wait_state *st, mrb_wait_slot *slot)
 {
-    mrb_interp_head  *head = (mrb_interp_head *) slot->interp;
-    int               idx;
+    mrb_interp  *interp = slot->interp;
+    int          idx;
 
     /* the tables hold slot's own top-level state, or another run's, or
      * the sealed state and slot's own is aside */
-    if (head->held == slot) {
-        head->held = NULL;
+    if (mrb_interp_held(interp) == slot) {
+        mrb_interp_set_held(interp, NULL);
 
     } else {
-        if (head->held != NULL) {
+        if (mrb_interp_held(interp) != NULL) {
             mrb_wait_set_aside(slot->interp);
         }
         if (slot->aside) {
@@ -767,7 +789,7 @@ wait_switch_in(mrb_state *mrb, mrb_wait_state *st, mrb_wait_slot *slot)
     idx = mrb->gc.arena_idx;
     slot->resumer_c = mrb->c;
     slot->resumer_jmp = mrb->jmp;
-    slot->resumer_run = head->run;
+    slot->resumer_run = mrb_interp_current(interp);
     slot->resumer_slot = st->current;
     slot->resumer_idx = idx;
 
@@ -784,7 +806,7 @@ wait_switch_in(mrb_state *mrb, mrb_wait_state *st, mrb_wait_slot *slot)
 
     mrb->c = slot->c;
     mrb->jmp = slot->jmp;
-    head->run = slot->head_run;
+    mrb_interp_set_run(interp, slot->head_run);
     st->current = slot;
     slot->ctx->status = MRB_FIBER_RUNNING;
 
@@ -800,12 +822,10 @@ static void
 wait_switch_out(mrb_state *mrb, mrb_wait_state *st, mrb_wait_slot *slot,
     int suspending)
 {
-    mrb_interp_head  *head = (mrb_interp_head *) slot->interp;
-
     if (suspending) {
         slot->c = mrb->c;
         slot->jmp = mrb->jmp;
-        slot->head_run = head->run;
+        slot->head_run = mrb_interp_current(slot->interp);
         if (mrb->gc.arena_idx > slot->arena_base) {
             wait_arena_save(mrb, slot);
         }
@@ -825,7 +845,7 @@ wait_switch_out(mrb_state *mrb, mrb_wait_state *st, mrb_wait_slot *slot,
     mrb->gc.arena_idx = slot->resumer_idx;
     mrb->c = slot->resumer_c;
     mrb->jmp = slot->resumer_jmp;
-    head->run = slot->resumer_run;
+    mrb_interp_set_run(slot->interp, slot->resumer_run);
     st->current = slot->resumer_slot;
 }
 
@@ -906,7 +926,7 @@ mrb_wait_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run)
     wait_slot_reset(mrb, slot);
     slot->c = slot->ctx;
     slot->jmp = NULL;
-    slot->head_run = ((mrb_interp_head *) interp)->run;
+    slot->head_run = mrb_interp_current(interp);
     slot->arena_base = mrb->gc.arena_idx;
 
     if (wait_switch_in(mrb, st, slot) != 0) {
@@ -1038,7 +1058,7 @@ wait_cancelled_class(mrb_state *mrb)
 static void
 wait_suspend_raw(mrb_state *mrb, mrb_wait_state *st, mrb_wait_slot *slot)
 {
-    ((mrb_interp_head *) slot->interp)->held = slot;
+    mrb_interp_set_held(slot->interp, slot);
     wait_switch_out(mrb, st, slot, 1);
     mrb_coro_suspend(slot->coro);
 }
@@ -1101,7 +1121,7 @@ mrb_wait_sleep(mrb_state *mrb, mrb_int msec, const char *what)
     mrb_wait_slot     *slot;
     struct timespec    ts;
 
-    if (msec < 0 || msec > WAIT_SLEEP_MAX_MS) {
+    if (msec < 0 || msec > MRB_WAIT_SLEEP_MAX_MS) {
         mrb_raisef(mrb, E_ARGUMENT_ERROR,
                    "%s: milliseconds must be 0 to 86400000", what);
     }
@@ -1203,91 +1223,4 @@ mrb_wait_counts(mrb_interp *interp, unsigned *live, unsigned *idle)
 
     *live = st != NULL ? mrb_coro_pool_live(st->pool) : 0;
     *idle = st != NULL ? mrb_coro_pool_idle(st->pool) : 0;
-}
-
-
-/* Seconds (Integer or Float, 0 to a day) as milliseconds. */
-static mrb_int
-wait_seconds_ms(mrb_state *mrb, mrb_value sec)
-{
-    mrb_float  f;
-
-    if (mrb_integer_p(sec)) {
-        if (mrb_integer(sec) < 0
-            || mrb_integer(sec) > WAIT_SLEEP_MAX_MS / 1000)
-        {
-            mrb_raise(mrb, E_ARGUMENT_ERROR,
-                      "sleep: seconds must be 0 to 86400");
-        }
-        return mrb_integer(sec) * 1000;
-    }
-
-    f = mrb_as_float(mrb, sec);
-    if (!(f >= 0 && f <= WAIT_SLEEP_MAX_MS / 1000)) {   /* NaN too */
-        mrb_raise(mrb, E_ARGUMENT_ERROR, "sleep: seconds must be 0 to 86400");
-    }
-
-    return (mrb_int) (f * 1000.0 + 0.5);
-}
-
-
-/* Kernel#sleep(sec) and Server.sleep(sec): returns the seconds slept. */
-static mrb_value
-wait_kernel_sleep(mrb_state *mrb, mrb_value self)
-{
-    mrb_value  sec = mrb_get_arg1(mrb);
-
-    mrb_wait_sleep(mrb, wait_seconds_ms(mrb, sec), "sleep");
-    return mrb_integer_p(sec) ? sec : mrb_fixnum_value(
-        (mrb_int) mrb_as_float(mrb, sec));
-}
-
-
-/* Server::Async.sleep(msec) */
-static mrb_value
-wait_async_sleep(mrb_state *mrb, mrb_value self)
-{
-    mrb_wait_sleep(mrb, mrb_as_int(mrb, mrb_get_arg1(mrb)), "Async.sleep");
-    return mrb_nil_value();
-}
-
-
-/* Server::Async.coroutines: [live, idle] stacks of this interpreter */
-static mrb_value
-wait_async_coroutines(mrb_state *mrb, mrb_value self)
-{
-    unsigned   live, idle;
-    mrb_value  v[2];
-
-    mrb_wait_counts(mrb_interp_from_state(mrb), &live, &idle);
-    v[0] = mrb_fixnum_value(live);
-    v[1] = mrb_fixnum_value(idle);
-    return mrb_ary_new_from_values(mrb, 2, v);
-}
-
-
-static const mrb_api_method  wait_kernel_methods[] = {
-    { "sleep", wait_kernel_sleep, MRB_ARGS_REQ(1) },
-    MRB_API_METHOD_END
-};
-
-static const mrb_api_method  wait_async_methods[] = {
-    { "sleep", wait_async_sleep, MRB_ARGS_REQ(1) },
-    { "coroutines", wait_async_coroutines, MRB_ARGS_NONE() },
-    MRB_API_METHOD_END
-};
-
-
-void
-mrb_wait_define(mrb_state *mrb, struct RClass *server_class)
-{
-    struct RClass  *async;
-
-    mrb_api_define_methods(mrb, mrb->kernel_module, wait_kernel_methods);
-    mrb_api_define_class_methods(mrb, server_class, wait_kernel_methods);
-
-    async = mrb_api_define_module(mrb, server_class, "Async",
-                                  wait_async_methods);
-    mrb_api_define_class(mrb, async, "Cancelled", mrb->eException_class,
-                         NULL);
 }

@@ -20,8 +20,7 @@
 #define MRB_WAIT_H
 
 #include "mrb_interp.h"
-
-#define MRB_RUN_WAITING  1
+#include "mrb_script.h"     /* MRB_RUN_WAITING */
 
 /*
  * Resumes a waiting run until it waits again (MRB_RUN_WAITING) or ends
@@ -53,8 +52,13 @@ mrb_run *mrb_wait_check(mrb_state *mrb, const char *what);
  */
 void mrb_wait(mrb_state *mrb);
 
+/* The longest sleep: a day (longer waits are mistakes, and would overflow
+ * nginx's timer). */
+#define MRB_WAIT_SLEEP_MAX_MS  (86400 * 1000)
+
 /*
- * Waits msec milliseconds: on a server that can wake a run
+ * Waits msec milliseconds (0 to MRB_WAIT_SLEEP_MAX_MS, else ArgumentError):
+ * on a server that can wake a run
  * (mrb_server.wake_after), suspends the run, or where it cannot wait
  * raises (nginx) or blocks the thread (mrb_server.sleep_blocks, Apache);
  * on the others, blocks the thread.
