@@ -30,10 +30,10 @@ MRUBY_DEFS := $(filter -D%,$(shell mruby-config --cflags 2>/dev/null))
 MRUBY_LIB  := /usr/lib/libmruby.a
 comma      := ,
 # mruby's entry points back into its VM, wrapped to check the machine stack
-# of a run on a coroutine first (src/core/mrb_stack_check.c)
-MRB_WRAP   := $(addprefix -Wl$(comma)--wrap=,mrb_funcall mrb_funcall_id \
-              mrb_funcall_argv mrb_funcall_with_block mrb_yield mrb_yield_argv \
-              mrb_yield_with_class mrb_yield_cont mrb_top_run mrb_exec_irep)
+# of a run on a coroutine first (src/core/mrb_stack_check.c): the list is
+# src/core/mrb_stack_check.wrap
+WRAP_LIST  := src/core/mrb_stack_check.wrap
+MRB_WRAP   := $(addprefix -Wl$(comma)--wrap=,$(shell grep -v '^\#' $(WRAP_LIST)))
 LIBS       := $(MRB_WRAP) $(MRUBY_LIB) -lhiredis -lonig -lcrypto -lboost_context -lm -lpthread
 
 # -Werror=vla: no array on the machine stack sized by input (mrb_stack.h)
@@ -110,7 +110,7 @@ $(BUILD)/apache/mrblib.o $(BUILD)/apache/mrblib_lib.o: $(BUILD)/apache/%.o: $(BU
 # is exported (test/test_build.py checks both modules' lists).
 APACHE_MAP := src/apache/mod_mruby.map
 
-$(BUILD)/mod_mruby.so: $(APACHE_OBJ) $(APACHE_MAP)
+$(BUILD)/mod_mruby.so: $(APACHE_OBJ) $(APACHE_MAP) $(WRAP_LIST)
 	$(CC) -shared $(SANITIZE) $(LDFLAGS) -Wl,--exclude-libs,ALL \
 	  -Wl,--version-script=$(APACHE_MAP) -o $@ $(APACHE_OBJ) $(LIBS)
 
@@ -121,7 +121,7 @@ NGINX_DEPS  := $(CORE_SRC) $(LIB_SRC) $(CORE_H) $(wildcard src/nginx/*) $(RB_C)
 
 # src/core, src/lib: the nginx config lists their files when it runs, so a
 # file added or removed there (the folder's mtime) configures again.
-$(NGINX_BUILD)/Makefile: src/nginx/config src/core src/lib $(NGINX_SRC)/conf_flags | $(RB_C)
+$(NGINX_BUILD)/Makefile: src/nginx/config $(WRAP_LIST) src/core src/lib $(NGINX_SRC)/conf_flags | $(RB_C)
 	rm -rf $(NGINX_BUILD) && mkdir -p $(NGINX_BUILD)
 	cp -r $(NGINX_SRC)/. $(NGINX_BUILD)/
 	cd $(NGINX_BUILD) && . ./conf_flags && \
@@ -177,7 +177,7 @@ test-faults: deps
 UNIT_WRAP  := $(addprefix -Wl$(comma)--wrap=,mrb_intern mrb_intern_static \
               mrb_intern_cstr)
 
-$(BUILD)/test_core: $(wildcard test/unit/*.c) $(CORE_SRC) $(LIB_SRC) $(RB_C) $(CORE_H)
+$(BUILD)/test_core: $(wildcard test/unit/*.c) $(CORE_SRC) $(LIB_SRC) $(RB_C) $(CORE_H) $(WRAP_LIST)
 	$(CC) $(CFLAGS_ALL) -o $@ $(wildcard test/unit/*.c) $(CORE_SRC) $(LIB_SRC) $(RB_C) $(LIBS) $(UNIT_WRAP)
 
 # The core without src/lib (not on the include path, not linked): it
@@ -189,7 +189,7 @@ CORE_TESTS := $(shell grep -L 'mrb_lib\.h\|lib_eval\.h' test/unit/*.c)
 test-unit-core: $(BUILD)/test_core_alone
 	$(BUILD)/test_core_alone
 
-$(BUILD)/test_core_alone: $(CORE_TESTS) $(CORE_SRC) $(BUILD)/mrblib.c $(wildcard src/core/*.h)
+$(BUILD)/test_core_alone: $(CORE_TESTS) $(CORE_SRC) $(BUILD)/mrblib.c $(wildcard src/core/*.h) $(WRAP_LIST)
 	$(CC) $(CFLAGS_CORE) -o $@ $(CORE_TESTS) $(CORE_SRC) $(BUILD)/mrblib.c $(LIBS) $(UNIT_WRAP)
 
 # Fuzzing: each test/fuzz/fuzz_NAME.c is a libFuzzer target (clang, with

@@ -164,3 +164,20 @@ def test_the_core_calls_no_part_by_name():
                    "--extern-only")
     used = symbols(objs["src/core/mrb_interp.c"], "--undefined-only") & wait
     assert not used, f"mrb_interp.c calls mrb_wait.c: {sorted(used)}"
+
+
+def test_the_wrapped_entry_points_are_one_list():
+    """The link wraps the names of src/core/mrb_stack_check.wrap (the
+    Makefile and src/nginx/config read it), and mrb_stack_check.c wraps
+    exactly those: a name added to one side only would leave an entry
+    point unchecked, or a wrapper nothing calls."""
+    with open(os.path.join(REPO, "src/core/mrb_stack_check.wrap")) as f:
+        listed = {line.strip() for line in f
+                  if line.strip() and not line.startswith("#")}
+    obj = core_objects()["src/core/mrb_stack_check.c"]
+    wrapped = {s[len("__wrap_"):] for s in symbols(obj, "--defined-only")
+               if s.startswith("__wrap_")}
+    assert wrapped == listed
+    for path in ("Makefile", "src/nginx/config"):
+        with open(os.path.join(REPO, path)) as f:
+            assert "mrb_stack_check.wrap" in f.read(), path

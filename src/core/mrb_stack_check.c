@@ -9,7 +9,7 @@
  * before the guard page.
  *
  * The re-entries are mruby's public entry points into the VM.  The link
- * wraps them (ld --wrap, see MRB_WRAP in the Makefile and src/nginx/config):
+ * wraps them (ld --wrap, the names in mrb_stack_check.wrap):
  * every call from another object file of libmruby.a, and from ours, lands
  * here first.  (Calls inside vm.o itself, such as mrb_funcall to
  * mrb_funcall_argv, are not wrapped, and need not be: one check per

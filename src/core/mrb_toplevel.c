@@ -50,6 +50,14 @@ struct tl_tbl {
 #define TL_ENTRY      8
 #define IV_DELETED    (1UL << 31)
 
+/* word boxing's 8-byte mrb_value (Debian's mruby); mt_ptr is a pointer */
+_Static_assert(sizeof(mrb_value) == TL_ENTRY,
+               "an iv table entry is not an 8-byte mrb_value");
+_Static_assert(sizeof(void *) == TL_ENTRY,
+               "a method table entry (union mt_ptr) is not 8 bytes");
+_Static_assert(sizeof(mrb_sym) == sizeof(uint32_t),
+               "table keys are not 32-bit symbols");
+
 typedef enum {
     TL_GLOBALS,     /* names: added ones removed */
     TL_IVARS,       /* names: added ones removed */

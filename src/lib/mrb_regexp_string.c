@@ -35,7 +35,7 @@ static const char  *orig_names[ORIG_N] = {
     "index", "rindex", "split", "[]", "slice", "start_with?"
 };
 
-static mrb_func_t  orig_funcs[ORIG_N];
+static mrb_func_t  orig_funcs[ORIG_N];     /* NULL: not a C function */
 
 /* mruby's Ruby methods replaced here, kept as __str_NAME. */
 static const char  *orig_aliased[] = {
@@ -47,6 +47,21 @@ static int
 is_regexp(mrb_value v)
 {
     return mrb_data_p(v) && DATA_TYPE(v) == &mrb_regexp_type;
+}
+
+
+/* mruby's own C method orig_names[i], or raises where it is none (then
+ * another mruby than the one of the version guard above). */
+static mrb_func_t
+str_orig(mrb_state *mrb, int i)
+{
+    if (orig_funcs[i] == NULL) {
+        mrb_raisef(mrb, E_NOTIMP_ERROR,
+                   "String#%s: mruby's own method is not a C function",
+                   orig_names[i]);
+    }
+
+    return orig_funcs[i];
 }
 
 
@@ -453,7 +468,7 @@ str_split(mrb_state *mrb, mrb_value self)
     if (is_regexp(pat)) {
         return str_split_regexp(mrb, self, pat, lim);
     }
-    return orig_funcs[ORIG_SPLIT](mrb, self);
+    return str_orig(mrb, ORIG_SPLIT)(mrb, self);
 }
 
 
@@ -489,7 +504,7 @@ str_index(mrb_state *mrb, mrb_value self)
     if (is_regexp(pat)) {
         return str_index_regexp(mrb, self, pat, pos, 0);
     }
-    return orig_funcs[ORIG_INDEX](mrb, self);
+    return str_orig(mrb, ORIG_INDEX)(mrb, self);
 }
 
 
@@ -502,7 +517,7 @@ str_rindex(mrb_state *mrb, mrb_value self)
     if (is_regexp(pat)) {
         return str_index_regexp(mrb, self, pat, pos, 1);
     }
-    return orig_funcs[ORIG_RINDEX](mrb, self);
+    return str_orig(mrb, ORIG_RINDEX)(mrb, self);
 }
 
 
@@ -530,7 +545,7 @@ str_aref(mrb_state *mrb, mrb_value self)
     if (is_regexp(a)) {
         return str_aref_regexp(mrb, self, a, b);
     }
-    return orig_funcs[ORIG_AREF](mrb, self);
+    return str_orig(mrb, ORIG_AREF)(mrb, self);
 }
 
 
@@ -543,7 +558,7 @@ str_slice(mrb_state *mrb, mrb_value self)
     if (is_regexp(a)) {
         return str_aref_regexp(mrb, self, a, b);
     }
-    return orig_funcs[ORIG_SLICE](mrb, self);
+    return str_orig(mrb, ORIG_SLICE)(mrb, self);
 }
 
 
@@ -562,7 +577,7 @@ str_start_with(mrb_state *mrb, mrb_value self)
         }
     }
     if (i == argc) {
-        return orig_funcs[ORIG_START_WITH](mrb, self);
+        return str_orig(mrb, ORIG_START_WITH)(mrb, self);
     }
 
     for (i = 0; i < argc; i++) {
@@ -717,7 +732,8 @@ mrb_regexp_string_define(mrb_state *mrb)
     for (i = 0; i < ORIG_N; i++) {
         c = s;
         m = mrb_method_search_vm(mrb, &c, mrb_intern_cstr(mrb, orig_names[i]));
-        orig_funcs[i] = MRB_METHOD_CFUNC(m);
+        orig_funcs[i] = !MRB_METHOD_UNDEF_P(m) && MRB_METHOD_CFUNC_P(m)
+                        ? MRB_METHOD_CFUNC(m) : NULL;
     }
 
     for (i = 0; i < sizeof(orig_aliased) / sizeof(orig_aliased[0]); i++) {
