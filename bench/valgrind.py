@@ -95,8 +95,10 @@ def life(s, cmd, n, request, threads=False):
             request(http, k)
         http.close()
     finally:
+        # callgrind writes its output as the server exits: slow on a
+        # loaded machine (120 s was not always enough at a load of 12)
         proc.terminate()
-        proc.wait(120)
+        proc.wait(600)
     return [total_ir(os.path.join(out, f))
             for f in sorted(os.listdir(out)) if f.startswith("cg.out")]
 
@@ -136,7 +138,7 @@ def counted(s, cmd, path, warmup, n, out):
         http.close()
     finally:
         proc.terminate()
-        proc.wait(timeout=60)
+        proc.wait(timeout=600)
     return total_ir(out + ".1") // n
 
 
