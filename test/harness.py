@@ -27,6 +27,7 @@ Environment:
 
 import glob
 import os
+import re
 import resource
 import shutil
 import signal
@@ -46,6 +47,20 @@ APACHE_MODULES = "/usr/lib/apache2/modules"
 NGINX_BIN = "/usr/sbin/nginx"
 NGINX_MODULES = "/usr/lib/nginx/modules"
 REDIS_BIN = "/usr/bin/redis-server"
+
+
+def nginx_version():
+    """The version of the nginx the tests run, as a string: "1.22.1"."""
+    out = subprocess.run([NGINX_BIN, "-v"], capture_output=True,
+                         text=True).stderr
+    return re.search(r"nginx/(\d+\.\d+\.\d+)", out).group(1)
+
+
+def nginx_at_least(version):
+    """Whether the nginx the tests run is version ("1.25.5") or newer."""
+    def key(v):
+        return tuple(int(x) for x in v.split("."))
+    return key(nginx_version()) >= key(version)
 
 MOD_MRUBY = os.path.join(BUILD, "mod_mruby.so")
 NGX_HTTP_MRUBY = os.path.join(BUILD, "ngx_http_mruby_module.so")

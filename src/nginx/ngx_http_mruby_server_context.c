@@ -51,6 +51,9 @@ ngx_http_mruby_server_add_listener(mrb_state *mrb, mrb_value self)
     lsopt.backlog = NGX_LISTEN_BACKLOG;
     lsopt.rcvbuf = -1;
     lsopt.sndbuf = -1;
+#if (nginx_version >= 1025000)
+    lsopt.type = SOCK_STREAM;   /* a listen socket's type, since QUIC */
+#endif
 #if (NGX_HAVE_SETFIB)
     lsopt.setfib = -1;
 #endif

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from harness import read_until_closed
+from harness import nginx_at_least, read_until_closed
 
 
 def make_cert(server, name):
@@ -146,9 +146,10 @@ def test_handshake_info_as_the_original_gives_it(tls_nginx):
     """tls_version, local_port, servername ("" without SNI) and
     Nginx::SSL.log, the original's names."""
     n = tls_nginx
-    # nginx 1.22's default ssl_protocols stop at TLSv1.2
+    # nginx's default ssl_protocols stop at TLSv1.2 before 1.23.4
+    tls = "TLSv1.3" if nginx_at_least("1.23.4") else "TLSv1.2"
     handshake(n.port, "info.test")
-    n.wait_log(f"ssl-info [info.test] TLSv1.2 {n.port}")
+    n.wait_log(f"ssl-info [info.test] {tls} {n.port}")
     ctx = ssl.create_default_context()
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE
@@ -156,4 +157,4 @@ def test_handshake_info_as_the_original_gives_it(tls_nginx):
         with ctx.wrap_socket(raw) as s:     # no server_hostname: no SNI
             s.sendall(b"GET / HTTP/1.0\r\n\r\n")
             read_until_closed(s)
-    n.wait_log(f"ssl-info [] TLSv1.2 {n.port}")
+    n.wait_log(f"ssl-info [] {tls} {n.port}")
