@@ -27,6 +27,7 @@
 
 #include "mrb_alloc.h"
 #include "mrb_errbuf.h"
+#include "mrb_file_sym.h"
 #include "mrb_interp.h"
 #include "mrb_interp_core.h"
 #include "mrb_mruby_version.h"
@@ -63,6 +64,7 @@ struct mrb_interp_s {
                                        it (under idle_lock) */
     mrb_file_watch_poller  watch;   /* how its runs ask the file watch */
     mrb_wait_state     *wait;       /* its runs on coroutines, or NULL */
+    mrb_file_syms      *file_syms;  /* its symbols of file names, or NULL */
 
     struct RClass      *server_class;
     mrb_toplevel       *toplevel;   /* what runs leave as they found */
@@ -191,6 +193,7 @@ mrb_interp_close(mrb_interp *interp)
 
     mrb_toplevel_free(interp->head.mrb, interp->toplevel);
     mrb_close(interp->head.mrb);   /* the wait state is an object of it */
+    mrb_file_syms_free(interp->file_syms);
     mrb_file_watch_poller_close(&interp->watch);
     free(interp->loaded);
     free(interp);
@@ -393,6 +396,17 @@ mrb_wait_state **
 mrb_interp_wait_state(mrb_interp *interp)
 {
     return &interp->wait;
+}
+
+
+mrb_file_syms *
+mrb_interp_file_syms(mrb_interp *interp)
+{
+    if (interp->file_syms == NULL) {
+        interp->file_syms = mrb_file_syms_new();
+    }
+
+    return interp->file_syms;
 }
 
 

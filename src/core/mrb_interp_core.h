@@ -99,6 +99,10 @@ typedef struct mrb_wait_state_s  mrb_wait_state;
 /* Where interp keeps its mrb_wait_state (NULL until a run may wait). */
 mrb_wait_state **mrb_interp_wait_state(mrb_interp *interp);
 
+/* Its index of symbols of file names (mrb_file_sym.h), made at the first
+ * call; NULL when out of memory. */
+struct mrb_file_syms_s *mrb_interp_file_syms(mrb_interp *interp);
+
 /* The run in progress in interp, or NULL; mrb_interp_set_run makes run
  * the current one (a switch between coroutines, mrb_wait.c). */
 static inline mrb_run *

@@ -23,6 +23,7 @@
 #include <mruby/irep.h>
 #include <mruby/proc.h>
 
+#include "mrb_file_sym.h"
 #include "mrb_file_watch.h"
 #include "mrb_interp_core.h"
 #include "mrb_script.h"
@@ -767,10 +768,22 @@ script_proc_toplevel(mrb_state *mrb, struct RProc *proc)
 }
 
 
+typedef struct {
+    mrb_file_syms  *syms;
+    const char     *name;
+} script_name_job;
+
+
+/* Through the interpreter's index when it has one: the usual lookup of a
+ * new name scans the whole table (mrb_file_sym.c). */
 static mrb_value
-script_intern_name(mrb_state *mrb, void *name)
+script_intern_name(mrb_state *mrb, void *arg)
 {
-    return mrb_symbol_value(mrb_intern_cstr(mrb, name));
+    script_name_job  *job = arg;
+
+    return mrb_symbol_value(job->syms != NULL
+                            ? mrb_file_sym(mrb, job->syms, job->name)
+                            : mrb_intern_cstr(mrb, job->name));
 }
 
 
@@ -784,14 +797,17 @@ static int
 script_proc_name_file(mrb_interp *interp, mrb_script *script,
     struct RProc *proc)
 {
-    mrb_state     *mrb = mrb_interp_state(interp);
-    struct RProc  *last = mrb_interp_proc_any(interp, script->id);
-    mrb_sym        file = last != NULL ? mrb_script_file_get(last) : 0;
-    mrb_value      v;
-    mrb_bool       failed;
+    mrb_state        *mrb = mrb_interp_state(interp);
+    struct RProc     *last = mrb_interp_proc_any(interp, script->id);
+    mrb_sym           file = last != NULL ? mrb_script_file_get(last) : 0;
+    mrb_value         v;
+    mrb_bool          failed;
+    script_name_job   job;
 
     if (file == 0) {
-        v = mrb_protect_error(mrb, script_intern_name, script->name, &failed);
+        job.syms = mrb_interp_file_syms(interp);
+        job.name = script->name;
+        v = mrb_protect_error(mrb, script_intern_name, &job, &failed);
         if (failed) {
             mrb->exc = NULL;
             return -1;

@@ -368,6 +368,83 @@ TEST(script_edit_looks_up_no_file_name_and_names_it)
 }
 
 
+/* Runs the script at path once; returns mrb_script_run's answer. */
+static int
+run_file_once(mrb_interp *interp, const char *path, mrb_run *run)
+{
+    mrb_script  *s;
+    char         err[256];
+    int          rc;
+
+    s = mrb_script_from_file(path, MRB_CACHE_STAT, err, sizeof(err));
+    if (s == NULL) {
+        return -2;
+    }
+
+    mrb_run_init(run, (void *) 1, 0);
+    rc = mrb_script_run(interp, s, run);
+    mrb_script_free(s);
+    return rc;
+}
+
+
+/*
+ * A script's first run in an interpreter names its file there without
+ * mruby's lookup (which scans the whole table for a new name:
+ * mrb_file_sym.c), and a name the table holds already is not added again.
+ * Fails with the usual lookup: 1 lookup of the name, not 0.
+ */
+TEST(script_first_run_looks_up_no_file_name_and_names_it)
+{
+    const char   *first = tmp_path("first.rb");
+    const char   *named = tmp_path("first_named.rb");
+    const char   *known = tmp_path("first_known.rb");
+    mrb_interp   *interp = interp_new();
+    mrb_state    *mrb;
+    mrb_run       run;
+    mrb_sym       sym, symidx;
+    char          where[192];
+
+    REQUIRE(interp != NULL);
+    mrb = mrb_interp_state(interp);
+
+    write_file(first, "Apache.return 1\n");
+    CHECK_EQ(run_file_once(interp, first, &run), 0);
+
+    write_file(named, "def f\n  raise 'first'\nend\nf\n");
+    unit_intern_watch(mrb, named);
+    CHECK_EQ(run_file_once(interp, named, &run), -1);
+    CHECK_EQ(unit_intern_count(), 0);
+    unit_intern_watch(NULL, NULL);
+
+    snprintf(where, sizeof(where), "first (%s:2", named);
+    CHECK(strstr(run.error, where) != NULL);
+    snprintf(where, sizeof(where), "%s:4", named);
+    CHECK(strstr(run.error, where) != NULL);
+
+    /* mruby's own lookup finds the name that was added */
+    symidx = mrb->symidx;
+    sym = mrb_intern_cstr(mrb, named);
+    CHECK_EQ(mrb->symidx, symidx);
+    CHECK(strcmp(mrb_sym_name(mrb, sym), named) == 0);
+
+    /* a name a script made a Symbol of is the file's symbol */
+    sym = mrb_intern_cstr(mrb, known);
+    write_file(known, "raise 'known'\n");
+    symidx = mrb->symidx;
+    CHECK_EQ(run_file_once(interp, known, &run), -1);
+    CHECK_EQ(mrb->symidx, symidx);
+    CHECK_EQ(mrb_intern_cstr(mrb, known), sym);
+    snprintf(where, sizeof(where), "known (%s:1", known);
+    CHECK(strstr(run.error, where) != NULL);
+
+    mrb_interp_close(interp);
+    unlink(first);
+    unlink(named);
+    unlink(known);
+}
+
+
 /*
  * The compiler runs with no frame of mruby's to catch a raise: out of
  * memory in its bytecode dump (mrb_dump_irep) aborted the process.  Each

@@ -1,0 +1,22 @@
+/*
+ * An interpreter's symbols for script file names, each found or added in
+ * O(1) whatever the size of its symbol table (see mrb_file_sym.c).
+ */
+
+#ifndef MRB_FILE_SYM_H
+#define MRB_FILE_SYM_H
+
+#include <mruby.h>
+
+typedef struct mrb_file_syms_s  mrb_file_syms;
+
+/* The index of one interpreter's symbol table, empty; NULL when out of
+ * memory.  Its interpreter frees it with mrb_file_syms_free. */
+mrb_file_syms *mrb_file_syms_new(void);
+void mrb_file_syms_free(mrb_file_syms *fs);
+
+/* mrb's symbol for name, interned if new, as mrb_intern_cstr would give
+ * it; fs is mrb's own.  May raise (out of memory). */
+mrb_sym mrb_file_sym(mrb_state *mrb, mrb_file_syms *fs, const char *name);
+
+#endif /* MRB_FILE_SYM_H */
