@@ -125,7 +125,10 @@ error_format(mrb_state *mrb, mrb_value exc, mrb_interp *interp, mrb_run *run,
     ai = mrb_gc_arena_save(mrb);
 
     /* exc is caught: left in mrb->exc, mruby 3.3's VM would raise it again
-     * at the first call below (message) */
+     * at the first call below (message); the arena keeps it from the GC
+     * instead, which would otherwise free it while the calls below
+     * allocate (then setting its backtrace raises outside any rescue) */
+    mrb_gc_protect(mrb, exc);
     mrb->exc = NULL;
 
     line_puts(&b, mrb_obj_classname(mrb, exc));

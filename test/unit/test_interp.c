@@ -206,6 +206,26 @@ TEST(interp_error_backtrace_one_line_a_frame_at_debug)
     mrb_interp_close(interp);
 }
 
+
+/* The exception a run raised is formatted after mrb->exc lets go of it:
+ * the GC must not collect it meanwhile (it did, one run in about 1,000,
+ * and the worker aborted on a FrozenError from a freed object). */
+TEST(interp_error_of_many_runs_survives_the_gc)
+{
+    mrb_run      run;
+    mrb_interp  *interp = interp_sealed();
+    int          i;
+
+    REQUIRE(interp != NULL);
+
+    for (i = 0; i < 5000; i++) {
+        CHECK_EQ(interp_run_code(interp, "raise 'boom'", &run), -1);
+        CHECK(strcmp(run.error, "RuntimeError: boom (outer:1)") == 0);
+    }
+
+    mrb_interp_close(interp);
+}
+
 TEST(interp_nested_run_in_a_fiber)
 {
     mrb_interp  *interp = interp_sealed();
