@@ -62,14 +62,14 @@ now_ns(void)
 
 
 static int
-bench_write(mrb_run *run, const char *data, size_t len)
+bench_write(mrb_run_rec *run, const char *data, size_t len)
 {
     return 0;
 }
 
 
 static void
-bench_log(void *target, mrb_run *run, int level, const char *msg,
+bench_log(void *target, mrb_run_rec *run, int level, const char *msg,
     size_t len)
 {
     fprintf(stderr, "%.*s\n", (int) len, msg);
@@ -77,7 +77,7 @@ bench_log(void *target, mrb_run *run, int level, const char *msg,
 
 
 static int
-bench_log_enabled(void *target, mrb_run *run, int level)
+bench_log_enabled(void *target, mrb_run_rec *run, int level)
 {
     return 1;
 }
@@ -85,7 +85,7 @@ bench_log_enabled(void *target, mrb_run *run, int level)
 
 /* The "event loop" of the bench resumes a run at once. */
 static int
-bench_wake_after(mrb_run *run, mrb_int msec)
+bench_wake_after(mrb_run_rec *run, mrb_int msec)
 {
     return 0;
 }
@@ -130,7 +130,7 @@ static mrb_value
 bench_wait_readable(mrb_state *mrb, mrb_value self)
 {
     mrb_int             fd;
-    mrb_run            *run;
+    mrb_run_rec        *run;
     struct epoll_event  ev;
 
     mrb_get_args(mrb, "i", &fd);
@@ -205,7 +205,7 @@ bench_script(const char *code)
 
 
 static int
-bench_start(mrb_interp *interp, mrb_script *s, mrb_run *run, void *request)
+bench_start(mrb_interp *interp, mrb_script *s, mrb_run_rec *run, void *request)
 {
     mrb_run_init(run, request, 0);
     run->may_wait = 1;
@@ -218,7 +218,7 @@ static double
 bench_plain(mrb_interp *interp, const char *code)
 {
     mrb_script  *s = bench_script(code);
-    mrb_run      run;
+    mrb_run_rec  run;
     uint64_t     t0 = now_ns();
 
     mrb_run_init(&run, (void *) 1, 0);
@@ -237,7 +237,7 @@ exp_switch(int depth, long count)
 {
     mrb_interp  *interp = bench_interp();
     mrb_script  *s;
-    mrb_run      run;
+    mrb_run_rec  run;
     char         code[512];
     uint64_t     t0;
     long         n = 0;
@@ -287,7 +287,7 @@ exp_create(int size, int pool, long total)
 {
     mrb_interp  *interp;
     mrb_script  *s;
-    mrb_run     *runs;
+    mrb_run_rec *runs;
     char         code[256];
     uint64_t     t0;
     long         rounds = total / size, r;
@@ -296,7 +296,7 @@ exp_create(int size, int pool, long total)
 
     mrb_wait_set_pool_keep(pool ? MRB_CORO_KEEP_DEFAULT : 0);
     interp = bench_interp();
-    runs = calloc((size_t) size, sizeof(mrb_run));
+    runs = calloc((size_t) size, sizeof(mrb_run_rec));
     s = bench_script("Bench::Async.sleep 0");
 
     t0 = now_ns();
@@ -336,7 +336,7 @@ max_child(int fd, int fiber)
     struct rlimit  rl = { 1L << 30, 1L << 30 };
     mrb_interp    *interp = bench_interp();
     mrb_script    *s;
-    mrb_run        run;
+    mrb_run_rec    run;
     long           n = 0;
 
     if (setrlimit(RLIMIT_AS, &rl) != 0) {
@@ -431,7 +431,7 @@ exp_echo(int conns, long trips)
 {
     mrb_interp          *interp = bench_interp();
     mrb_script          *s;
-    mrb_run             *runs;
+    mrb_run_rec         *runs;
     int                (*sv)[2];
     struct epoll_event   evs[64];
     char                 code[2048], buf[64];
@@ -442,7 +442,7 @@ exp_echo(int conns, long trips)
 
     /* a set of connections for each side: an IO object closes its fd */
     sv = calloc((size_t) conns * 2, sizeof(*sv));
-    runs = calloc((size_t) conns, sizeof(mrb_run));
+    runs = calloc((size_t) conns, sizeof(mrb_run_rec));
     for (i = 0; i < conns * 2; i++) {
         if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv[i]) != 0) {
             perror("socketpair");
@@ -509,7 +509,7 @@ exp_echo(int conns, long trips)
             break;
         }
         for (i = 0; i < n; i++) {
-            mrb_run  *w = evs[i].data.ptr;
+            mrb_run_rec  *w = evs[i].data.ptr;
             if (mrb_wait_resume(interp, w, &runs[0]) != MRB_RUN_WAITING) {
                 done++;
             }
@@ -570,7 +570,7 @@ exp_count(const char *kind, long n)
     mrb_coro       *coro;
     mrb_interp     *interp;
     mrb_script     *s;
-    mrb_run         run;
+    mrb_run_rec     run;
     char            code[256];
     long            i;
     int             rc;

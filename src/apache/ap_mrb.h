@@ -104,7 +104,7 @@ typedef struct {
 } ap_mrb_srv_conf;
 
 /*
- * What a filter or authn provider run carries in mrb_run.data, so that the
+ * What a filter or authn provider run carries in mrb_run_rec.data, so that the
  * Ruby classes of that kind of run find their state.  Every such structure
  * starts with its kind.
  */
@@ -166,7 +166,7 @@ void ap_mrb_run_startup_scripts(mrb_interp *interp, server_rec *s,
     ap_mrb_proc_phase phase);
 /* What the hook returns to Apache for a run that ended with rc (0 or -1):
  * the script's answer, or the error's status after logging it. */
-int ap_mrb_run_result(request_rec *r, mrb_script *script, mrb_run *run,
+int ap_mrb_run_result(request_rec *r, mrb_script *script, mrb_run_rec *run,
     int rc, mrb_int default_result, const char *what);
 
 /* wait: content handlers that give their thread back while they wait */
@@ -176,10 +176,10 @@ void ap_mrb_wait_child_init(apr_pool_t *pchild);
 /* Whether a content handler of r may suspend (run.may_wait). */
 int ap_mrb_wait_possible(request_rec *r);
 /* mrb_server.wake_after */
-int ap_mrb_wake_after(mrb_run *run, mrb_int msec);
+int ap_mrb_wake_after(mrb_run_rec *run, mrb_int msec);
 /* After MRB_RUN_WAITING from a handler run in interp (given back already):
  * keeps what the callback needs; returns SUSPENDED for the handler. */
-int ap_mrb_wait_begin(request_rec *r, mrb_interp *interp, mrb_run *run,
+int ap_mrb_wait_begin(request_rec *r, mrb_interp *interp, mrb_run_rec *run,
     mrb_script *script, const char *what);
 
 /* filters and authn provider */

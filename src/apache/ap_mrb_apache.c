@@ -33,7 +33,7 @@ ap_mrb_request(mrb_state *mrb)
 void *
 ap_mrb_run_data(mrb_state *mrb, ap_mrb_run_kind kind, const char *class_name)
 {
-    mrb_run                *run = mrb_interp_run(mrb);
+    mrb_run_rec            *run = mrb_interp_run(mrb);
     const ap_mrb_run_kind  *k = run ? run->data : NULL;
 
     if (k == NULL || *k != kind) {

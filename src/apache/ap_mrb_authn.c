@@ -25,7 +25,7 @@
 APLOG_USE_MODULE(mruby);
 
 typedef struct {
-    ap_mrb_run_kind   kind;       /* first: what mrb_run.data points to */
+    ap_mrb_run_kind   kind;       /* first: what run->data points to */
     request_rec      *r;
     const char       *user;
     const char       *password;   /* basic only */
@@ -39,7 +39,7 @@ ap_mrb_authn_run(request_rec *r, mrb_script *script, ap_mrb_authn_ctx *ctx,
     authn_status default_result, const char *what)
 {
     mrb_interp       *interp;
-    mrb_run           run;
+    mrb_run_rec       run;
     int               rc;
     ap_mrb_srv_conf  *sconf;
 

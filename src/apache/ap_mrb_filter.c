@@ -20,7 +20,7 @@
 APLOG_USE_MODULE(mruby);
 
 typedef struct {
-    ap_mrb_run_kind      kind;      /* first: what mrb_run.data points to */
+    ap_mrb_run_kind      kind;      /* first: what run->data points to */
     request_rec         *r;
     apr_bucket_brigade  *body;      /* the collected body, then the new one */
     apr_bucket_brigade  *meta;      /* metadata buckets met while collecting */
@@ -402,7 +402,7 @@ ap_mrb_filter_write(void *data, const char *buf, size_t len)
 static ap_mrb_filter_ctx *
 ap_mrb_filter_of(mrb_state *mrb)
 {
-    mrb_run                *run = mrb_interp_run(mrb);
+    mrb_run_rec            *run = mrb_interp_run(mrb);
     const ap_mrb_run_kind  *k = run ? run->data : NULL;
 
     if (k == NULL || (*k != AP_MRB_RUN_OUTPUT_FILTER

@@ -101,7 +101,7 @@ ap_mrb_valid_result(mrb_int rc)
  * one.
  */
 static AP_MRB_NOINLINE int
-ap_mrb_run_failed(request_rec *r, mrb_script *script, mrb_run *run, int rc,
+ap_mrb_run_failed(request_rec *r, mrb_script *script, mrb_run_rec *run, int rc,
     mrb_int default_result, const char *what)
 {
     int  status;
@@ -140,7 +140,7 @@ ap_mrb_run_failed(request_rec *r, mrb_script *script, mrb_run *run, int rc,
  * says the script meant something else.
  */
 static AP_MRB_NOINLINE int
-ap_mrb_answered(request_rec *r, mrb_script *script, mrb_run *run,
+ap_mrb_answered(request_rec *r, mrb_script *script, mrb_run_rec *run,
     mrb_int default_result, const char *what)
 {
     if (run->returned && run->result == DECLINED) {
@@ -154,7 +154,7 @@ ap_mrb_answered(request_rec *r, mrb_script *script, mrb_run *run,
 
 
 int
-ap_mrb_run_result(request_rec *r, mrb_script *script, mrb_run *run, int rc,
+ap_mrb_run_result(request_rec *r, mrb_script *script, mrb_run_rec *run, int rc,
     mrb_int default_result, const char *what)
 {
     if (rc == 0 && ap_mrb_valid_result(run->result)) {
@@ -192,7 +192,7 @@ ap_mrb_run(request_rec *r, mrb_script *script, void *data,
     mrb_int default_result, const char *what, unsigned flags)
 {
     mrb_interp       *interp;
-    mrb_run           run;
+    mrb_run_rec       run;
     int               rc;
     ap_mrb_srv_conf  *sconf;
 
@@ -249,7 +249,7 @@ ap_mrb_run_startup_scripts(mrb_interp *interp, server_rec *s,
     ap_mrb_srv_conf  *sconf = ap_get_module_config(s->module_config,
                                                    &mruby_module);
     mrb_script       *script;
-    mrb_run           run;
+    mrb_run_rec       run;
     int               o;
 
     for (o = 0; o < AP_MRB_NORDERS; o++) {

@@ -11,7 +11,7 @@
 static server_rec *
 ap_mrb_server_rec(mrb_state *mrb)
 {
-    mrb_run  *run = mrb_interp_run(mrb);
+    mrb_run_rec  *run = mrb_interp_run(mrb);
 
     if (run != NULL && run->request != NULL) {
         return ((request_rec *) run->request)->server;

@@ -65,7 +65,7 @@ APLOG_USE_MODULE(mruby);
 struct ap_mrb_waiter_s {
     request_rec   *r;
     mrb_interp    *interp;     /* where the script waits */
-    mrb_run       *waiting;    /* the core's waiting run, or NULL */
+    mrb_run_rec   *waiting;    /* the core's waiting run, or NULL */
     mrb_script    *script;
     const char    *what;       /* names the handler in error lines */
     void          *sbh;        /* the connection's scoreboard handle,
@@ -314,7 +314,7 @@ ap_mrb_waiter_get(request_rec *r)
 
 /* mrb_server.wake_after: the script is about to suspend for msec. */
 int
-ap_mrb_wake_after(mrb_run *run, mrb_int msec)
+ap_mrb_wake_after(mrb_run_rec *run, mrb_int msec)
 {
     ap_mrb_waiter_get(run->request)->wake_at = ap_mrb_wait_now()
                                                + apr_time_from_msec(msec);
@@ -323,7 +323,7 @@ ap_mrb_wake_after(mrb_run *run, mrb_int msec)
 
 
 int
-ap_mrb_wait_begin(request_rec *r, mrb_interp *interp, mrb_run *run,
+ap_mrb_wait_begin(request_rec *r, mrb_interp *interp, mrb_run_rec *run,
     mrb_script *script, const char *what)
 {
     ap_mrb_waiter  *w = ap_mrb_waiter_get(r);
@@ -523,7 +523,7 @@ ap_mrb_wait_wake(void *baton)
     request_rec    *r = w->r;
     int             gone, rc, status;
     apr_time_t      left;
-    mrb_run         out;
+    mrb_run_rec     out;
 
     apr_thread_mutex_lock(r->invoke_mtx);
     w->armed = 0;

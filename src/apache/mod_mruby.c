@@ -38,7 +38,7 @@ ap_mrb_rwrite_large(request_rec *r, const char *data, size_t len)
 
 /* Server.rputs / echo: the response body, or the body a filter makes. */
 static int
-ap_mrb_write(mrb_run *run, const char *data, size_t len)
+ap_mrb_write(mrb_run_rec *run, const char *data, size_t len)
 {
     const ap_mrb_run_kind  *kind = run->data;
     request_rec            *r = run->request;
@@ -69,7 +69,7 @@ ap_mrb_write(mrb_run *run, const char *data, size_t len)
 
 /* MRB_LOG_* are syslog's numbers, and so are APLOG_EMERG..APLOG_DEBUG. */
 static void
-ap_mrb_log(void *log_target, mrb_run *run, int level, const char *msg,
+ap_mrb_log(void *log_target, mrb_run_rec *run, int level, const char *msg,
     size_t len)
 {
     request_rec  *r = run ? run->request : NULL;
@@ -86,7 +86,7 @@ ap_mrb_log(void *log_target, mrb_run *run, int level, const char *msg,
 
 /* ap_mrb_log's filter: notice and above always pass, as in Apache. */
 static int
-ap_mrb_log_enabled(void *log_target, mrb_run *run, int level)
+ap_mrb_log_enabled(void *log_target, mrb_run_rec *run, int level)
 {
     request_rec  *r = run ? run->request : NULL;
 

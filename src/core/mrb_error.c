@@ -82,7 +82,7 @@ exc_message(mrb_state *mrb, void *exc)
 /* The backtrace's frames, one a line, each "mruby: backtrace I/N: FRAME"
  * at level. */
 static void
-log_frames(mrb_interp *interp, mrb_run *run, int level, mrb_value bt)
+log_frames(mrb_interp *interp, mrb_run_rec *run, int level, mrb_value bt)
 {
     char          line[MRB_ERR_MSG_LEN];
     mrb_line_buf  b;
@@ -107,8 +107,8 @@ log_frames(mrb_interp *interp, mrb_run *run, int level, mrb_value bt)
  * frames are logged first and the line refers to them.
  */
 static void
-error_format(mrb_state *mrb, mrb_value exc, mrb_interp *interp, mrb_run *run,
-    char *buf, size_t len)
+error_format(mrb_state *mrb, mrb_value exc, mrb_interp *interp,
+    mrb_run_rec *run, char *buf, size_t len)
 {
     mrb_line_buf       b = { buf, len };
     mrb_value          msg, bt, frame;
@@ -180,7 +180,7 @@ mrb_error_format(mrb_state *mrb, mrb_value exc, char *buf, size_t len)
 
 
 void
-mrb_error_format_run(mrb_interp *interp, mrb_value exc, mrb_run *run)
+mrb_error_format_run(mrb_interp *interp, mrb_value exc, mrb_run_rec *run)
 {
     error_format(mrb_interp_state(interp), exc, interp, run, run->error,
                  sizeof(run->error));
@@ -195,7 +195,7 @@ value_to_s(mrb_state *mrb, void *value)
 
 
 int
-mrb_run_value_string(mrb_state *mrb, mrb_run *run, mrb_value *out)
+mrb_run_value_string(mrb_state *mrb, mrb_run_rec *run, mrb_value *out)
 {
     mrb_value  s;
     mrb_bool   failed;

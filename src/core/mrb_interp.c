@@ -375,7 +375,7 @@ mrb_interp_close_idle(void)
 void *
 mrb_interp_request(mrb_state *mrb)
 {
-    mrb_run  *run = mrb_interp_run(mrb);
+    mrb_run_rec  *run = mrb_interp_run(mrb);
 
     if (run == NULL || run->request == NULL) {
         mrb_raise(mrb, E_RUNTIME_ERROR, "no request: called outside a request");
@@ -468,7 +468,7 @@ mrb_part_dirty(mrb_state *mrb, const mrb_part *part)
  * take (what they keep of the run is the run's, not the next one's).
  */
 static unsigned
-interp_parts_run_end(mrb_interp *interp, const mrb_run *run, int take)
+interp_parts_run_end(mrb_interp *interp, const mrb_run_rec *run, int take)
 {
     const mrb_part *const  *parts = interp->head.server->parts;
     unsigned                dirty = interp->parts_dirty, left = 0, i;
@@ -489,7 +489,7 @@ interp_parts_run_end(mrb_interp *interp, const mrb_run *run, int take)
 
 
 static MRB_NOINLINE void
-interp_parts_run_ended(mrb_interp *interp, const mrb_run *run)
+interp_parts_run_ended(mrb_interp *interp, const mrb_run_rec *run)
 {
     interp->parts_dirty = interp_parts_run_end(interp, run, 0);
 }
@@ -676,7 +676,7 @@ interp_collect_descriptors(mrb_state *mrb)
  * run's own cost.
  */
 int
-mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run)
+mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run_rec *run)
 {
     mrb_state           *mrb = interp->head.mrb;
     struct mrb_context  *c = mrb->c;

@@ -4,7 +4,7 @@
  * process as it runs scripts at once, lent to each run).
  *
  * Server neutral: nothing here knows Apache or nginx.  An adapter describes
- * its server with an mrb_server and reaches its request through mrb_run.
+ * its server with an mrb_server and reaches its request through mrb_run_rec.
  */
 
 #ifndef MRB_INTERP_H
@@ -17,7 +17,7 @@
 
 typedef struct mrb_interp_s  mrb_interp;
 typedef struct mrb_server_s  mrb_server;
-typedef struct mrb_run_s     mrb_run;
+typedef struct mrb_run_rec_s mrb_run_rec;
 typedef struct mrb_part_s    mrb_part;
 
 /* Log levels as syslog numbers them; adapters map them onto their own. */
@@ -46,21 +46,21 @@ struct mrb_server_s {
 
     /* Appends response body bytes for Server.rputs / Server.echo; returns 0,
      * or -1 when the response can no longer take a body. */
-    int        (*write)(mrb_run *run, const char *data, size_t len);
+    int        (*write)(mrb_run_rec *run, const char *data, size_t len);
 
     /* Writes one line to the error log.  run is NULL outside a request;
      * log_target is what the adapter gave mrb_interp_open (its server). */
-    void       (*log)(void *log_target, mrb_run *run, int level,
+    void       (*log)(void *log_target, mrb_run_rec *run, int level,
                       const char *msg, size_t len);
 
     /* Whether log() would write a line at level now (for Server.log_level?,
      * so that a script can skip building a message the level drops). */
-    int        (*log_enabled)(void *log_target, mrb_run *run, int level);
+    int        (*log_enabled)(void *log_target, mrb_run_rec *run, int level);
 
     /* Resumes run (mrb_wait_resume) after msec milliseconds, from the
      * server's event loop; returns 0, or -1 if it cannot.  NULL: the
      * server cannot suspend a run, and sleeps block (mrb_wait.h). */
-    int        (*wake_after)(mrb_run *run, mrb_int msec);
+    int        (*wake_after)(mrb_run_rec *run, mrb_int msec);
 
     /* 1: a sleep where the run cannot wait blocks the thread instead of
      * raising (Apache: only content handlers on the event MPM wait). */
@@ -72,8 +72,8 @@ struct mrb_server_s {
      * descriptor) or leaving it 0 (the time) before it does.  The watch
      * ends before the run resumes, and when the run is cancelled.  Returns
      * 0, or -1 if it cannot.  NULL: such waits block (mrb_wait_fd). */
-    int        (*wake_on_fd)(mrb_run *run, int fd, int events, mrb_int msec,
-                             int *ready);
+    int        (*wake_on_fd)(mrb_run_rec *run, int fd, int events,
+                             mrb_int msec, int *ready);
 
     /* Calls mrb_wait_trim(interp) MRB_WAIT_TRIM_MS from now, from the
      * server's event loop, and again as long as it returns 1; so that the
@@ -99,7 +99,7 @@ struct mrb_server_s {
  * One script run.  The adapter keeps it on its C stack, fills request and
  * result, and reads result back after mrb_script_run.
  */
-struct mrb_run_s {
+struct mrb_run_rec_s {
     void        *request;     /* request_rec *, ngx_http_request_t *, ... */
     void        *data;        /* adapter's per-run extra (filter, phase) */
     mrb_int      result;      /* Server.return(code); preset to the default */
@@ -115,8 +115,8 @@ struct mrb_run_s {
     mrb_value    value;       /* with want_value, after a run that succeeded:
                                  the last value, protected in the caller's
                                  GC arena (the caller saves and restores it) */
-    mrb_run     *prev;        /* the run this one is nested in */
-    mrb_run     *waiting;     /* after MRB_RUN_WAITING: the waiting run */
+    mrb_run_rec *prev;        /* the run this one is nested in */
+    mrb_run_rec *waiting;     /* after MRB_RUN_WAITING: the waiting run */
     char         error[MRB_ERR_RUN_LEN]; /* "Class: message (file:line) ..."
                                             on failure */
 };
@@ -124,7 +124,7 @@ struct mrb_run_s {
 /* Prepares run for a request: clears it (the error buffer to an empty
  * string only) and presets the result. */
 static inline void
-mrb_run_init(mrb_run *run, void *request, mrb_int default_result)
+mrb_run_init(mrb_run_rec *run, void *request, mrb_int default_result)
 {
     run->request = request;
     run->data = NULL;
@@ -147,7 +147,7 @@ mrb_run_init(mrb_run *run, void *request, mrb_int default_result)
  * to_s that raises gives -1 and its one-line error in run->error, and
  * leaves mrb->exc clear.  *out is protected in the caller's GC arena.
  */
-int mrb_run_value_string(mrb_state *mrb, mrb_run *run, mrb_value *out);
+int mrb_run_value_string(mrb_state *mrb, mrb_run_rec *run, mrb_value *out);
 
 /* Called once in a new interpreter before it is sealed (startup scripts). */
 typedef void (*mrb_interp_init_pt)(mrb_interp *interp, void *arg);
@@ -207,7 +207,7 @@ typedef struct {
     mrb_state          *mrb;
     const mrb_server   *server;
     void               *log_target;
-    mrb_run            *run;        /* the run in progress, or NULL */
+    mrb_run_rec        *run;        /* the run in progress, or NULL */
     void               *part_state; /* a pointer for the part that needs
                                        its state at hand in every call
                                        (src/lib's: mrb_lib.h); the core
@@ -246,7 +246,7 @@ mrb_interp_log_target(mrb_interp *interp)
 }
 
 /* The run in progress in this interpreter, or NULL (startup, no request). */
-static inline mrb_run *
+static inline mrb_run_rec *
 mrb_interp_run(mrb_state *mrb)
 {
     mrb_interp_head  *head = mrb->ud;

@@ -35,7 +35,7 @@ void mrb_error_format(mrb_state *mrb, mrb_value exc, char *buf, size_t len);
  * backtrace is logged first on a line of its own, "mruby: backtrace I/N:
  * FRAME" at MRB_LOG_ERR, and the error line ends in "(backtrace above)".
  */
-void mrb_error_format_run(mrb_interp *interp, mrb_value exc, mrb_run *run);
+void mrb_error_format_run(mrb_interp *interp, mrb_value exc, mrb_run_rec *run);
 
 /*
  * Runs proc as run: saves and restores the GC arena, catches any exception
@@ -44,7 +44,7 @@ void mrb_error_format_run(mrb_interp *interp, mrb_value exc, mrb_run *run);
  * added.  With run->want_value the script's last value goes to run->value,
  * protected in the caller's GC arena.
  */
-int mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run);
+int mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run_rec *run);
 
 /* Tells the top-level cleanup that a global was removed. */
 void mrb_interp_global_removed(mrb_interp *interp);
@@ -105,14 +105,14 @@ struct mrb_file_syms_s *mrb_interp_file_syms(mrb_interp *interp);
 
 /* The run in progress in interp, or NULL; mrb_interp_set_run makes run
  * the current one (a switch between coroutines, mrb_wait.c). */
-static inline mrb_run *
+static inline mrb_run_rec *
 mrb_interp_current(mrb_interp *interp)
 {
     return ((mrb_interp_head *) interp)->run;
 }
 
 static inline void
-mrb_interp_set_run(mrb_interp *interp, mrb_run *run)
+mrb_interp_set_run(mrb_interp *interp, mrb_run_rec *run)
 {
     ((mrb_interp_head *) interp)->run = run;
 }

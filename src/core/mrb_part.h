@@ -34,7 +34,7 @@ struct mrb_part_s {
      * end of the next run), 0 when nothing is left.  Raises nothing.
      * NULL: the part keeps nothing of a run.
      */
-    int        (*run_end)(mrb_state *mrb, const mrb_run *run);
+    int        (*run_end)(mrb_state *mrb, const mrb_run_rec *run);
 
     /*
      * For a run that waits while others run, when the part is dirty: what
@@ -44,7 +44,7 @@ struct mrb_part_s {
      * memory): it runs under protection.  put_back makes the value the
      * part's again before the run resumes; it allocates nothing and
      * raises nothing.  NULL (both): what the part keeps is per run
-     * already (keyed by the mrb_run), not the interpreter's.
+     * already (keyed by the mrb_run_rec), not the interpreter's.
      */
     mrb_value  (*take)(mrb_state *mrb);
     void       (*put_back)(mrb_state *mrb, mrb_value kept);

@@ -168,7 +168,7 @@ redis_wait_fd(void *arg, int fd, int events, unsigned ms)
 static const void *
 redis_owner(mrb_state *mrb)
 {
-    mrb_run  *run = mrb_interp_run(mrb);
+    mrb_run_rec  *run = mrb_interp_run(mrb);
 
     while (run != NULL && run->prev != NULL) {
         run = run->prev;
@@ -437,7 +437,7 @@ redis_name_in(const char *p, size_t len, const char **names, size_t n)
 static unsigned
 redis_track_state(mrb_state *mrb, mrb_value strs)
 {
-    mrb_run     *run;
+    mrb_run_rec *run;
     mrb_value    sub;
     const char  *p = RSTRING_PTR(RARRAY_PTR(strs)[0]);
     size_t       len = (size_t) RSTRING_LEN(RARRAY_PTR(strs)[0]);
@@ -1251,7 +1251,7 @@ redis_drop_held(mrb_state *mrb, mrb_value key, mrb_value connobj, void *arg)
  * listed.  Allocates nothing (the list shrinks in place).
  */
 static int
-redis_drop_run_state(mrb_state *mrb, const mrb_run *run)
+redis_drop_run_state(mrb_state *mrb, const mrb_run_rec *run)
 {
     mrb_value   list, obj;
     redis_obj  *r;
@@ -1293,7 +1293,7 @@ redis_drop_run_state(mrb_state *mrb, const mrb_run *run)
 
 
 static int
-redis_run_end(mrb_state *mrb, const mrb_run *run)
+redis_run_end(mrb_state *mrb, const mrb_run_rec *run)
 {
     mrb_value     conns;
     const void   *walk[2];

@@ -1133,7 +1133,7 @@ script_never_collect(mrb_state *mrb)
  * the sealed state.
  */
 static inline int
-script_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run)
+script_exec(mrb_interp *interp, struct RProc *proc, mrb_run_rec *run)
 {
     if (mrb_interp_held(interp) != NULL
         && mrb_interp_current(interp) == NULL)
@@ -1161,7 +1161,7 @@ script_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run)
  * objects in the GC arena too.
  */
 static MRB_NOINLINE int
-script_run_loading(mrb_interp *interp, mrb_script *script, mrb_run *run)
+script_run_loading(mrb_interp *interp, mrb_script *script, mrb_run_rec *run)
 {
     mrb_state     *mrb = mrb_interp_state(interp);
     struct RProc  *proc;
@@ -1201,7 +1201,7 @@ script_run_loading(mrb_interp *interp, mrb_script *script, mrb_run *run)
  * interpreter has loaded is run at once: the run of most requests.
  */
 int
-mrb_script_run(mrb_interp *interp, mrb_script *script, mrb_run *run)
+mrb_script_run(mrb_interp *interp, mrb_script *script, mrb_run_rec *run)
 {
     struct RProc  *proc;
 

@@ -113,6 +113,6 @@ int mrb_script_watch_needs(size_t *scripts, size_t *watches);
  * Returns 0; -1 with the one-line error in run->error; or, only when
  * run->may_wait, MRB_RUN_WAITING: the script waits (mrb_wait.h).
  */
-int mrb_script_run(mrb_interp *interp, mrb_script *script, mrb_run *run);
+int mrb_script_run(mrb_interp *interp, mrb_script *script, mrb_run_rec *run);
 
 #endif /* MRB_SCRIPT_H */

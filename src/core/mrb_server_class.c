@@ -28,10 +28,10 @@ server_of(mrb_state *mrb)
 }
 
 
-static mrb_run *
+static mrb_run_rec *
 run_of(mrb_state *mrb, const char *what)
 {
-    mrb_run  *run = mrb_interp_run(mrb);
+    mrb_run_rec  *run = mrb_interp_run(mrb);
 
     if (run == NULL || run->request == NULL) {
         mrb_raisef(mrb, E_RUNTIME_ERROR, "%s: called outside a request",
@@ -43,7 +43,7 @@ run_of(mrb_state *mrb, const char *what)
 
 
 static void
-server_write(mrb_state *mrb, mrb_run *run, const char *p, size_t len)
+server_write(mrb_state *mrb, mrb_run_rec *run, const char *p, size_t len)
 {
     if (server_of(mrb)->write(run, p, len) != 0) {
         mrb_raise(mrb, E_RUNTIME_ERROR,
@@ -57,7 +57,7 @@ server_write(mrb_state *mrb, mrb_run *run, const char *p, size_t len)
 static mrb_value
 server_rputs(mrb_state *mrb, mrb_value self)
 {
-    mrb_run  *run = run_of(mrb, "rputs");
+    mrb_run_rec  *run = run_of(mrb, "rputs");
     mrb_value str;
 
     /* The hottest call of all: mrb_get_args' format parsing costs more.
@@ -74,7 +74,7 @@ server_rputs(mrb_state *mrb, mrb_value self)
 static mrb_value
 server_return(mrb_state *mrb, mrb_value self)
 {
-    mrb_run  *run = mrb_interp_run(mrb);
+    mrb_run_rec  *run = mrb_interp_run(mrb);
     mrb_int   code;
 
     mrb_get_args(mrb, "i", &code);

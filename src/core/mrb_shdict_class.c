@@ -221,7 +221,7 @@ static mrb_shdict_ref *
 shd_open_default(mrb_state *mrb, mrb_value self, const char *name,
     mrb_int len)
 {
-    mrb_run         *run = mrb_interp_run(mrb);
+    mrb_run_rec     *run = mrb_interp_run(mrb);
     mrb_shdict_ref  *ref = NULL;
     char             err[256];
 

@@ -75,7 +75,7 @@ typedef struct mrb_wait_slot_s  mrb_wait_slot;
 #define WAIT_KEEP_ARENA     6
 
 struct mrb_wait_slot_s {
-    mrb_run              run;        /* the run itself, owned here */
+    mrb_run_rec          run;        /* the run itself, owned here */
     mrb_interp          *interp;
     struct RProc        *proc;
     mrb_coro            *coro;
@@ -88,13 +88,13 @@ struct mrb_wait_slot_s {
     /* the run's own state while it is suspended */
     struct mrb_context  *c;
     struct mrb_jmpbuf   *jmp;
-    mrb_run             *head_run;
+    mrb_run_rec         *head_run;
     int                  arena_base;
 
     /* its resumer's, while it runs */
     struct mrb_context  *resumer_c;
     struct mrb_jmpbuf   *resumer_jmp;
-    mrb_run             *resumer_run;
+    mrb_run_rec         *resumer_run;
     mrb_wait_slot       *resumer_slot;
     int                  resumer_idx;
 
@@ -702,7 +702,7 @@ mrb_wait_set_aside(mrb_interp *interp)
 {
     mrb_state        *mrb = mrb_interp_state(interp);
     mrb_wait_slot    *slot = mrb_interp_held(interp);
-    mrb_run          *run = mrb_interp_current(interp);
+    mrb_run_rec      *run = mrb_interp_current(interp);
     mrb_value         aside;
     int               ai = mrb_gc_arena_save(mrb);
 
@@ -865,7 +865,7 @@ wait_main(mrb_coro *coro, void *arg)
 
 /* What the caller's run gets from a run that ended. */
 static void
-wait_copy_result(mrb_state *mrb, mrb_wait_slot *slot, mrb_run *out)
+wait_copy_result(mrb_state *mrb, mrb_wait_slot *slot, mrb_run_rec *out)
 {
     out->result = slot->run.result;
     out->returned = slot->run.returned;
@@ -882,7 +882,7 @@ wait_copy_result(mrb_state *mrb, mrb_wait_slot *slot, mrb_run *out)
 
 
 int
-mrb_wait_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run)
+mrb_wait_exec(mrb_interp *interp, struct RProc *proc, mrb_run_rec *run)
 {
     mrb_state       *mrb = mrb_interp_state(interp);
     mrb_wait_state  *st = wait_state(interp);
@@ -913,7 +913,7 @@ mrb_wait_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run)
     }
 
     /* the header only: the error buffer is written when the run fails */
-    memcpy(&slot->run, run, offsetof(mrb_run, error));
+    memcpy(&slot->run, run, offsetof(mrb_run_rec, error));
     slot->run.error[0] = '\0';
     slot->run.waiting = NULL;
     slot->interp = interp;
@@ -943,7 +943,7 @@ mrb_wait_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run)
 
 
 static mrb_wait_slot *
-wait_slot_of(mrb_run *waiting)
+wait_slot_of(mrb_run_rec *waiting)
 {
     return (mrb_wait_slot *) ((char *) waiting
                               - offsetof(mrb_wait_slot, run));
@@ -951,7 +951,7 @@ wait_slot_of(mrb_run *waiting)
 
 
 int
-mrb_wait_resume(mrb_interp *interp, mrb_run *waiting, mrb_run *out)
+mrb_wait_resume(mrb_interp *interp, mrb_run_rec *waiting, mrb_run_rec *out)
 {
     mrb_state       *mrb = mrb_interp_state(interp);
     mrb_wait_state  *st = *mrb_interp_wait_state(interp);
@@ -973,7 +973,7 @@ mrb_wait_resume(mrb_interp *interp, mrb_run *waiting, mrb_run *out)
 
 
 void
-mrb_wait_cancel(mrb_interp *interp, mrb_run *waiting)
+mrb_wait_cancel(mrb_interp *interp, mrb_run_rec *waiting)
 {
     mrb_state       *mrb = mrb_interp_state(interp);
     mrb_wait_state  *st = *mrb_interp_wait_state(interp);
@@ -1004,7 +1004,7 @@ wait_slot_check(mrb_state *mrb, const char *what)
 {
     mrb_interp      *interp = mrb_interp_from_state(mrb);
     mrb_wait_state  *st = *mrb_interp_wait_state(interp);
-    mrb_run         *run = mrb_interp_run(mrb);
+    mrb_run_rec     *run = mrb_interp_run(mrb);
 
     if (st == NULL || st->current == NULL) {
         mrb_raisef(mrb, E_RUNTIME_ERROR,
@@ -1031,7 +1031,7 @@ wait_slot_check(mrb_state *mrb, const char *what)
 }
 
 
-mrb_run *
+mrb_run_rec *
 mrb_wait_check(mrb_state *mrb, const char *what)
 {
     return &wait_slot_check(mrb, what)->run;

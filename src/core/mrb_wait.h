@@ -25,10 +25,11 @@
 /*
  * Resumes a waiting run until it waits again (MRB_RUN_WAITING) or ends
  * (0, or -1 with the one-line error in out->error).  When it ends, its
- * result, returned flag and error are copied to out (an mrb_run the caller
+ * result, returned flag and error are copied to out (an mrb_run_rec the caller
  * owns) and waiting is gone.
  */
-int mrb_wait_resume(mrb_interp *interp, mrb_run *waiting, mrb_run *out);
+int mrb_wait_resume(mrb_interp *interp, mrb_run_rec *waiting,
+    mrb_run_rec *out);
 
 /*
  * Ends a waiting run now: the call it waits in raises
@@ -36,7 +37,7 @@ int mrb_wait_resume(mrb_interp *interp, mrb_run *waiting, mrb_run *out);
  * catch it; ensure clauses run), and its coroutine and stack are freed
  * before this returns.  waiting is gone.
  */
-void mrb_wait_cancel(mrb_interp *interp, mrb_run *waiting);
+void mrb_wait_cancel(mrb_interp *interp, mrb_run_rec *waiting);
 
 /*
  * For C called from Ruby: the run that would wait if the script waited
@@ -44,7 +45,7 @@ void mrb_wait_cancel(mrb_interp *interp, mrb_run *waiting);
  * cannot (not on a coroutine: the log phase, filters, startup scripts; or
  * inside a run nested in it).
  */
-mrb_run *mrb_wait_check(mrb_state *mrb, const char *what);
+mrb_run_rec *mrb_wait_check(mrb_state *mrb, const char *what);
 
 /*
  * Suspends the current run (mrb_wait_check first) until the adapter

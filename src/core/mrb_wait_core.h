@@ -41,7 +41,7 @@ void mrb_wait_note_startup(mrb_interp *interp, struct RProc *proc);
 void mrb_wait_set_aside(mrb_interp *interp);
 
 /* Runs proc as run (may_wait) on a coroutine: 0, -1 or MRB_RUN_WAITING. */
-int mrb_wait_exec(mrb_interp *interp, struct RProc *proc, mrb_run *run);
+int mrb_wait_exec(mrb_interp *interp, struct RProc *proc, mrb_run_rec *run);
 
 /* Kernel#sleep, Server.sleep, Server::Async (sleep, Cancelled):
  * mrb_wait_class.c. */

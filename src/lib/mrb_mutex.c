@@ -157,7 +157,7 @@ mutex_release_body(mrb_state *mrb, void *arg)
  * one is deleted too).  The Array stays in the box meanwhile, where the GC
  * sees it. */
 static int
-mutex_run_end(mrb_state *mrb, const mrb_run *run)
+mutex_run_end(mrb_state *mrb, const mrb_run_rec *run)
 {
     mrb_value  held, m;
     mrb_bool   failed;

@@ -567,7 +567,7 @@ regexp_record(mrb_state *mrb, regexp_state *st, mrb_value re, mrb_value str,
 
 
 int
-mrb_regexp_run_end(mrb_state *mrb, const mrb_run *run)
+mrb_regexp_run_end(mrb_state *mrb, const mrb_run_rec *run)
 {
     regexp_state  *st = regexp_state_get(mrb);
     mrb_value      gc = mrb_obj_value(st->gc);

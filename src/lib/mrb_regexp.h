@@ -84,7 +84,7 @@ mrb_value mrb_matchdata_group(mrb_state *mrb, mrb_value md, mrb_int n);
 mrb_int mrb_regexp_char_len(mrb_value re, const char *p, const char *end);
 
 /* Forgets the last match (when a run ends): returns 0 (mrb_part.h). */
-int mrb_regexp_run_end(mrb_state *mrb, const mrb_run *run);
+int mrb_regexp_run_end(mrb_state *mrb, const mrb_run_rec *run);
 
 /* The last match as a MatchData (made now if none was: may raise), or
  * nil; mrb_regexp_put_back makes such a value the last match again

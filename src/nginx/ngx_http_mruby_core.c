@@ -74,7 +74,7 @@ ngx_http_mruby_run_data_t *
 ngx_http_mruby_run_data(mrb_state *mrb, ngx_http_mruby_phase_e phase,
     const char *what)
 {
-    mrb_run                    *run;
+    mrb_run_rec                *run;
     ngx_http_mruby_run_data_t  *data;
 
     run = mrb_interp_run(mrb);
@@ -92,7 +92,7 @@ ngx_http_mruby_run_data(mrb_state *mrb, ngx_http_mruby_phase_e phase,
 static ngx_http_mruby_run_data_t *
 ngx_http_mruby_answering_run(mrb_state *mrb, const char *what)
 {
-    mrb_run                    *run;
+    mrb_run_rec                *run;
     ngx_http_mruby_run_data_t  *data;
 
     run = mrb_interp_run(mrb);
@@ -162,7 +162,7 @@ mrb_value
 ngx_http_mruby_set_status(mrb_state *mrb, mrb_value self)
 {
     mrb_int              status;
-    mrb_run             *run;
+    mrb_run_rec         *run;
     ngx_http_request_t  *r;
 
     mrb_get_args(mrb, "i", &status);
@@ -199,7 +199,7 @@ static mrb_value
 ngx_http_mruby_redirect(mrb_state *mrb, mrb_value self)
 {
     mrb_int                     code = NGX_HTTP_MOVED_TEMPORARILY;
-    mrb_run                    *run;
+    mrb_run_rec                *run;
     mrb_value                   uri;
     ngx_str_t                   key, value;
     const char                 *q;

@@ -87,7 +87,7 @@ static ngx_int_t
 ngx_http_mruby_filter_run(ngx_http_request_t *r, ngx_mruby_script_t *s,
     ngx_http_mruby_phase_e phase, ngx_http_mruby_filter_ctx_t *ctx)
 {
-    mrb_run                    run;
+    mrb_run_rec                run;
     ngx_int_t                  rc;
     ngx_http_mruby_run_data_t  data;
 

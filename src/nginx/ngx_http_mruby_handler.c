@@ -340,7 +340,7 @@ ngx_http_mruby_read_body(ngx_http_request_t *r, ngx_http_mruby_ctx_t *ctx)
 static ngx_int_t
 ngx_http_mruby_phase_run(ngx_http_request_t *r, ngx_mruby_script_t *s,
     ngx_http_mruby_phase_e phase, ngx_http_mruby_ctx_t *ctx, mrb_int dflt,
-    mrb_run *run)
+    mrb_run_rec *run)
 {
     ngx_int_t                   rc;
     ngx_http_mruby_run_data_t   local, *data;
@@ -370,7 +370,7 @@ ngx_http_mruby_phase_run(ngx_http_request_t *r, ngx_mruby_script_t *s,
 static ngx_int_t
 ngx_http_mruby_phase(ngx_http_request_t *r, ngx_http_mruby_phase_e phase)
 {
-    mrb_run                     run;
+    mrb_run_rec                 run;
     ngx_int_t                   rc;
     ngx_mruby_script_t         *s;
     ngx_http_mruby_ctx_t       *ctx;
@@ -500,7 +500,7 @@ ngx_http_mruby_uri_script(ngx_http_request_t *r,
 static ngx_int_t
 ngx_http_mruby_content_run(ngx_http_request_t *r)
 {
-    mrb_run                     run;
+    mrb_run_rec                 run;
     ngx_int_t                   status;
     ngx_mruby_script_t         *s;
     ngx_http_mruby_ctx_t       *ctx;
@@ -670,7 +670,7 @@ ngx_http_mruby_content_handler(ngx_http_request_t *r)
 static ngx_int_t
 ngx_http_mruby_log_handler(ngx_http_request_t *r)
 {
-    mrb_run                     run;
+    mrb_run_rec                 run;
     ngx_mruby_script_t         *s;
     ngx_http_mruby_ctx_t       *ctx;
     ngx_http_mruby_loc_conf_t  *mlcf;

@@ -59,7 +59,7 @@ ngx_module_t  ngx_http_mruby_module = {
  */
 
 static int
-ngx_http_mruby_write(mrb_run *run, const char *p, size_t len)
+ngx_http_mruby_write(mrb_run_rec *run, const char *p, size_t len)
 {
     ngx_buf_t                  *b;
     ngx_chain_t                *cl;
@@ -104,7 +104,7 @@ ngx_http_mruby_write(mrb_run *run, const char *p, size_t len)
 
 /* The log of the run's request or connection, else the target's. */
 static ngx_log_t *
-ngx_http_mruby_log_of(void *log_target, mrb_run *run)
+ngx_http_mruby_log_of(void *log_target, mrb_run_rec *run)
 {
     ngx_log_t                  *log;
     ngx_http_request_t         *r;
@@ -363,7 +363,7 @@ ngx_http_mruby_get_ctx(ngx_http_request_t *r)
  */
 ngx_int_t
 ngx_http_mruby_run(ngx_http_request_t *r, ngx_mruby_script_t *s,
-    ngx_http_mruby_run_data_t *data, mrb_run *run, mrb_int dflt)
+    ngx_http_mruby_run_data_t *data, mrb_run_rec *run, mrb_int dflt)
 {
     ngx_http_mruby_loc_conf_t  *mlcf;
 

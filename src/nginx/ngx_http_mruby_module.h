@@ -85,7 +85,7 @@ typedef struct {
 typedef struct ngx_http_mruby_ctx_s  ngx_http_mruby_ctx_t;
 
 /*
- * What a run of the http module carries in mrb_run.data: the phase tells
+ * What a run of the http module carries in mrb_run_rec.data: the phase tells
  * the Ruby API what is allowed and what the rest points to.
  */
 typedef struct {
@@ -106,7 +106,7 @@ struct ngx_http_mruby_ctx_s {
 
     /* a run of a phase up to content, which may wait (mrb_wait.h) */
     ngx_http_mruby_run_data_t  data;
-    mrb_run              *waiting;        /* while its script waits */
+    mrb_run_rec          *waiting;        /* while its script waits */
     ngx_mruby_wake_t      wake;           /* Async.sleep's timer */
     ngx_mruby_fd_wait_t   fd_wait;        /* a Redis reply's socket */
     ngx_http_request_t   *sr_last;        /* Async::HTTP.last_response */
@@ -134,7 +134,7 @@ extern const mrb_server  ngx_http_mruby_server;
 extern ngx_mruby_process_t  ngx_http_mruby_process;
 ngx_http_mruby_ctx_t *ngx_http_mruby_get_ctx(ngx_http_request_t *r);
 ngx_int_t ngx_http_mruby_run(ngx_http_request_t *r, ngx_mruby_script_t *s,
-    ngx_http_mruby_run_data_t *data, mrb_run *run, mrb_int dflt);
+    ngx_http_mruby_run_data_t *data, mrb_run_rec *run, mrb_int dflt);
 
 /* ngx_http_mruby_directive.c */
 extern ngx_command_t  ngx_http_mruby_commands[];
@@ -157,8 +157,8 @@ ngx_int_t ngx_http_mruby_content_done(ngx_http_request_t *r,
 void ngx_http_mruby_subrequest_define(mrb_state *mrb, struct RClass *nginx);
 
 /* ngx_http_mruby_wait.c */
-int ngx_http_mruby_wake_after(mrb_run *run, mrb_int msec);
-int ngx_http_mruby_wake_on_fd(mrb_run *run, int fd, int events,
+int ngx_http_mruby_wake_after(mrb_run_rec *run, mrb_int msec);
+int ngx_http_mruby_wake_on_fd(mrb_run_rec *run, int fd, int events,
     mrb_int msec, int *ready);
 
 /*
@@ -166,7 +166,7 @@ int ngx_http_mruby_wake_on_fd(mrb_run *run, int fd, int events,
  * script (NGX_DONE to return), or an error status.
  */
 ngx_int_t ngx_http_mruby_wait_begin(ngx_http_request_t *r,
-    ngx_http_mruby_ctx_t *ctx, ngx_http_mruby_phase_e phase, mrb_run *run);
+    ngx_http_mruby_ctx_t *ctx, ngx_http_mruby_phase_e phase, mrb_run_rec *run);
 
 /* ngx_http_mruby_filter_module.c */
 void ngx_http_mruby_filter_define(mrb_state *mrb, struct RClass *nginx);

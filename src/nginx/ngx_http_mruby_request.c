@@ -85,7 +85,7 @@ static mrb_value
 ngx_http_mruby_request_set_line(mrb_state *mrb, mrb_value self,
     const ngx_http_mruby_line_setter_t *set)
 {
-    mrb_run                    *run;
+    mrb_run_rec                *run;
     ngx_str_t                  *field;
     mrb_http_str                value;
     ngx_http_request_t         *r = ngx_http_mruby_request(mrb);

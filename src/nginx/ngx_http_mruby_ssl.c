@@ -85,7 +85,7 @@ ngx_http_mruby_ssl_cert_cb(ngx_ssl_conn_t *ssl_conn, void *arg)
 {
     ngx_http_mruby_srv_conf_t *mscf = arg;
 
-    mrb_run                     run;
+    mrb_run_rec                 run;
     mrb_interp                 *interp;
     ngx_connection_t           *c;
     ngx_http_mruby_run_data_t   data;

@@ -166,7 +166,7 @@ ngx_http_mruby_subrequest_response(mrb_state *mrb, ngx_http_request_t *sr,
 static mrb_value
 ngx_http_mruby_sub_request(mrb_state *mrb, mrb_value self)
 {
-    mrb_run                      *run;
+    mrb_run_rec                  *run;
     mrb_value                     path, args = mrb_nil_value();
     mrb_http_str                  u, a = { NULL, 0 };
     ngx_str_t                     uri, qs;
@@ -251,7 +251,7 @@ ngx_http_mruby_sub_request(mrb_state *mrb, mrb_value self)
 static mrb_value
 ngx_http_mruby_last_response(mrb_state *mrb, mrb_value self)
 {
-    mrb_run                    *run = mrb_interp_run(mrb);
+    mrb_run_rec                *run = mrb_interp_run(mrb);
     ngx_http_mruby_run_data_t  *data = run ? run->data : NULL;
 
     if (data == NULL || data->ctx == NULL || data->ctx->sr_last == NULL) {

@@ -181,7 +181,7 @@ ngx_http_mruby_variable(ngx_http_request_t *r, ngx_http_variable_value_t *v,
     uintptr_t data)
 {
     int                         ai;
-    mrb_run                     run;
+    mrb_run_rec                 run;
     mrb_value                   value;
     mrb_state                  *mrb;
     ngx_str_t                   s;

@@ -23,7 +23,7 @@ static void ngx_http_mruby_wait_cleanup(void *data);
 
 
 int
-ngx_http_mruby_wake_after(mrb_run *run, mrb_int msec)
+ngx_http_mruby_wake_after(mrb_run_rec *run, mrb_int msec)
 {
     ngx_http_request_t         *r = run->request;
     ngx_http_mruby_run_data_t  *data = run->data;
@@ -42,7 +42,7 @@ ngx_http_mruby_wake_after(mrb_run *run, mrb_int msec)
 /* A Redis reply (mrb_wait_fd): the socket as a connection of the event
  * loop, and the timer for the deadline; whichever comes first resumes. */
 int
-ngx_http_mruby_wake_on_fd(mrb_run *run, int fd, int events, mrb_int msec,
+ngx_http_mruby_wake_on_fd(mrb_run_rec *run, int fd, int events, mrb_int msec,
     int *ready)
 {
     ngx_http_request_t         *r = run->request;
@@ -65,7 +65,7 @@ ngx_http_mruby_wake_on_fd(mrb_run *run, int fd, int events, mrb_int msec,
 
 ngx_int_t
 ngx_http_mruby_wait_begin(ngx_http_request_t *r, ngx_http_mruby_ctx_t *ctx,
-    ngx_http_mruby_phase_e phase, mrb_run *run)
+    ngx_http_mruby_phase_e phase, mrb_run_rec *run)
 {
     mrb_interp          *interp;
     ngx_http_cleanup_t  *cln;
@@ -109,7 +109,7 @@ ngx_http_mruby_wait_begin(ngx_http_request_t *r, ngx_http_mruby_ctx_t *ctx,
 /* The script has ended: its phase ends as it would have without a wait. */
 static void
 ngx_http_mruby_wait_end(ngx_http_request_t *r, ngx_http_mruby_ctx_t *ctx,
-    int rc, mrb_run *out)
+    int rc, mrb_run_rec *out)
 {
     ngx_int_t  status;
 
@@ -159,7 +159,7 @@ static void
 ngx_http_mruby_wait_resume(ngx_http_request_t *r, ngx_http_mruby_ctx_t *ctx)
 {
     int          rc;
-    mrb_run      out;
+    mrb_run_rec  out;
     mrb_interp  *interp;
 
     interp = ngx_mruby_interp(&ngx_http_mruby_process, r->connection->log);

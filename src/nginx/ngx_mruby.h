@@ -202,7 +202,7 @@ mrb_interp *ngx_mruby_interp(ngx_mruby_process_t *p, ngx_log_t *log);
  * the exception's class, message and backtrace.
  */
 ngx_int_t ngx_mruby_run(ngx_mruby_process_t *p, ngx_mruby_script_t *s,
-    mrb_run *run, ngx_log_t *log);
+    mrb_run_rec *run, ngx_log_t *log);
 
 /*
  * What wakes a waiting script after a time (Async.sleep, the deadline of
@@ -266,7 +266,7 @@ void ngx_mruby_trim_later(mrb_interp *interp);
  * script ends now; *waiting becomes NULL.
  */
 void ngx_mruby_wait_end(ngx_mruby_process_t *p, ngx_mruby_wake_t *wake,
-    ngx_mruby_fd_wait_t *fd_wait, mrb_run **waiting);
+    ngx_mruby_fd_wait_t *fd_wait, mrb_run_rec **waiting);
 
 
 /* ngx_mruby_upstream.c */
@@ -351,14 +351,14 @@ int ngx_mruby_log_enabled(ngx_log_t *log, int level);
  */
 #define ngx_mruby_log_hooks(log, log_enabled, log_of)                         \
     static void                                                               \
-    log(void *log_target, mrb_run *run, int level, const char *msg,          \
+    log(void *log_target, mrb_run_rec *run, int level, const char *msg,       \
         size_t len)                                                           \
     {                                                                         \
         ngx_mruby_log(log_of(log_target, run), level, msg, len);              \
     }                                                                         \
                                                                               \
     static int                                                                \
-    log_enabled(void *log_target, mrb_run *run, int level)                    \
+    log_enabled(void *log_target, mrb_run_rec *run, int level)                \
     {                                                                         \
         return ngx_mruby_log_enabled(log_of(log_target, run), level);         \
     }

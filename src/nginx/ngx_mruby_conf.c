@@ -340,7 +340,7 @@ char *
 ngx_mruby_conf_run_code(ngx_conf_t *cf, const mrb_server *server)
 {
     char                 err[MRB_ERR_MSG_LEN], *rv;
-    mrb_run              run;
+    mrb_run_rec          run;
     ngx_str_t           *value;
     mrb_interp          *interp;
     ngx_mruby_script_t  *s;

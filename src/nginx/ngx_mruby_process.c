@@ -33,7 +33,7 @@ static void
 ngx_mruby_run_startup(mrb_interp *interp, ngx_array_t *scripts,
     const char *directive, ngx_log_t *log)
 {
-    mrb_run              run;
+    mrb_run_rec          run;
     ngx_uint_t           i;
     ngx_mruby_script_t **s;
 
@@ -489,9 +489,9 @@ ngx_mruby_fd_unwatch(ngx_mruby_fd_wait_t *w)
 
 void
 ngx_mruby_wait_end(ngx_mruby_process_t *p, ngx_mruby_wake_t *wake,
-    ngx_mruby_fd_wait_t *fd_wait, mrb_run **waiting)
+    ngx_mruby_fd_wait_t *fd_wait, mrb_run_rec **waiting)
 {
-    mrb_run     *run;
+    mrb_run_rec *run;
     mrb_interp  *interp;
 
     ngx_mruby_wake_stop(wake);
@@ -518,7 +518,7 @@ ngx_mruby_wait_end(ngx_mruby_process_t *p, ngx_mruby_wake_t *wake,
 
 
 ngx_int_t
-ngx_mruby_run(ngx_mruby_process_t *p, ngx_mruby_script_t *s, mrb_run *run,
+ngx_mruby_run(ngx_mruby_process_t *p, ngx_mruby_script_t *s, mrb_run_rec *run,
     ngx_log_t *log)
 {
     mrb_interp  *interp;

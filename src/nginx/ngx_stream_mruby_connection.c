@@ -133,7 +133,7 @@ ngx_stream_mruby_conn_set_upstream_server(mrb_state *mrb, mrb_value self)
 
 
 /* the session's run (mrb_interp_request raises outside one) */
-static mrb_run *
+static mrb_run_rec *
 ngx_stream_mruby_conn_run(mrb_state *mrb)
 {
     (void) mrb_interp_request(mrb);

@@ -14,7 +14,7 @@ static void
 ngx_stream_mruby_wake_handler(ngx_event_t *ev)
 {
     int                      rc;
-    mrb_run                  out;
+    mrb_run_rec              out;
     mrb_interp              *interp;
     ngx_stream_mruby_ctx_t  *ctx = ((ngx_mruby_wake_t *) ev)->data;
     ngx_stream_session_t    *s = ctx->session;
@@ -51,7 +51,7 @@ ngx_stream_mruby_wake_handler(ngx_event_t *ev)
 
 /* Nginx::Stream::Async.sleep: the session's timer resumes the script. */
 int
-ngx_stream_mruby_wake_after(mrb_run *run, mrb_int msec)
+ngx_stream_mruby_wake_after(mrb_run_rec *run, mrb_int msec)
 {
     ngx_stream_mruby_ctx_t  *ctx = run->data;
 
@@ -67,7 +67,7 @@ ngx_stream_mruby_wake_after(mrb_run *run, mrb_int msec)
 
 /* A Redis reply in a stream script: the socket or the deadline resumes. */
 int
-ngx_stream_mruby_wake_on_fd(mrb_run *run, int fd, int events, mrb_int msec,
+ngx_stream_mruby_wake_on_fd(mrb_run_rec *run, int fd, int events, mrb_int msec,
     int *ready)
 {
     ngx_stream_mruby_ctx_t  *ctx = run->data;

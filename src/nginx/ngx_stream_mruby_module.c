@@ -93,7 +93,7 @@ ngx_module_t  ngx_stream_mruby_module = {
  */
 
 static int
-ngx_stream_mruby_write(mrb_run *run, const char *data, size_t len)
+ngx_stream_mruby_write(mrb_run_rec *run, const char *data, size_t len)
 {
     return -1;  /* a stream has no response body to add to */
 }
@@ -101,7 +101,7 @@ ngx_stream_mruby_write(mrb_run *run, const char *data, size_t len)
 
 /* The log of the run's session, else the target's. */
 static ngx_log_t *
-ngx_stream_mruby_log_of(void *log_target, mrb_run *run)
+ngx_stream_mruby_log_of(void *log_target, mrb_run_rec *run)
 {
     ngx_stream_session_t  *s;
 
@@ -258,7 +258,7 @@ ngx_stream_mruby_wait_cleanup(void *data)
 static ngx_int_t
 ngx_stream_mruby_access_handler(ngx_stream_session_t *s)
 {
-    mrb_run                       run;
+    mrb_run_rec                   run;
     ngx_int_t                     rc;
     ngx_pool_cleanup_t           *cln;
     ngx_stream_mruby_ctx_t       *ctx;

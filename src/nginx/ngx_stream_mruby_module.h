@@ -24,12 +24,12 @@ typedef struct {
 
 
 /*
- * A session whose script waits (mrb_wait.h): in mrb_run.data of a stream
+ * A session whose script waits (mrb_wait.h): in mrb_run_rec.data of a stream
  * run, kept in the connection's pool.
  */
 typedef struct {
     ngx_stream_session_t  *session;
-    mrb_run               *waiting;       /* while its script waits */
+    mrb_run_rec           *waiting;       /* while its script waits */
     ngx_mruby_wake_t       wake;          /* Async.sleep's timer */
     ngx_mruby_fd_wait_t    fd_wait;       /* a Redis reply's socket */
     mrb_int                result;        /* when the script has ended */
@@ -47,8 +47,8 @@ extern ngx_mruby_process_t  ngx_stream_mruby_process;
 /* ngx_stream_mruby_core.c: Nginx::Stream, and waking a stream script */
 struct RClass *ngx_stream_mruby_stream_define(mrb_state *mrb,
     struct RClass *nginx);
-int ngx_stream_mruby_wake_after(mrb_run *run, mrb_int msec);
-int ngx_stream_mruby_wake_on_fd(mrb_run *run, int fd, int events,
+int ngx_stream_mruby_wake_after(mrb_run_rec *run, mrb_int msec);
+int ngx_stream_mruby_wake_on_fd(mrb_run_rec *run, int fd, int events,
     mrb_int msec, int *ready);
 
 

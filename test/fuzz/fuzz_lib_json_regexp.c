@@ -33,13 +33,14 @@ static mrb_interp     *fuzz_interp;
 static mrb_coro_pool  *fuzz_pool;
 
 static int
-fuzz_write(mrb_run *run, const char *data, size_t len)
+fuzz_write(mrb_run_rec *run, const char *data, size_t len)
 {
     return 0;
 }
 
 static void
-fuzz_log(void *target, mrb_run *run, int level, const char *msg, size_t len)
+fuzz_log(void *target, mrb_run_rec *run, int level, const char *msg,
+    size_t len)
 {
 }
 

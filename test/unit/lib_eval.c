@@ -15,7 +15,7 @@ static char  lib_out[8192];
 
 
 static int
-lib_write(mrb_run *run, const char *data, size_t len)
+lib_write(mrb_run_rec *run, const char *data, size_t len)
 {
     size_t  used = strlen(lib_out);
 
@@ -30,7 +30,7 @@ lib_write(mrb_run *run, const char *data, size_t len)
 
 
 static void
-lib_log(void *target, mrb_run *run, int level, const char *msg, size_t len)
+lib_log(void *target, mrb_run_rec *run, int level, const char *msg, size_t len)
 {
     printf("  log[%d]: %.*s\n", level, (int) len, msg);
 }
@@ -56,7 +56,7 @@ lib_interp_startup(const char *code)
     char         err[512];
     mrb_interp  *interp;
     mrb_script  *s;
-    mrb_run      run;
+    mrb_run_rec  run;
 
     interp = mrb_interp_open(&lib_server, NULL, err, sizeof(err));
     if (interp == NULL) {
@@ -89,7 +89,7 @@ lib_eval(mrb_interp *interp, const char *code, char *out, size_t len)
     char         err[512];
     char         wrapped[8192];
     mrb_script  *s;
-    mrb_run      run;
+    mrb_run_rec  run;
     int          rc;
 
     snprintf(wrapped, sizeof(wrapped),

@@ -26,7 +26,7 @@ static char  nested_error[2048];
 
 
 static int
-interp_write(mrb_run *run, const char *data, size_t len)
+interp_write(mrb_run_rec *run, const char *data, size_t len)
 {
     size_t  used = strlen(interp_out);
 
@@ -41,7 +41,7 @@ interp_write(mrb_run *run, const char *data, size_t len)
 
 
 static void
-interp_logger(void *target, mrb_run *run, int level, const char *msg,
+interp_logger(void *target, mrb_run_rec *run, int level, const char *msg,
     size_t len)
 {
 }
@@ -54,7 +54,7 @@ interp_nested_run(mrb_state *mrb, mrb_value self)
 {
     mrb_interp  *interp = mrb_interp_from_state(mrb);
     mrb_script  *s;
-    mrb_run      run;
+    mrb_run_rec  run;
     mrb_value    code;
     char         err[256];
     int          rc;
@@ -109,7 +109,7 @@ interp_sealed(void)
 
 /* Runs code as a request; returns what mrb_script_run returned. */
 static int
-interp_run_code(mrb_interp *interp, const char *code, mrb_run *run)
+interp_run_code(mrb_interp *interp, const char *code, mrb_run_rec *run)
 {
     char         err[256];
     mrb_script  *s;
@@ -132,7 +132,7 @@ interp_run_code(mrb_interp *interp, const char *code, mrb_run *run)
 TEST(interp_nested_run_error_is_its_own)
 {
     mrb_interp  *interp = interp_sealed();
-    mrb_run      run;
+    mrb_run_rec  run;
 
     REQUIRE(interp != NULL);
     CHECK_EQ(interp_run_code(interp,
@@ -157,7 +157,7 @@ TEST(interp_nested_run_error_is_its_own)
 static char  debug_log[1024];
 
 static void
-interp_debug_logger(void *target, mrb_run *run, int level, const char *msg,
+interp_debug_logger(void *target, mrb_run_rec *run, int level, const char *msg,
     size_t len)
 {
     size_t  used = strlen(debug_log);
@@ -168,7 +168,7 @@ interp_debug_logger(void *target, mrb_run *run, int level, const char *msg,
 
 
 static int
-interp_at_debug(void *target, mrb_run *run, int level)
+interp_at_debug(void *target, mrb_run_rec *run, int level)
 {
     return 1;
 }
@@ -183,7 +183,7 @@ static const mrb_server  interp_debug_server = {
 TEST(interp_error_backtrace_one_line_a_frame_at_debug)
 {
     char         err[256];
-    mrb_run      run;
+    mrb_run_rec  run;
     mrb_interp  *interp;
     const char  *code = "def f; raise 'x'; end\nf";
 
@@ -229,7 +229,7 @@ TEST(interp_error_of_many_runs_survives_the_gc)
 TEST(interp_nested_run_in_a_fiber)
 {
     mrb_interp  *interp = interp_sealed();
-    mrb_run      run;
+    mrb_run_rec  run;
 
     REQUIRE(interp != NULL);
     CHECK_EQ(interp_run_code(interp,
@@ -253,7 +253,7 @@ TEST(interp_nested_run_in_a_fiber)
 TEST(interp_toplevel_state_is_removed_when_the_outer_run_ends)
 {
     mrb_interp  *interp = interp_sealed();
-    mrb_run      run;
+    mrb_run_rec  run;
 
     REQUIRE(interp != NULL);
     CHECK_EQ(interp_run_code(interp,
@@ -272,7 +272,7 @@ TEST(interp_toplevel_state_is_removed_when_the_outer_run_ends)
 TEST(interp_stack_overflow_is_an_error_of_the_run)
 {
     mrb_interp  *interp = interp_sealed();
-    mrb_run      run;
+    mrb_run_rec  run;
 
     REQUIRE(interp != NULL);
     CHECK_EQ(interp_run_code(interp, "def down(n); down(n + 1); end; down(0)",
@@ -291,7 +291,7 @@ TEST(interp_stack_overflow_is_an_error_of_the_run)
 static int
 interp_run_then(mrb_interp *interp, const char *code, const char *probe)
 {
-    mrb_run  run;
+    mrb_run_rec  run;
 
     interp_run_code(interp, code, &run);
     interp_out[0] = '\0';
@@ -302,7 +302,7 @@ interp_run_then(mrb_interp *interp, const char *code, const char *probe)
 TEST(interp_frozen_top_level_is_unfrozen_and_cleaned)
 {
     mrb_interp  *interp = interp_sealed();
-    mrb_run      run;
+    mrb_run_rec  run;
 
     REQUIRE(interp != NULL);
 
@@ -367,7 +367,7 @@ TEST(interp_module_constants_and_methods_are_restored)
 TEST(interp_plain_runs_restore_nothing)
 {
     mrb_interp  *interp = interp_sealed();
-    mrb_run      run;
+    mrb_run_rec  run;
     int          i;
 
     REQUIRE(interp != NULL);
@@ -471,7 +471,7 @@ TEST(interp_code_left_by_a_run_is_watched_in_later_runs)
           "String.instance_variable_get(:@m).call(:Apache, 5)" },
     };
     mrb_interp  *interp;
-    mrb_run      run;
+    mrb_run_rec  run;
     size_t       i;
 
     for (i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
@@ -492,7 +492,7 @@ interp_with_startup(const char *code)
     mrb_interp  *interp = mrb_interp_open(&interp_server, NULL, err,
                                           sizeof(err));
     mrb_script  *s;
-    mrb_run      run;
+    mrb_run_rec  run;
 
     if (interp == NULL) {
         return NULL;
@@ -554,7 +554,7 @@ TEST(interp_plain_startup_code_keeps_runs_cheap)
         "  alias to_s inspect\n"
         "end\n"
         "COUNTER = Counter.new\n");
-    mrb_run      run;
+    mrb_run_rec  run;
 
     REQUIRE(interp != NULL);
     CHECK_EQ(interp_run_code(interp, "Apache.rputs COUNTER.bump.n.to_s",
@@ -595,7 +595,7 @@ TEST(interp_descriptors_of_a_failed_run_are_given_back)
     if (pid == 0) {
         struct rlimit  lim;
         mrb_interp    *interp = interp_sealed();
-        mrb_run        run;
+        mrb_run_rec    run;
         int            before, rc;
 
         getrlimit(RLIMIT_NOFILE, &lim);

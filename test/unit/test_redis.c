@@ -21,7 +21,7 @@ static char  redis_out[256];
 
 
 static int
-redis_write(mrb_run *run, const char *data, size_t len)
+redis_write(mrb_run_rec *run, const char *data, size_t len)
 {
     size_t  used = strlen(redis_out);
 
@@ -36,7 +36,7 @@ redis_write(mrb_run *run, const char *data, size_t len)
 
 
 static void
-redis_logger(void *target, mrb_run *run, int level, const char *msg,
+redis_logger(void *target, mrb_run_rec *run, int level, const char *msg,
     size_t len)
 {
 }
@@ -77,7 +77,7 @@ redis_listener(int *port)
 
 
 static int
-redis_run(mrb_interp *interp, const char *code, mrb_run *run)
+redis_run(mrb_interp *interp, const char *code, mrb_run_rec *run)
 {
     char         err[256];
     mrb_script  *s;
@@ -106,7 +106,7 @@ TEST(redis_raising_argument_leaks_nothing)
 {
     char          err[256], code[1024];
     mrb_interp   *interp;
-    mrb_run       run;
+    mrb_run_rec   run;
     struct mallinfo2  before, after;
     int           fd, port;
 

@@ -25,7 +25,7 @@ static char   test_log[4096];
 
 
 static int
-test_write(mrb_run *run, const char *data, size_t len)
+test_write(mrb_run_rec *run, const char *data, size_t len)
 {
     if (test_out_len + len >= sizeof(test_out)) {
         return -1;
@@ -39,7 +39,7 @@ test_write(mrb_run *run, const char *data, size_t len)
 
 
 static void
-test_logger(void *target, mrb_run *run, int level, const char *msg,
+test_logger(void *target, mrb_run_rec *run, int level, const char *msg,
     size_t len)
 {
     snprintf(test_log, sizeof(test_log), "%d %.*s", level, (int) len, msg);
@@ -70,7 +70,7 @@ interp_new(void)
 
 /* Runs code (inline) as a request; returns what mrb_script_run returned. */
 static int
-run_code(mrb_interp *interp, const char *code, mrb_run *run)
+run_code(mrb_interp *interp, const char *code, mrb_run_rec *run)
 {
     char         err[512];
     mrb_script  *s;
@@ -139,7 +139,7 @@ rss_kb(void)
 TEST(script_inline_runs_and_returns)
 {
     mrb_interp  *interp = interp_new();
-    mrb_run      run;
+    mrb_run_rec  run;
 
     REQUIRE(interp != NULL);
     CHECK_EQ(run_code(interp, "Apache.rputs \"#{server_name} #{Apache.module_name}\"; "
@@ -179,7 +179,7 @@ TEST(script_syntax_error_names_file_and_line)
 TEST(script_exception_is_one_line_with_backtrace)
 {
     mrb_interp  *interp = interp_new();
-    mrb_run      run;
+    mrb_run_rec  run;
 
     REQUIRE(interp != NULL);
     CHECK_EQ(run_code(interp, "def f\n  raise ArgumentError, \"bad\\nvalue\"\n"
@@ -199,7 +199,7 @@ TEST(script_exception_is_one_line_with_backtrace)
 TEST(script_toplevel_state_is_removed_after_a_run)
 {
     mrb_interp  *interp = interp_new();
-    mrb_run      run;
+    mrb_run_rec  run;
 
     REQUIRE(interp != NULL);
     CHECK_EQ(run_code(interp, "$g = 1; K = 2; @i = 3; class Made; end", &run),
@@ -217,7 +217,7 @@ TEST(script_removed_and_added_global_is_still_removed)
     char         err[256];
     mrb_interp  *interp = mrb_interp_open(&test_server, NULL, err,
                                           sizeof(err));
-    mrb_run      run;
+    mrb_run_rec  run;
 
     REQUIRE(interp != NULL);
     CHECK_EQ(run_code(interp, "$startup = 1", &run), 0);
@@ -239,7 +239,7 @@ TEST(script_startup_state_stays)
     mrb_interp  *interp = mrb_interp_open(&test_server, NULL, err,
                                           sizeof(err));
     mrb_script  *s;
-    mrb_run      run;
+    mrb_run_rec  run;
     const char  *init = "$shared = 'kept'; Shared = 1";
 
     REQUIRE(interp != NULL);
@@ -265,7 +265,7 @@ TEST(script_stat_recompiles_on_change_and_recovers_from_errors)
     const char   *path = tmp_path("stat.rb");
     mrb_interp   *interp = interp_new();
     mrb_script   *s;
-    mrb_run       run;
+    mrb_run_rec   run;
     char          err[256];
 
     REQUIRE(interp != NULL);
@@ -338,7 +338,7 @@ TEST(script_edit_looks_up_no_file_name_and_names_it)
     const char   *path = tmp_path("named.rb");
     mrb_interp   *interp = interp_new();
     mrb_script   *s;
-    mrb_run       run;
+    mrb_run_rec   run;
     char          err[256], where[192];
 
     REQUIRE(interp != NULL);
@@ -555,7 +555,7 @@ TEST(script_forever_ignores_edits_never_sees_them)
     const char   *path = tmp_path("policy.rb");
     mrb_interp   *interp = interp_new();
     mrb_script   *forever, *never;
-    mrb_run       run;
+    mrb_run_rec   run;
     char          err[256];
 
     REQUIRE(interp != NULL);
@@ -603,7 +603,7 @@ TEST(script_memory_is_flat_over_many_runs)
     mrb_cache_policy  policies[] = { MRB_CACHE_FOREVER, MRB_CACHE_NEVER };
     mrb_interp   *interp = interp_new();
     mrb_script   *s;
-    mrb_run       run;
+    mrb_run_rec   run;
     char          err[256];
     long          warm = 0, end;
     int           p, i;
@@ -652,7 +652,7 @@ TEST(script_never_garbage_does_not_pile_up)
     mrb_interp   *interp = interp_new();
     mrb_state    *mrb;
     mrb_script   *s;
-    mrb_run       run;
+    mrb_run_rec   run;
     char          err[256];
     size_t        warm = 0, most = 0;
     int           i;
@@ -687,7 +687,7 @@ bench_policy(mrb_cache_policy policy, int n)
     const char   *path = tmp_path("bench.rb");
     mrb_interp   *interp = interp_new();
     mrb_script   *s;
-    mrb_run       run;
+    mrb_run_rec   run;
     char          err[256];
     uint64_t      t0;
     int           i;

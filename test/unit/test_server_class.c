@@ -16,7 +16,7 @@ static char  sc_log[1024];
 
 
 static int
-sc_write(mrb_run *run, const char *data, size_t len)
+sc_write(mrb_run_rec *run, const char *data, size_t len)
 {
     return unit_append(sc_out, sizeof(sc_out), data, len);
 }
@@ -24,7 +24,7 @@ sc_write(mrb_run *run, const char *data, size_t len)
 
 /* each line as "[LEVEL] MESSAGE\n" */
 static void
-sc_logger(void *target, mrb_run *run, int level, const char *msg,
+sc_logger(void *target, mrb_run_rec *run, int level, const char *msg,
     size_t len)
 {
     char  line[256];
@@ -43,7 +43,7 @@ static const mrb_server  sc_server = {
 /* Runs code as a request script in a new sealed interpreter: what
  * mrb_script_run returned, with run's result in *run. */
 static int
-sc_run(const char *code, mrb_run *run)
+sc_run(const char *code, mrb_run_rec *run)
 {
     char         err[256];
     mrb_interp  *interp;
@@ -77,7 +77,7 @@ sc_run(const char *code, mrb_run *run)
 
 TEST(server_class_names_the_server_and_the_module)
 {
-    mrb_run  run;
+    mrb_run_rec  run;
 
     CHECK_EQ(sc_run("Apache.rputs [server_name, get_server_class, "
                     "Apache.module_name, Apache.module_version, "
@@ -89,7 +89,7 @@ TEST(server_class_names_the_server_and_the_module)
 
 TEST(server_class_rputs_writes_any_object_as_its_to_s)
 {
-    mrb_run  run;
+    mrb_run_rec  run;
 
     CHECK_EQ(sc_run("Apache.rputs 42; Apache.rputs nil; Apache.rputs :s",
                     &run), 0);
@@ -99,7 +99,7 @@ TEST(server_class_rputs_writes_any_object_as_its_to_s)
 
 TEST(server_class_return_sets_the_result_and_the_script_goes_on)
 {
-    mrb_run  run;
+    mrb_run_rec  run;
 
     CHECK_EQ(sc_run("Apache.return 403; Apache.rputs 'after'", &run), 0);
     CHECK_EQ(run.result, 403);
@@ -110,7 +110,7 @@ TEST(server_class_return_sets_the_result_and_the_script_goes_on)
 
 TEST(server_class_errlogger_logs_at_the_servers_level)
 {
-    mrb_run  run;
+    mrb_run_rec  run;
 
     /* 3 is APLOG_ERR with a base of 0: MRB_LOG_ERR, syslog's 3 */
     CHECK_EQ(sc_run("Apache.errlogger 3, 'one'; Apache.log 5, [:two]",

@@ -19,14 +19,14 @@
 
 
 static int
-scan_write(mrb_run *run, const char *data, size_t len)
+scan_write(mrb_run_rec *run, const char *data, size_t len)
 {
     return 0;
 }
 
 
 static void
-scan_logger(void *target, mrb_run *run, int level, const char *msg,
+scan_logger(void *target, mrb_run_rec *run, int level, const char *msg,
     size_t len)
 {
 }

@@ -32,7 +32,7 @@ static mrb_int   wait_last_msec;
 
 
 static int
-wait_write(mrb_run *run, const char *data, size_t len)
+wait_write(mrb_run_rec *run, const char *data, size_t len)
 {
     size_t  used = strlen(wait_out);
 
@@ -47,21 +47,21 @@ wait_write(mrb_run *run, const char *data, size_t len)
 
 
 static void
-wait_logger(void *target, mrb_run *run, int level, const char *msg,
+wait_logger(void *target, mrb_run_rec *run, int level, const char *msg,
     size_t len)
 {
 }
 
 
 static int
-wait_log_enabled(void *target, mrb_run *run, int level)
+wait_log_enabled(void *target, mrb_run_rec *run, int level)
 {
     return 0;
 }
 
 
 static int
-wait_wake_after(mrb_run *run, mrb_int msec)
+wait_wake_after(mrb_run_rec *run, mrb_int msec)
 {
     wait_timers++;
     wait_last_msec = msec;
@@ -118,7 +118,7 @@ wait_part_define(mrb_state *mrb)
 
 
 static int
-wait_part_run_end(mrb_state *mrb, const mrb_run *run)
+wait_part_run_end(mrb_state *mrb, const mrb_run_rec *run)
 {
     wait_part_ends++;
     mrb_iv_set(mrb, wait_part_self(mrb), mrb_intern_lit(mrb, "__kept__"),
@@ -189,7 +189,7 @@ wait_script(const char *code)
 
 /* Starts code as a run that may wait. */
 static int
-wait_start(mrb_interp *interp, mrb_script *s, mrb_run *run)
+wait_start(mrb_interp *interp, mrb_script *s, mrb_run_rec *run)
 {
     mrb_run_init(run, (void *) 1, 0);
     run->may_wait = 1;
@@ -200,11 +200,11 @@ wait_start(mrb_interp *interp, mrb_script *s, mrb_run *run)
 /* Runs code to its end, resuming it each time it waits (with a full GC in
  * between, so that what a suspended run holds must be reachable). */
 static int
-wait_run_through(mrb_interp *interp, const char *code, mrb_run *run,
+wait_run_through(mrb_interp *interp, const char *code, mrb_run_rec *run,
     int *waits)
 {
     mrb_script  *s = wait_script(code);
-    mrb_run     *waiting;
+    mrb_run_rec *waiting;
     int          rc;
 
     *waits = 0;
@@ -228,7 +228,7 @@ wait_run_through(mrb_interp *interp, const char *code, mrb_run *run,
 TEST(wait_a_run_that_never_waits_ends_at_once)
 {
     mrb_interp  *interp = wait_interp();
-    mrb_run      run;
+    mrb_run_rec  run;
     unsigned     live, idle;
     int          waits;
 
@@ -264,7 +264,7 @@ TEST(wait_a_run_that_never_waits_ends_at_once)
 static void
 wait_nap_waits(mrb_interp *interp)
 {
-    mrb_run  run;
+    mrb_run_rec  run;
     int      waits;
 
     mrb_interp_seal(interp);
@@ -284,7 +284,7 @@ TEST(wait_a_startup_script_that_names_sleep_puts_every_run_on_a_coroutine)
     mrb_interp  *interp = mrb_interp_open(&wait_server, NULL, err,
                                           sizeof(err));
     mrb_script  *init = wait_script(WAIT_STARTUP_NAP);
-    mrb_run      run;
+    mrb_run_rec  run;
 
     REQUIRE(interp != NULL && init != NULL);
     mrb_run_init(&run, NULL, 0);
@@ -301,7 +301,7 @@ TEST(wait_a_startup_script_that_names_sleep_puts_every_run_on_a_coroutine)
 TEST(wait_anywhere_even_inside_blocks_and_methods_that_c_called)
 {
     mrb_interp  *interp = wait_interp();
-    mrb_run      run;
+    mrb_run_rec  run;
     int          waits;
 
     REQUIRE(interp != NULL);
@@ -330,7 +330,7 @@ TEST(wait_anywhere_even_inside_blocks_and_methods_that_c_called)
 TEST(wait_sleep_takes_seconds_and_async_sleep_milliseconds)
 {
     mrb_interp  *interp = wait_interp();
-    mrb_run      run;
+    mrb_run_rec  run;
     int          waits;
 
     REQUIRE(interp != NULL);
@@ -362,7 +362,7 @@ TEST(wait_runs_interleave)
         "Nginx.rputs y.last");
     mrb_script  *b = wait_script(
         "x = 'b1'; Nginx::Async.sleep(1); Nginx.rputs x");
-    mrb_run      ra, rb, *wa, *wb;
+    mrb_run_rec  ra, rb, *wa, *wb;
 
     REQUIRE(interp != NULL && a != NULL && b != NULL);
 
@@ -388,7 +388,7 @@ TEST(wait_runs_interleave)
 TEST(wait_an_exception_after_a_resume_fails_the_run_with_file_line)
 {
     mrb_interp  *interp = wait_interp();
-    mrb_run      run;
+    mrb_run_rec  run;
     int          waits;
 
     REQUIRE(interp != NULL);
@@ -421,7 +421,7 @@ TEST(wait_cancel_unwinds_the_run_and_frees_its_stack)
         "  Nginx.rputs 'ensure'\n"
         "end\n"
         "Nginx.rputs 'after'\n");
-    mrb_run      run;
+    mrb_run_rec  run;
     unsigned     live, idle;
 
     REQUIRE(interp != NULL && s != NULL);
@@ -444,7 +444,7 @@ TEST(wait_where_a_run_cannot_wait_the_script_gets_an_error)
 {
     mrb_interp  *interp = wait_interp();
     mrb_script  *s = wait_script("sleep 1");
-    mrb_run      run;
+    mrb_run_rec  run;
 
     REQUIRE(interp != NULL && s != NULL);
     mrb_run_init(&run, (void *) 1, 0);
@@ -461,7 +461,7 @@ TEST(wait_where_a_run_cannot_wait_the_script_gets_an_error)
 TEST(wait_inside_a_scripts_own_fiber)
 {
     mrb_interp  *interp = wait_interp();
-    mrb_run      run;
+    mrb_run_rec  run;
     int          waits;
 
     REQUIRE(interp != NULL);
@@ -481,7 +481,7 @@ BENCH(bench_wait_suspend_resume_from_ruby)
 {
     mrb_interp  *interp = wait_interp();
     mrb_script  *s = wait_script("20000.times { Nginx::Async.sleep(0) }");
-    mrb_run      run;
+    mrb_run_rec  run;
     uint64_t     t0, t, best = UINT64_MAX;
     int          rc, r, n = 0;
 
@@ -538,8 +538,8 @@ TEST(wait_many_runs_wait_at_once)
         "  Nginx.rputs b.join.size == 300 ? '' : 'bad'\n"
         "end\n");
     mrb_script  *g = wait_script("200.times { [1, 2, 3].map { |x| x.to_s * 20 } }");
-    static mrb_run  runs[150];
-    mrb_run     gr;
+    static mrb_run_rec  runs[150];
+    mrb_run_rec gr;
     unsigned     live, idle;
     int          i, round;
 
@@ -577,7 +577,7 @@ TEST(wait_many_runs_wait_at_once)
 TEST(wait_deep_recursion_on_a_coroutine_is_a_system_stack_error)
 {
     mrb_interp  *interp = wait_interp();
-    mrb_run      run;
+    mrb_run_rec  run;
     int          waits;
 
     REQUIRE(interp != NULL);
@@ -614,7 +614,7 @@ TEST(wait_a_cancelled_run_cannot_arm_a_timer_again)
         "    Nginx.rputs e.class.to_s\n"
         "  end\n"
         "end\n");
-    mrb_run      run;
+    mrb_run_rec  run;
     unsigned     live, idle;
 
     REQUIRE(interp != NULL && s != NULL);
@@ -650,7 +650,7 @@ TEST(wait_out_of_memory_for_a_new_context_fails_the_run)
     mrb_script  *s = wait_script("Nginx::Async.sleep(1)\n"
                                  "Nginx.rputs 'x'\n");
     mrb_state   *mrb;
-    mrb_run      held, run;
+    mrb_run_rec  held, run;
     size_t       before;
     long         n, failures;
     int          i, ai;
@@ -724,7 +724,7 @@ TEST(wait_out_of_memory_for_the_wait_state_fails_the_first_run)
     mrb_script  *s = wait_script("Nginx::Async.sleep(1)\n"
                                  "Nginx.rputs 'x'\n");
     mrb_state   *mrb;
-    mrb_run      run;
+    mrb_run_rec  run;
     size_t       before;
     long         failures;
     int          i, rc, ai;
@@ -810,7 +810,7 @@ TEST(wait_out_of_memory_for_the_wait_state_in_startup_keeps_waits)
                                           sizeof(err));
     mrb_script  *init = wait_script(WAIT_STARTUP_NAP);
     mrb_state   *mrb;
-    mrb_run      run;
+    mrb_run_rec  run;
 
     REQUIRE(interp != NULL && init != NULL);
     mrb = mrb_interp_state(interp);
@@ -837,7 +837,7 @@ TEST(wait_out_of_memory_for_the_wait_state_in_startup_keeps_waits)
 
 
 static int
-wait_wake_on_fd(mrb_run *run, int fd, int events, mrb_int msec, int *ready)
+wait_wake_on_fd(mrb_run_rec *run, int fd, int events, mrb_int msec, int *ready)
 {
     return -1;
 }
@@ -861,7 +861,7 @@ TEST(wait_redis_puts_a_run_on_a_coroutine_only_where_sockets_are_watched)
 {
     char         err[256];
     mrb_interp  *interp;
-    mrb_run      run;
+    mrb_run_rec  run;
     unsigned     live, idle;
     int          waits;
 
@@ -916,7 +916,7 @@ TEST(wait_a_runs_top_level_state_is_its_own_across_its_wait)
     mrb_script  *b = wait_script(WAIT_TL_SET("b"));
     mrb_script  *peek = wait_script(WAIT_TL_PEEK);
     mrb_state   *mrb;
-    mrb_run      ra, rb, rp, *wa, *wb;
+    mrb_run_rec  ra, rb, rp, *wa, *wb;
 
     REQUIRE(interp != NULL && a != NULL && b != NULL && peek != NULL);
     mrb = mrb_interp_state(interp);
@@ -970,7 +970,7 @@ TEST(wait_out_of_memory_keeping_the_top_level_state_fails_the_run)
         "Nginx.rputs \"[#{$tl.inspect} #{Object.const_defined?(:TL)} "
         "#{@tl.inspect} #{part_kept.inspect}]\"");
     mrb_state   *mrb;
-    mrb_run      ra, rp;
+    mrb_run_rec  ra, rp;
     size_t       before = 0;
     long         n;
     int          phase, rc, lost, kept, round, done;
@@ -1065,7 +1065,7 @@ static int  *wait_fd_ready;
 
 
 static int
-wait_watch_fd(mrb_run *run, int fd, int events, mrb_int msec, int *ready)
+wait_watch_fd(mrb_run_rec *run, int fd, int events, mrb_int msec, int *ready)
 {
     wait_fd_events = events;
     wait_fd_ready = ready;
@@ -1122,7 +1122,7 @@ TEST(wait_a_redis_call_after_a_top_level_constant_suspends_the_run)
     char          err[256], code[512], buf[256];
     mrb_interp   *interp;
     mrb_script   *s, *peek;
-    mrb_run       run, rp;
+    mrb_run_rec   run, rp;
     struct pollfd pfd;
     int           lfd, cfd = -1, port, rc, waits = 0;
 
@@ -1198,7 +1198,7 @@ TEST(wait_what_a_part_keeps_is_the_runs_own_across_its_wait)
     mrb_script  *peek = wait_script(
         "Nginx.rputs \"#{part_kept.inspect}|\"\n"
         "part_keep('q')\n");
-    mrb_run      ra, rp;
+    mrb_run_rec  ra, rp;
 
     REQUIRE(interp != NULL && a != NULL && peek != NULL);
 
@@ -1226,7 +1226,7 @@ TEST(wait_a_parts_run_end_follows_only_the_runs_that_marked_it)
     mrb_interp  *interp = wait_interp();
     mrb_script  *keep = wait_script("part_keep('x')\n");
     mrb_script  *plain = wait_script("Nginx.rputs \"#{part_kept.inspect}\"");
-    mrb_run      run;
+    mrb_run_rec  run;
 
     REQUIRE(interp != NULL && keep != NULL && plain != NULL);
     wait_part_ends = 0;
