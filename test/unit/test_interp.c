@@ -212,7 +212,7 @@ TEST(interp_error_backtrace_one_line_a_frame_at_debug)
  * and the worker aborted on a FrozenError from a freed object). */
 TEST(interp_error_of_many_runs_survives_the_gc)
 {
-    mrb_run      run;
+    mrb_run_rec  run;
     mrb_interp  *interp = interp_sealed();
     int          i;
 

@@ -370,7 +370,7 @@ TEST(script_edit_looks_up_no_file_name_and_names_it)
 
 /* Runs the script at path once; returns mrb_script_run's answer. */
 static int
-run_file_once(mrb_interp *interp, const char *path, mrb_run *run)
+run_file_once(mrb_interp *interp, const char *path, mrb_run_rec *run)
 {
     mrb_script  *s;
     char         err[256];
@@ -401,7 +401,7 @@ TEST(script_first_run_looks_up_no_file_name_and_names_it)
     const char   *known = tmp_path("first_known.rb");
     mrb_interp   *interp = interp_new();
     mrb_state    *mrb;
-    mrb_run       run;
+    mrb_run_rec   run;
     mrb_sym       sym, symidx;
     char          where[192];
 
