@@ -280,6 +280,7 @@ ap_mrb_child_init(apr_pool_t *pchild, server_rec *s)
                               ap_mrb_interp_cleanup);
         ap_mrb_parent_interp = NULL;
 
+        mrb_interp_seed_random(interp);
         ap_mrb_run_startup_scripts(interp, s, AP_MRB_CHILD_INIT);
         mrb_interp_seal(interp);
         mrb_interp_give_back(interp);

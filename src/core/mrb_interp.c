@@ -13,7 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
+#include <sys/random.h>
 
 #include <mruby.h>
 #include <mruby/array.h>
@@ -138,6 +140,45 @@ interp_parts_define(mrb_interp *interp, char *err, size_t errlen)
 }
 
 
+static mrb_value
+interp_srand(mrb_state *mrb, void *seed)
+{
+    return mrb_funcall(mrb, mrb_obj_value(mrb_class_get(mrb, "Random")),
+                       "srand", 1, mrb_int_value(mrb, *(mrb_int *) seed));
+}
+
+
+void
+mrb_interp_seed_random(mrb_interp *interp)
+{
+    mrb_state  *mrb = interp->head.mrb;
+    uint32_t    bits;
+    mrb_int     seed;
+    mrb_bool    failed;
+    int         ai;
+
+    if (!mrb_class_defined(mrb, "Random")) {
+        return;
+    }
+
+    if (getrandom(&bits, sizeof(bits), GRND_NONBLOCK) != sizeof(bits)) {
+        /* no entropy yet (early boot): differs by process and time */
+        bits = (uint32_t) getpid() ^ (uint32_t) time(NULL)
+               ^ (uint32_t) (uintptr_t) &bits;
+    }
+    seed = (mrb_int) bits;
+
+    ai = mrb_gc_arena_save(mrb);
+    mrb_protect_error(mrb, interp_srand, &seed, &failed);
+    if (failed) {
+        mrb_interp_log(interp, MRB_LOG_ERR, "mruby: seeding Random failed: "
+                       "rand draws the same numbers as in other processes");
+        mrb->exc = NULL;
+    }
+    mrb_gc_arena_restore(mrb, ai);
+}
+
+
 mrb_interp *
 mrb_interp_open(const mrb_server *server, void *log_target, char *err,
     size_t errlen)
@@ -180,6 +221,7 @@ mrb_interp_open(const mrb_server *server, void *log_target, char *err,
         return NULL;
     }
 
+    mrb_interp_seed_random(interp);
     return interp;
 }
 

@@ -161,6 +161,17 @@ mrb_interp *mrb_interp_open(const mrb_server *server, void *log_target,
 void mrb_interp_close(mrb_interp *interp);
 
 /*
+ * Seeds the interpreter's Random (Kernel#rand, Array#shuffle and #sample)
+ * from the kernel: mruby starts every Random::DEFAULT in the same state,
+ * so every worker drew the same numbers, restart after restart.
+ * mrb_interp_open seeds; a process that takes over a copy of another's
+ * interpreter (made by fork) calls it before its own startup scripts, so
+ * that its numbers are not its siblings'.  A script's srand after that
+ * stays.
+ */
+void mrb_interp_seed_random(mrb_interp *interp);
+
+/*
  * A new interpreter, opened, given to init (which runs the startup
  * scripts), then sealed.  NULL if creation failed (then err says why).
  */

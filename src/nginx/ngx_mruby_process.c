@@ -143,6 +143,7 @@ ngx_mruby_init_worker(ngx_mruby_process_t *p, ngx_mruby_main_conf_t *mcf,
         p->interp = mcf->init_interp;
         mcf->init_interp = NULL;
 
+        mrb_interp_seed_random(p->interp);
         ngx_mruby_init_worker_scripts(p->interp, &ctx);
         mrb_interp_seal(p->interp);
 

@@ -269,6 +269,29 @@ TEST(interp_toplevel_state_is_removed_when_the_outer_run_ends)
 }
 
 
+/* mruby starts every Random::DEFAULT in one state: each interpreter is
+ * seeded anew, so two draw different numbers (1 in 2**30 to fail). */
+TEST(interp_random_is_seeded_for_each_interpreter)
+{
+    char         first[64];
+    mrb_interp  *a = interp_sealed(), *b;
+    mrb_run_rec  run;
+
+    REQUIRE(a != NULL);
+    CHECK_EQ(interp_run_code(a, "Apache.rputs rand(1 << 30).to_s", &run), 0);
+    snprintf(first, sizeof(first), "%s", interp_out);
+
+    b = interp_sealed();
+    REQUIRE(b != NULL);
+    CHECK_EQ(interp_run_code(b, "Apache.rputs rand(1 << 30).to_s", &run), 0);
+    CHECK(first[0] != '\0' && interp_out[0] != '\0');
+    CHECK(strcmp(first, interp_out) != 0);
+
+    mrb_interp_close(a);
+    mrb_interp_close(b);
+}
+
+
 TEST(interp_stack_overflow_is_an_error_of_the_run)
 {
     mrb_interp  *interp = interp_sealed();
