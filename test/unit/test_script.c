@@ -196,6 +196,43 @@ TEST(script_exception_is_one_line_with_backtrace)
 }
 
 
+/*
+ * The exception being logged is held for the GC while its message method
+ * runs: a collection there freed it (mruby 3.3 raises an exception left in
+ * mrb->exc again, so the log line no longer keeps it there), and its
+ * backtrace was read from freed memory: on mruby 3.3 a script raising on
+ * every run crashed within some 500 runs.
+ */
+TEST(script_exception_outlives_the_gc_while_it_is_logged)
+{
+    const char  *path = tmp_path("raising.rb");
+    mrb_interp  *interp = interp_new();
+    mrb_script  *s;
+    mrb_run      run;
+    char         err[256];
+    int          i;
+
+    REQUIRE(interp != NULL);
+    write_file(path, "raise 'boom'\n");
+    s = mrb_script_from_file(path, MRB_CACHE_STAT, err, sizeof(err));
+    REQUIRE(s != NULL);
+
+    for (i = 0; i < 2000; i++) {
+        mrb_run_init(&run, (void *) 1, 0);
+        if (mrb_script_run(interp, s, &run) != -1
+            || strncmp(run.error, "RuntimeError: boom (", 20) != 0)
+        {
+            break;
+        }
+    }
+    CHECK_EQ(i, 2000);
+
+    mrb_script_free(s);
+    mrb_interp_close(interp);
+    unlink(path);
+}
+
+
 TEST(script_toplevel_state_is_removed_after_a_run)
 {
     mrb_interp  *interp = interp_new();
