@@ -208,7 +208,7 @@ TEST(script_exception_outlives_the_gc_while_it_is_logged)
     const char  *path = tmp_path("raising.rb");
     mrb_interp  *interp = interp_new();
     mrb_script  *s;
-    mrb_run      run;
+    mrb_run_rec  run;
     char         err[256];
     int          i;
 
