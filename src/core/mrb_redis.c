@@ -102,10 +102,20 @@ redis_conn_free(mrb_state *mrb, void *p)
 }
 
 
+/*
+ * The Redis class, kept where a script cannot reach it (a hidden instance
+ * variable of Kernel): a script may reassign or remove the constant
+ * (`Redis = 5`, restored only after the run), and the part's run_end,
+ * which must not raise, looks the class up too.
+ */
 static struct RClass *
 redis_class(mrb_state *mrb)
 {
-    return mrb_class_get(mrb, "Redis");
+    mrb_value  c = mrb_iv_get(mrb, mrb_obj_value(mrb->kernel_module),
+                              mrb_intern_lit(mrb, "__redis_class__"));
+
+    return mrb_type(c) == MRB_TT_CLASS ? mrb_class_ptr(c)
+                                       : mrb_class_get(mrb, "Redis");
 }
 
 
@@ -1328,6 +1338,8 @@ redis_define(mrb_state *mrb)
 
     c = mrb_api_define_class(mrb, NULL, "Redis", NULL, redis_methods);
     MRB_SET_INSTANCE_TT(c, MRB_TT_DATA);
+    mrb_iv_set(mrb, mrb_obj_value(mrb->kernel_module),
+               mrb_intern_lit(mrb, "__redis_class__"), mrb_obj_value(c));
     mrb_api_define_methods(mrb, c, redis_command_methods);
 
     base = mrb_api_define_class(mrb, c, "BaseError",

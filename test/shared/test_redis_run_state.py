@@ -132,3 +132,34 @@ def test_a_waiting_requests_replies_are_its_own(apache, nginx, redis_server):
             (200, '[:OK, "the holder\'s value"]'), s.error_log()[-2000:]
     r = s.get("/own")
     assert (r.status_code, r.text) == (200, "[nil]"), s.error_log()[-2000:]
+
+
+# /replace?<port>: leaves something for the end of the run to drop (a
+# queued command; MULTI), then reassigns the constant Redis.
+REPLACE = r'''
+port = get_server_class::Request.new.args.to_i
+Redis.new("127.0.0.1", port).queue(:set, "replaced", "1")
+Redis.new("127.0.0.1", port).multi
+Redis = 5
+get_server_class.rputs "replaced"
+'''
+
+
+@pytest.mark.parametrize("kind", ["nginx", "apache-event"])
+def test_a_run_that_reassigns_redis_ends_cleanly(kind, apache, nginx,
+                                                 redis_server):
+    """The end of the run finds the Redis class it keeps, not the constant
+    the script reassigned: the worker serves on and Redis is the class
+    again.  (The run's end looked the constant up and raised outside any
+    rescue: the worker aborted, signal 6.)"""
+    s = harness.one_interpreter(
+        kind, apache, nginx, {"/replace": "replace.rb", "/plain": "plain.rb"},
+        {"replace.rb": REPLACE, "plain.rb": "get_server_class.rputs "
+         "Redis.new('127.0.0.1', get_server_class::Request.new.args.to_i)"
+         ".get('replaced').inspect"})
+    pids = s.worker_pids()
+    r = s.get(f"/replace?{redis_server.port}")
+    assert (r.status_code, r.text) == (200, "replaced"), s.error_log()[-2000:]
+    r = s.get(f"/plain?{redis_server.port}")
+    assert (r.status_code, r.text) == (200, "nil"), s.error_log()[-2000:]
+    assert s.worker_pids() == pids
