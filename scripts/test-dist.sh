@@ -65,7 +65,11 @@ case "$DIST" in
     *) fail "DIST must be bookworm, trixie or forky (got '${DIST}')" ;;
 esac
 [ "$(id -u)" = 0 ] || fail "run as root (debootstrap, chroot, mounts)"
-command -v debootstrap >/dev/null || fail "debootstrap is not installed (apt-get install debootstrap)"
+if ! command -v debootstrap >/dev/null; then
+    say "installing debootstrap"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        debootstrap debian-archive-keyring >/dev/null || fail "apt-get install debootstrap"
+fi
 
 TIMES=()
 STARTED=$SECONDS
