@@ -4,8 +4,10 @@
 #
 #   scripts/test-dist.sh DIST [TARGET...]
 #
-# TARGET (default: test) are the make targets run in the root, for
-# example "deps deb" to build the suite's packages there.
+# TARGET (default: test) are the make targets run in the root, each by a
+# make of its own (a Makefile read before `make deps` installed mruby
+# would not know its flags), for example "deps deb" to build the suite's
+# packages there.
 #
 #  1. The suite's minimal root (debootstrap --variant=minbase, plus make,
 #     which the README's two commands need) is built once from Debian's
@@ -147,8 +149,10 @@ write_root_config() {
         cp /etc/ssl/certs/ca-certificates.crt "$r/etc/ssl/certs/"
     fi
     if [ -f /etc/pip.conf ]; then cp /etc/pip.conf "$r/etc/pip.conf"; fi
-    grep -qs '^127\.0\.0\.1[[:space:]].*localhost' "$r/etc/hosts" ||
-        printf '127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' >> "$r/etc/hosts"
+    # as Debian's installer writes it: the host's name resolves (Apache
+    # looks it up at start)
+    printf '127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' \
+        "$(hostname)" > "$r/etc/hosts"
     rm -f "$r/etc/apt/sources.list"
     cat > "$r/etc/apt/sources.list.d/debian.sources" <<EOF
 Types: deb
@@ -202,7 +206,7 @@ fi
 set +e
 chroot "$r" /usr/bin/env -i HOME=/root USER=root LOGNAME=root SHELL=/bin/bash \
     PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-    TERM="${TERM:-dumb}" /bin/bash -lc "cd '"$SRC"' && make $3" </dev/null
+    TERM="${TERM:-dumb}" /bin/bash -lc "cd '"$SRC"' && for t in $3; do make \$t || exit; done" </dev/null
 '
 
 # Prefixes each line with the time since the start of make test.
