@@ -5,6 +5,8 @@
  * made before a fork left to the parent, and timeouts.
  */
 
+#define _GNU_SOURCE  /* memmem */
+
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
