@@ -143,7 +143,9 @@ mrb_regexp_check(mrb_state *mrb, mrb_value self)
  * REGEXP_STACK_PER_DEPTH bytes a unit, for each call of the pattern and
  * once more, fits in the stack left above MRB_STACK_RESERVE, and at most
  * Oniguruma's default: 51 nested groups on a coroutine's 256 KB, 2,031 on
- * an 8 MB thread stack (built -O2).  Deeper raises RegexpError.
+ * an 8 MB thread stack (built -O2; the unit test
+ * lib_regexp_compile_depth_comes_from_the_stack_left, 2026-11-27).  Deeper
+ * raises RegexpError.
  *
  * The limit is one global of Oniguruma's, read while it parses: each
  * compile sets it and compiles under regexp_compile_lock, so that threads
@@ -330,7 +332,8 @@ regexp_s_new(mrb_state *mrb, mrb_value self)
     const mrb_value  *argv;
 
     /* reached by every literal on every run: the arguments are read
-     * without mrb_get_args (200 instructions of a hit's 450) */
+     * without mrb_get_args (200 instructions of a hit's 450: callgrind,
+     * bench/callgrind.py nginx regexp, 2026-11-24) */
     argc = mrb_get_argc(mrb);
     if (argc < 1 || argc > 3) {
         mrb_argnum_error(mrb, argc, 1, 3);
@@ -518,7 +521,7 @@ regexp_set_globals(mrb_state *mrb, regexp_state *st, uint32_t wanted,
 
 /* Slot i of the state's Array, which is never frozen, shared or shorter
  * than REGEXP_GC_SIZE (mrb_ary_set checks all three: 70 instructions, three
- * times a match). */
+ * times a match; bench/callgrind.py nginx regexp, 2026-11-24). */
 static void
 regexp_gc_set(mrb_state *mrb, regexp_state *st, mrb_int i, mrb_value v)
 {
@@ -676,7 +679,8 @@ regexp_s_set_last_match(mrb_state *mrb, mrb_value self)
  * Backtracking is counted (Oniguruma's retries): REGEXP_RETRY_LIMIT_IN_MATCH
  * at one start position, REGEXP_RETRY_LIMIT_IN_SEARCH over all positions
  * of one search, and past either the search raises RegexpError.  Measured
- * on this machine (Debian 12, libonig5 6.9.8, loaded): 1,000,000 retries
+ * on a 2-core machine (Debian 12, libonig5 6.9.8, loaded; 2026-11-27,
+ * test_regexp_backtracking.py and timed runs of the pattern): 1,000,000 retries
  * take some 0.05 s, so a search stops within about half a second;
  * /(a+)+$/ on ("a" * 23 + "!") * 60, 30 s without the limits, stops after
  * 0.05 s.  The patterns of a 1 MB body measured below the limits: a
