@@ -46,10 +46,16 @@ static const char *const ap_mrb_proc_names[AP_MRB_NPROC_PHASES]
 };
 
 
-/* A new interpreter: the main server's child_init scripts. */
+/*
+ * A new interpreter of a child: the main server's post_config scripts, then
+ * its child_init ones.  The fork gave the child one copy of the parent's
+ * post_config interpreter (a prefork child serves with it); every other
+ * interpreter gets what those scripts define by running them again.
+ */
 static void
 ap_mrb_interp_init(mrb_interp *interp, void *arg)
 {
+    ap_mrb_run_startup_scripts(interp, arg, AP_MRB_POST_CONFIG);
     ap_mrb_run_startup_scripts(interp, arg, AP_MRB_CHILD_INIT);
 }
 

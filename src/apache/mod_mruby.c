@@ -192,7 +192,8 @@ ap_mrb_has_scripts(server_rec *s, ap_mrb_proc_phase phase)
  * post_config scripts run in the parent, in an interpreter of its own that
  * lives as long as this configuration.  A prefork child takes over its
  * copy of it, so that what they defined is there in the child, as in the
- * original; threaded children make their interpreters anew.  Apache reads
+ * original; each interpreter of a threaded child runs them again as it is
+ * made (ap_mrb_interp_init).  Apache reads
  * its configuration twice at startup; the first pass only prepares the
  * second, so the scripts run once at startup and once per restart.
  */
@@ -245,8 +246,8 @@ ap_mrb_child_exit(void *data)
 
 
 /*
- * Every interpreter runs the child_init scripts when it is created, on the
- * first script that finds none idle.
+ * Every interpreter runs the post_config and child_init scripts when it is
+ * created, on the first script that finds none idle.
  *
  * A threaded child joins its threads before it destroys pchild: the idle
  * interpreters are closed then, so that their finalizers run.  A prefork

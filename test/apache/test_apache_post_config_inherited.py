@@ -73,3 +73,58 @@ mrubyPostConfigMiddle {dir}/init.rb
         list(range(1, 17))
     # the script ran in the parent only
     assert a.error_log().count("post_config ran in") == 1
+
+
+# Which interpreter a request ran in: child_init runs once in each.
+NAME_INTERP = r'''
+$interp = "#{Apache::Scoreboard.new.pid}-#{rand(1 << 30)}"
+'''
+
+# Holds its interpreter a while (a sleep outside a content handler blocks
+# its thread), so that requests at once need several in a child.
+HOLD = r'''
+Apache.sleep 0.3
+''' + CHECK
+
+SHOW_INTERP = r'''
+Apache.rputs "#{greet} #{$started_in} #{$interp}"
+'''
+
+
+@pytest.mark.parametrize("mpm", ["event", "worker"])
+def test_threaded_interpreters_have_what_post_config_defined(apache, mpm):
+    """A threaded child runs scripts in several interpreters, made as it
+    needs them; a fork copies only one.  Each interpreter runs the
+    post_config scripts when it is made, before the child_init ones: the
+    class, constant, method and global are in every one, and the Cache and
+    global Mutex they keep in Userdata are the same for all (every request
+    counted once).  The scripts ran in the parent too, and run again in
+    each interpreter."""
+    a = apache("""
+mrubyPostConfigMiddle {dir}/init.rb
+mrubyChildInitMiddle {dir}/name.rb
+<Location /counted>
+    mrubyAccessCheckerMiddle {dir}/check.rb
+    mrubyHandlerMiddle {dir}/show.rb
+</Location>
+""", mpm=mpm, mpm_conf="StartServers 1\nServerLimit 1\nThreadsPerChild 8\n"
+                      "ThreadLimit 8\nMinSpareThreads 1\nMaxSpareThreads 8\n"
+                      "MaxRequestWorkers 8\nMaxConnectionsPerChild 0\n",
+         files={"init.rb": INIT, "check.rb": HOLD, "show.rb": SHOW_INTERP,
+                "name.rb": NAME_INTERP})
+    answers = a.get_spread("/counted", count=16, concurrency=8)
+    assert all(r.status_code == 200 for r in answers), a.error_log()[-2000:]
+    interps = set()
+    for r in answers:
+        greeting, started_in, interp = r.text.rsplit(" ", 2)
+        assert greeting == "defined in post_config"
+        # the scripts ran again in the child, which $started_in says
+        assert started_in == interp.split("-")[0]
+        assert int(started_in) != a.master_pid()
+        interps.add(interp)
+    # one child, several interpreters in it
+    assert len({i.split("-")[0] for i in interps}) == 1
+    assert len(interps) > 1
+    assert sorted(int(r.headers["X-Hits"]) for r in answers) == \
+        list(range(1, 17))
+    assert "NameError" not in a.error_log()
