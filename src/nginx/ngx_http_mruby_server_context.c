@@ -46,23 +46,7 @@ ngx_http_mruby_server_add_listener(mrb_state *mrb, mrb_value self)
                               &address);
     cf = ngx_mruby_conf_running();
 
-    ngx_memzero(&lsopt, sizeof(ngx_http_listen_opt_t));
-
-    lsopt.backlog = NGX_LISTEN_BACKLOG;
-    lsopt.rcvbuf = -1;
-    lsopt.sndbuf = -1;
-#if (nginx_version >= 1025000)
-    lsopt.type = SOCK_STREAM;   /* a listen socket's type, since QUIC */
-#endif
-#if (NGX_HAVE_SETFIB)
-    lsopt.setfib = -1;
-#endif
-#if (NGX_HAVE_TCP_FASTOPEN)
-    lsopt.fastopen = -1;
-#endif
-#if (NGX_HAVE_INET6)
-    lsopt.ipv6only = 1;
-#endif
+    ngx_mruby_listen_opt_defaults(&lsopt);
 
     if (mrb_test(ngx_http_mruby_opt(mrb, opts, "ssl"))) {
 #if (NGX_HTTP_SSL)

@@ -167,6 +167,46 @@ ngx_conf_t *ngx_mruby_conf_running(void);
 void ngx_mruby_conf_listen_url(mrb_state *mrb, const char *what,
     mrb_value opts, ngx_url_t *u, mrb_value *address);
 
+/*
+ * nginx's defaults for a listen socket, as its own "listen" sets them, in
+ * lsopt: an ngx_http_listen_opt_t or an ngx_stream_listen_opt_t.  The
+ * socket type is an option since nginx 1.25 (QUIC for http; the stream
+ * module's listen options, which we use from 1.25.5, have it too).
+ */
+#if (nginx_version >= 1025000)
+#define ngx_mruby_listen_opt_type(lsopt)  (lsopt)->type = SOCK_STREAM
+#else
+#define ngx_mruby_listen_opt_type(lsopt)
+#endif
+
+#if (NGX_HAVE_SETFIB)
+#define ngx_mruby_listen_opt_setfib(lsopt)  (lsopt)->setfib = -1
+#else
+#define ngx_mruby_listen_opt_setfib(lsopt)
+#endif
+
+#if (NGX_HAVE_TCP_FASTOPEN)
+#define ngx_mruby_listen_opt_fastopen(lsopt)  (lsopt)->fastopen = -1
+#else
+#define ngx_mruby_listen_opt_fastopen(lsopt)
+#endif
+
+#if (NGX_HAVE_INET6)
+#define ngx_mruby_listen_opt_ipv6only(lsopt)  (lsopt)->ipv6only = 1
+#else
+#define ngx_mruby_listen_opt_ipv6only(lsopt)
+#endif
+
+#define ngx_mruby_listen_opt_defaults(lsopt)                                  \
+    ngx_memzero(lsopt, sizeof(*(lsopt)));                                     \
+    (lsopt)->backlog = NGX_LISTEN_BACKLOG;                                    \
+    (lsopt)->rcvbuf = -1;                                                     \
+    (lsopt)->sndbuf = -1;                                                     \
+    ngx_mruby_listen_opt_type(lsopt);                                         \
+    ngx_mruby_listen_opt_setfib(lsopt);                                       \
+    ngx_mruby_listen_opt_fastopen(lsopt);                                     \
+    ngx_mruby_listen_opt_ipv6only(lsopt)
+
 /* Creates a waiting file script with policy; NGX_OK or NGX_ERROR (logged). */
 ngx_int_t ngx_mruby_script_resolve(ngx_conf_t *cf, ngx_mruby_script_t *s,
     ngx_uint_t policy);

@@ -77,21 +77,7 @@ ngx_stream_mruby_listen(mrb_state *mrb, ngx_conf_t *cf,
     ngx_uint_t               n;
     ngx_stream_listen_opt_t  lsopt;
 
-    ngx_memzero(&lsopt, sizeof(ngx_stream_listen_opt_t));
-
-    lsopt.backlog = NGX_LISTEN_BACKLOG;
-    lsopt.rcvbuf = -1;
-    lsopt.sndbuf = -1;
-    lsopt.type = SOCK_STREAM;
-#if (NGX_HAVE_SETFIB)
-    lsopt.setfib = -1;
-#endif
-#if (NGX_HAVE_TCP_FASTOPEN)
-    lsopt.fastopen = -1;
-#endif
-#if (NGX_HAVE_INET6)
-    lsopt.ipv6only = 1;
-#endif
+    ngx_mruby_listen_opt_defaults(&lsopt);
 
     for (n = 0; n < u->naddrs; n++) {
         if (ngx_stream_mruby_listens(cmcf, cscf, u->addrs[n].sockaddr,
