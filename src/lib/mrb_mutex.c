@@ -152,32 +152,36 @@ mutex_release_body(mrb_state *mrb, void *arg)
 }
 
 
-/* The run ended holding the Mutexes of its Array: each lets go, the last
+/*
+ * The run ended holding the Mutexes of its Array: each lets go, the last
  * first (its __release disowns it: the shared dictionary's key of a global
  * one is deleted too).  The Array stays in the box meanwhile, where the GC
- * sees it. */
+ * sees it.  Each one it held at the end is released once: i only goes
+ * down, so that a __release a script redefined (one that raises, keeps
+ * the Mutex or owns others) cannot keep this from ending.
+ */
 static int
 mutex_run_end(mrb_state *mrb, const mrb_run_rec *run)
 {
-    mrb_value  held, m;
+    mrb_value  held = mutex_held(mrb), m;
+    mrb_int    i;
     mrb_bool   failed;
     int        ai = mrb_gc_arena_save(mrb);
 
-    while (mrb_array_p(held = mutex_held(mrb)) && RARRAY_LEN(held) > 0) {
-        m = RARRAY_PTR(held)[RARRAY_LEN(held) - 1];
+    i = mrb_array_p(held) ? RARRAY_LEN(held) : 0;
+
+    while (i > 0) {
+        m = RARRAY_PTR(held)[i - 1];
         mrb_protect_error(mrb, mutex_release_body, &m, &failed);
         if (failed) {
             mrb->exc = NULL;
         }
 
-        /* a __release that a script redefined, or that raised, left m:
-         * its lock stays taken, but the run no longer holds it */
         held = mutex_held(mrb);
-        if (mrb_array_p(held) && RARRAY_LEN(held) > 0
-            && mrb_obj_eq(mrb, RARRAY_PTR(held)[RARRAY_LEN(held) - 1], m))
-        {
-            mrb_ary_pop(mrb, held);
+        if (!mrb_array_p(held)) {
+            break;
         }
+        i = (i - 1 < RARRAY_LEN(held)) ? i - 1 : RARRAY_LEN(held);
     }
 
     mutex_held_set(mrb, mrb_nil_value());

@@ -56,8 +56,20 @@ LEAVE = PICK + 'm.lock\nServer.rputs "left #{m.owned?}"\n'
 
 AGAIN = PICK + 'n = m.synchronize { 1 + 1 }\nServer.rputs "again #{n}"\n'
 
+# ends its run holding a Mutex of its own whose __release owns it again
+ROGUE = r'''
+class Mutex
+  def __release
+    Mutex.__own(self)
+  end
+end
+Mutex.new.lock
+get_server_class.rputs "rogue"
+'''
+
 SCRIPTS = {"hold": HOLD, "wait": WAIT, "steal": STEAL, "state": STATE,
-           "release": RELEASE, "leave": LEAVE, "again": AGAIN}
+           "release": RELEASE, "leave": LEAVE, "again": AGAIN,
+           "rogue": ROGUE}
 
 
 def server(kind, apache, nginx):
@@ -135,6 +147,17 @@ def test_a_run_that_ends_holding_a_lock_lets_it_go(kind, which, apache,
         assert answer(s, f"/leave?{which}") == "left true"
         assert answer(s, f"/state?{which}") == " false false"
         assert answer(s, f"/again?{which}") == "again 2"
+
+
+@pytest.mark.parametrize("kind", ["nginx", "apache-event"])
+def test_a_redefined_release_cannot_keep_the_run_from_ending(kind, apache,
+                                                             nginx):
+    """A script whose Mutex#__release owns the Mutex again ends holding
+    it: its run ends, and the worker answers the next request.  (The end
+    of the run used to release and re-own it for ever: the worker spun.)"""
+    s = server(kind, apache, nginx)
+    assert answer(s, "/rogue") == "rogue"
+    assert answer(s, "/again?local") == "again 2"
 
 
 def test_a_run_that_cannot_wait_is_told_instead_of_blocking(nginx):
