@@ -102,20 +102,84 @@ log_frames(mrb_interp *interp, mrb_run_rec *run, int level, mrb_value bt)
 }
 
 
+typedef struct {
+    mrb_value      exc;
+    mrb_interp    *interp;
+    mrb_run_rec   *run;
+    mrb_line_buf  *line;
+} error_format_arg;
+
+
+static mrb_value
+error_format_body(mrb_state *mrb, void *arg)
+{
+    error_format_arg   *e = arg;
+    mrb_line_buf       *b = e->line;
+    mrb_value           msg, bt, frame;
+    mrb_int             i, n;
+    mrb_bool            failed;
+    const mrb_server   *server;
+
+    /* exc is caught: left in mrb->exc, mruby 3.3's VM would raise it again
+     * at the first call below (message); the arena keeps it from the GC
+     * instead, which would otherwise free it while the calls below
+     * allocate (then setting its backtrace raises outside any rescue) */
+    mrb_gc_protect(mrb, e->exc);
+
+    line_puts(b, mrb_obj_classname(mrb, e->exc));
+    line_puts(b, ": ");
+
+    /* A message method of a user's exception class may raise too. */
+    msg = mrb_protect_error(mrb, exc_message, &e->exc, &failed);
+    if (!failed) {
+        line_put_value(mrb, b, msg);
+    }
+
+    bt = mrb_exc_backtrace(mrb, e->exc);
+    n = mrb_array_p(bt) ? RARRAY_LEN(bt) : 0;
+    server = e->interp != NULL ? mrb_interp_server(e->interp) : NULL;
+
+    /* a server without log_enabled (the unit tests') is not at debug */
+    if (n > 0 && server != NULL && server->log_enabled != NULL
+        && server->log_enabled(mrb_interp_log_target(e->interp), e->run,
+                               MRB_LOG_DEBUG))
+    {
+        /* at the error line's level: every log that has it has them */
+        log_frames(e->interp, e->run, MRB_LOG_ERR, bt);
+        line_puts(b, " (backtrace above)");
+
+    } else if (n > 0) {
+        line_puts(b, " (");
+
+        for (i = 0; i < n; i++) {
+            frame = RARRAY_PTR(bt)[i];
+            if (i > 0) {
+                line_puts(b, ", ");
+            }
+            line_put_value(mrb, b, frame);
+        }
+
+        line_puts(b, ")");
+    }
+
+    return mrb_nil_value();
+}
+
+
 /*
  * The line of exc into buf; with interp (a run's error), at debug the
- * frames are logged first and the line refers to them.
+ * frames are logged first and the line refers to them.  Out of memory
+ * (the class name, the backtrace allocate), the line says so after what
+ * it has: outside the run nothing would catch the raise.
  */
 static void
 error_format(mrb_state *mrb, mrb_value exc, mrb_interp *interp,
     mrb_run_rec *run, char *buf, size_t len)
 {
     mrb_line_buf       b = { buf, len };
-    mrb_value          msg, bt, frame;
-    mrb_int            i, n;
+    error_format_arg   e = { exc, interp, run, &b };
     mrb_bool           failed;
     int                ai;
-    const mrb_server  *server;
 
     if (len == 0) {
         return;
@@ -123,48 +187,13 @@ error_format(mrb_state *mrb, mrb_value exc, mrb_interp *interp,
 
     buf[0] = '\0';
     ai = mrb_gc_arena_save(mrb);
-
-    /* exc is caught: left in mrb->exc, mruby 3.3's VM would raise it again
-     * at the first call below (message); the arena keeps it from the GC
-     * instead, which would otherwise free it while the calls below
-     * allocate (then setting its backtrace raises outside any rescue) */
-    mrb_gc_protect(mrb, exc);
     mrb->exc = NULL;
 
-    line_puts(&b, mrb_obj_classname(mrb, exc));
-    line_puts(&b, ": ");
-
-    /* A message method of a user's exception class may raise too. */
-    msg = mrb_protect_error(mrb, exc_message, &exc, &failed);
-    if (!failed) {
-        line_put_value(mrb, &b, msg);
-    }
-
-    bt = mrb_exc_backtrace(mrb, exc);
-    n = mrb_array_p(bt) ? RARRAY_LEN(bt) : 0;
-    server = interp != NULL ? mrb_interp_server(interp) : NULL;
-
-    /* a server without log_enabled (the unit tests') is not at debug */
-    if (n > 0 && server != NULL && server->log_enabled != NULL
-        && server->log_enabled(mrb_interp_log_target(interp), run,
-                               MRB_LOG_DEBUG))
-    {
-        /* at the error line's level: every log that has it has them */
-        log_frames(interp, run, MRB_LOG_ERR, bt);
-        line_puts(&b, " (backtrace above)");
-
-    } else if (n > 0) {
-        line_puts(&b, " (");
-
-        for (i = 0; i < n; i++) {
-            frame = RARRAY_PTR(bt)[i];
-            if (i > 0) {
-                line_puts(&b, ", ");
-            }
-            line_put_value(mrb, &b, frame);
-        }
-
-        line_puts(&b, ")");
+    mrb_protect_error(mrb, error_format_body, &e, &failed);
+    if (failed) {
+        line_puts(&b, b.p == buf ? "an exception (out of memory describing "
+                                   "it)"
+                                 : " (out of memory describing it)");
     }
 
     mrb->exc = NULL;

@@ -537,48 +537,85 @@ interp_parts_run_ended(mrb_interp *interp, const mrb_run_rec *run)
 }
 
 
-/* An Array of what each dirty part with a take took, by the part's index
- * (made at the first that took something), or nil. */
+typedef struct {
+    mrb_interp  *interp;
+    mrb_value    kept;       /* what the takes took, by the part's index */
+} interp_parts_taken;
+
+
+/*
+ * Fills taken->kept with what each dirty part with a take takes; returns
+ * it, or nil when none took anything.  kept is made before the first take
+ * and filling it allocates nothing: when a take raises, what the takes
+ * before it took (a Mutex's locks, which their take leaves the
+ * interpreter without) is still there for the run.
+ */
 static mrb_value
 interp_parts_take_body(mrb_state *mrb, void *arg)
 {
-    mrb_interp             *interp = arg;
-    const mrb_part *const  *parts = interp->head.server->parts;
-    unsigned                dirty = interp->parts_dirty, i;
-    mrb_value               kept = mrb_nil_value(), one;
+    interp_parts_taken     *taken = arg;
+    const mrb_part *const  *parts = taken->interp->head.server->parts;
+    unsigned                dirty = taken->interp->parts_dirty, i, n = 0;
+    mrb_value               kept, one;
+    mrb_bool                some = FALSE;
 
     for (i = 0; parts[i] != NULL; i++) {
+        if ((dirty & (1u << i)) && parts[i]->take != NULL) {
+            n = i + 1;
+        }
+    }
+
+    if (n == 0) {
+        return mrb_nil_value();
+    }
+
+    kept = mrb_ary_new_capa(mrb, (mrb_int) n);
+    mrb_ary_set(mrb, kept, (mrb_int) n - 1, mrb_nil_value());
+    taken->kept = kept;
+
+    for (i = 0; i < n; i++) {
         if (!(dirty & (1u << i)) || parts[i]->take == NULL) {
             continue;
         }
         one = parts[i]->take(mrb);      /* in the arena */
-        if (mrb_nil_p(one)) {
-            continue;
+        if (!mrb_nil_p(one)) {
+            mrb_ary_set(mrb, kept, (mrb_int) i, one);
+            some = TRUE;
         }
-        if (mrb_nil_p(kept)) {
-            kept = mrb_ary_new_capa(mrb, (mrb_int) i + 1);
-        }
-        mrb_ary_set(mrb, kept, (mrb_int) i, one);
     }
 
-    return kept;
+    return some ? kept : mrb_nil_value();
 }
 
 
 int
-mrb_interp_parts_take(mrb_interp *interp, mrb_value *kept)
+mrb_interp_parts_take(mrb_interp *interp, mrb_value *kept, mrb_value *exc)
 {
-    mrb_bool  failed = FALSE;
+    mrb_state           *mrb = interp->head.mrb;
+    interp_parts_taken   taken = { interp, mrb_nil_value() };
+    mrb_value            result;
+    mrb_bool             failed = FALSE;
 
     *kept = mrb_nil_value();
 
-    if (interp->parts_dirty != 0) {
-        *kept = mrb_protect_error(interp->head.mrb, interp_parts_take_body,
-                                  interp, &failed);
-        interp->parts_dirty = interp_parts_run_end(interp, interp->head.run,
-                                                   1);
+    if (interp->parts_dirty == 0) {
+        return 0;
     }
 
+    result = mrb_protect_error(mrb, interp_parts_take_body, &taken,
+                               &failed);
+    if (failed) {
+        /* out of the restored arena: kept into the caller's before the
+         * run_ends below can allocate */
+        *exc = result;
+        *kept = taken.kept;
+        mrb_gc_protect(mrb, taken.kept);
+
+    } else {
+        *kept = result;
+    }
+
+    interp->parts_dirty = interp_parts_run_end(interp, interp->head.run, 1);
     return failed ? -1 : 0;
 }
 

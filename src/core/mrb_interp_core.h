@@ -72,11 +72,13 @@ int mrb_interp_toplevel_put_back(mrb_interp *interp, mrb_value aside,
  * For a run of interp that waits while others run (mrb_wait.c): what the
  * dirty parts keep of the current run (mrb_part.h take), then their
  * run_end: 0 and *kept (nil: nothing), or -1 when a take raised (out of
- * memory: *kept is the exception, and the parts are clean all the same).
+ * memory: *exc is the exception, *kept what the takes before it took,
+ * still the run's, and the parts are clean all the same).
  * mrb_interp_parts_put_back gives it back to the parts, before the run
  * resumes; it allocates nothing.
  */
-int mrb_interp_parts_take(mrb_interp *interp, mrb_value *kept);
+int mrb_interp_parts_take(mrb_interp *interp, mrb_value *kept,
+    mrb_value *exc);
 void mrb_interp_parts_put_back(mrb_interp *interp, mrb_value kept);
 
 /* How interp's runs ask the file watch for its epoch. */

@@ -703,7 +703,7 @@ mrb_wait_set_aside(mrb_interp *interp)
     mrb_state        *mrb = mrb_interp_state(interp);
     mrb_wait_slot    *slot = mrb_interp_held(interp);
     mrb_run_rec      *run = mrb_interp_current(interp);
-    mrb_value         aside;
+    mrb_value         aside, exc;
     int               ai = mrb_gc_arena_save(mrb);
 
     mrb_interp_set_held(interp, NULL);
@@ -721,11 +721,14 @@ mrb_wait_set_aside(mrb_interp *interp)
         mrb_ary_set(mrb, slot->keep, WAIT_KEEP_TOPLEVEL, aside);
     }
 
-    if (mrb_interp_parts_take(interp, &aside) != 0) {
+    /* what the parts took before one failed is still the run's: it gets
+     * it back when it resumes, and lets its locks go as it raises */
+    if (mrb_interp_parts_take(interp, &aside, &exc) != 0) {
         slot->lost = 1;
-        mrb_ary_set(mrb, slot->keep, WAIT_KEEP_LOST, aside);
+        mrb_ary_set(mrb, slot->keep, WAIT_KEEP_LOST, exc);
+    }
 
-    } else if (!mrb_nil_p(aside)) {
+    if (!mrb_nil_p(aside)) {
         slot->aside = 1;
         mrb_ary_set(mrb, slot->keep, WAIT_KEEP_PARTS, aside);
     }

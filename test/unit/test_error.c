@@ -12,6 +12,7 @@
 #include "mrb_errbuf.h"
 #include "mrb_interp_core.h"
 #include "unit.h"
+#include "unit_oom.h"
 
 /* The exception code raises, taken out of mrb->exc. */
 static mrb_value
@@ -91,5 +92,44 @@ TEST(error_line_is_cut_to_its_buffer)
     mrb_error_format(mrb, exc, line, sizeof(line));
     CHECK(strcmp(line, "RuntimeError: a") == 0);
 
+    mrb_close(mrb);
+}
+
+
+/* Out of memory while the line is made (the class name and the backtrace
+ * allocate): the line says so, where the raise used to abort the process
+ * (nothing outside the run catches it). */
+TEST(error_line_out_of_memory_says_so)
+{
+    char        line[MRB_ERR_RUN_LEN];
+    mrb_state  *mrb = mrb_open();
+    mrb_value   exc;
+    long        n;
+    int         short_of_memory = 0;
+
+    REQUIRE(mrb != NULL);
+
+    exc = error_of(mrb, "def f; raise 'deep'; end; f");
+    REQUIRE(!mrb_nil_p(exc));
+    mrb_gc_register(mrb, exc);
+
+    for (n = 0; n < 100; n++) {
+        unit_oom_heap_full(mrb);
+        unit_oom_after(mrb, n);
+        mrb_error_format(mrb, exc, line, sizeof(line));
+        unit_oom_end(mrb);
+
+        CHECK(mrb->exc == NULL);
+        if (!unit_oom_failed()) {
+            break;
+        }
+        CHECK(strstr(line, "out of memory describing it") != NULL);
+        short_of_memory++;
+    }
+
+    CHECK(short_of_memory > 0);
+    CHECK(strncmp(line, "RuntimeError: deep (", 20) == 0);
+
+    mrb_gc_unregister(mrb, exc);
     mrb_close(mrb);
 }

@@ -1059,6 +1059,146 @@ TEST(wait_out_of_memory_keeping_the_top_level_state_fails_the_run)
 }
 
 
+/*
+ * A part whose take leaves the interpreter without what it took, as the
+ * Mutex's does with the locks a run holds: part_hold(v) holds v, and its
+ * run_end lets go of what is held (counted in wait_hold_released).
+ */
+static const mrb_part  wait_hold_part;
+static int             wait_hold_released;
+
+
+static mrb_value
+wait_hold(mrb_state *mrb, mrb_value self)
+{
+    mrb_iv_set(mrb, wait_part_self(mrb), mrb_intern_lit(mrb, "__held__"),
+               mrb_get_arg1(mrb));
+    mrb_part_dirty(mrb, &wait_hold_part);
+    return mrb_nil_value();
+}
+
+
+static void
+wait_hold_define(mrb_state *mrb)
+{
+    mrb_define_method(mrb, mrb->kernel_module, "part_hold", wait_hold,
+                      MRB_ARGS_REQ(1));
+    mrb_iv_set(mrb, wait_part_self(mrb), mrb_intern_lit(mrb, "__held__"),
+               mrb_nil_value());
+}
+
+
+static mrb_value
+wait_hold_take(mrb_state *mrb)
+{
+    mrb_value  held = mrb_iv_get(mrb, wait_part_self(mrb),
+                                 mrb_intern_lit(mrb, "__held__"));
+
+    mrb_iv_set(mrb, wait_part_self(mrb), mrb_intern_lit(mrb, "__held__"),
+               mrb_nil_value());
+    return held;
+}
+
+
+static int
+wait_hold_run_end(mrb_state *mrb, const mrb_run_rec *run)
+{
+    if (!mrb_nil_p(wait_hold_take(mrb))) {
+        wait_hold_released++;
+    }
+    return 0;
+}
+
+
+static void
+wait_hold_put_back(mrb_state *mrb, mrb_value held)
+{
+    mrb_iv_set(mrb, wait_part_self(mrb), mrb_intern_lit(mrb, "__held__"),
+               held);
+}
+
+
+static const mrb_part  wait_hold_part = {
+    "hold", wait_hold_define, wait_hold_run_end, wait_hold_take,
+    wait_hold_put_back
+};
+
+/* the holding part first, as the Mutex's comes before Regexp's */
+static const mrb_part *const  wait_hold_parts[] = {
+    &wait_hold_part, &wait_part, NULL
+};
+
+static const mrb_server  wait_hold_server = {
+    .name = "Test", .class_name = "Nginx", .module_name = "ngx_mruby",
+    .module_version = "test", .log_level_base = 1, .write = wait_write,
+    .log = wait_logger, .log_enabled = wait_log_enabled,
+    .wake_after = wait_wake_after, .parts = wait_hold_parts
+};
+
+
+/*
+ * Out of memory while the parts' state of a waiting run is taken aside, at
+ * each allocation in turn: what the takes before the failing one took (a
+ * held lock) stays the run's, so that it is let go once, when the run
+ * ends.  (It was lost when a later take raised: a global Mutex then
+ * stayed locked by a live process for ever.)
+ */
+TEST(wait_out_of_memory_taking_the_parts_state_keeps_what_was_taken)
+{
+    char         err[256];
+    mrb_interp  *interp = mrb_interp_open(&wait_hold_server, NULL, err,
+                                          sizeof(err));
+    mrb_script  *a = wait_script(
+        "part_hold('lock')\n"
+        "part_keep('b' * 1)\n"
+        "Nginx::Async.sleep(1)\n"
+        "Nginx.rputs 'a;'\n");
+    mrb_script  *peek = wait_script("Nginx.rputs 'peek;'\n");
+    mrb_state   *mrb;
+    mrb_run_rec  ra, rp;
+    long         n;
+    int          done = 0, lost = 0, rc;
+
+    REQUIRE(interp != NULL && a != NULL && peek != NULL);
+    mrb_interp_seal(interp);
+    mrb = mrb_interp_state(interp);
+
+    /* loaded, scanned, a slot and the tables grown once */
+    REQUIRE(wait_start(interp, a, &ra) == MRB_RUN_WAITING);
+    REQUIRE(wait_start(interp, peek, &rp) == 0);
+    REQUIRE(mrb_wait_resume(interp, ra.waiting, &ra) == 0);
+
+    for (n = 0; n < 1000 && !done; n++) {
+        wait_hold_released = 0;
+        REQUIRE(wait_start(interp, a, &ra) == MRB_RUN_WAITING);
+
+        /* every object made below needs a new heap page: small ones
+         * allocate nothing else */
+        unit_oom_heap_full(mrb);
+        unit_oom_after(mrb, n);
+        wait_start(interp, peek, &rp);
+        unit_oom_end(mrb);
+        done = !unit_oom_failed();
+
+        wait_out[0] = '\0';
+        rc = mrb_wait_resume(interp, ra.waiting, &ra);
+        if (rc != 0) {
+            CHECK_EQ(rc, -1);
+            CHECK(strstr(ra.error, "NoMemoryError") != NULL);
+            lost++;
+        }
+        CHECK_EQ(wait_hold_released, 1);
+    }
+
+    CHECK(done);
+    CHECK(lost > 0);
+
+    mrb_script_free(a);
+    mrb_script_free(peek);
+    mrb_interp_close(interp);
+}
+
+
 /* wait_fd_server's loop, played by the test: the watch last asked for */
 static int   wait_fd_events;
 static int  *wait_fd_ready;
