@@ -20,7 +20,9 @@ its statement's value must equal that literal.
 
 import glob
 import os
+import pwd
 import re
+import shutil
 import socket
 import ssl
 import subprocess
@@ -435,6 +437,22 @@ def run_shared_dict_api(apache, nginx, redis_server):
               "  location /doc { mruby_content_handler {dir}/doc.rb; } }\n",
               files={"doc.rb": script})
     run_checked(n.get, checks)
+
+
+@runs("cache-api")
+def run_cache_api(apache, nginx, redis_server):
+    # the filename: in a directory the workers' user may write
+    d = harness.make_www_dir("mruby-cache-doc-")
+    os.chown(d, pwd.getpwnam("www-data").pw_uid, -1)
+    try:
+        script, checks = with_value_checks(
+            example("cache-api").replace("/tmp/store.lmc", d + "/store.lmc"))
+        assert checks >= 3
+        a, n = both_servers(apache, nginx, script)
+        run_checked(a.get, checks)
+        run_checked(n.get, checks)
+    finally:
+        shutil.rmtree(d)
 
 
 @runs("redis-api")

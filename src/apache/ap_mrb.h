@@ -101,7 +101,14 @@ typedef struct {
     int          stat_on_error_fail;  /* mrubyStatOnError fail (1), keep (0);
                                          a virtual host without one takes
                                          the main server's at post_config */
+    const char  *cache_dir;           /* mrubyCacheDir (main server), or
+                                         NULL: AP_MRB_CACHE_DIR */
 } ap_mrb_srv_conf;
+
+/* Where Cache.new(namespace:) keeps its files unless mrubyCacheDir says,
+ * under DefaultRuntimeDir: a run directory is a tmpfs, so the files are
+ * memory, not disk. */
+#define AP_MRB_CACHE_DIR  "mruby-cache"
 
 /*
  * What a filter or authn provider run carries in mrb_run_rec.data, so that the

@@ -546,6 +546,31 @@ ap_mrb_cmd_shared_dict(cmd_parms *cmd, void *mconfig, const char *name,
 }
 
 
+static const char *
+ap_mrb_cmd_cache_dir(cmd_parms *cmd, void *mconfig, const char *arg)
+{
+    const char       *err;
+    ap_mrb_srv_conf  *sconf;
+
+    err = ap_check_cmd_context(cmd, GLOBAL_ONLY);
+    if (err != NULL) {
+        return apr_psprintf(cmd->pool, "%s: the Cache directory belongs to "
+                            "the whole server: set it in the main server "
+                            "config", err);
+    }
+
+    sconf = ap_get_module_config(cmd->server->module_config, &mruby_module);
+    sconf->cache_dir = ap_server_root_relative(cmd->pool, arg);
+
+    if (sconf->cache_dir == NULL) {
+        return apr_psprintf(cmd->pool, "%s: invalid path \"%s\"",
+                            cmd->cmd->name, arg);
+    }
+
+    return NULL;
+}
+
+
 /* Directives valid in the server config, <VirtualHost> and containers,
  * but not in .htaccess: a script is code run by the server. */
 #define AP_MRB_WHERE  (RSRC_CONF | ACCESS_CONF)
@@ -639,6 +664,9 @@ const command_rec ap_mrb_cmds[] = {
         "whose file no longer compiles goes on running its last version"),
     AP_INIT_TAKE2("mrubySharedDict", ap_mrb_cmd_shared_dict, NULL, AP_MRB_WHERE,
         "a name and a size: a dictionary shared by all server processes"),
+    AP_INIT_TAKE1("mrubyCacheDir", ap_mrb_cmd_cache_dir, NULL, RSRC_CONF,
+        "the directory of the files of Cache.new(namespace: ...) (default: "
+        AP_MRB_CACHE_DIR " in DefaultRuntimeDir)"),
 
     { NULL }
 };

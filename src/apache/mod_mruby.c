@@ -13,10 +13,12 @@
 #include <http_main.h>
 #include <http_protocol.h>
 #include <ap_mpm.h>
+#include <unixd.h>
 
 #include "ap_mrb.h"
 #include "mrb_lib.h"
 #include "mrb_shdict.h"
+#include "mrb_shdict_file.h"
 
 
 /* A body of 2 GB or more: ap_rwrite takes an int. */
@@ -189,6 +191,33 @@ ap_mrb_has_scripts(server_rec *s, ap_mrb_proc_phase phase)
 
 
 /*
+ * The directory of Cache.new(namespace:) files, made now while the parent
+ * may be root and given to the User that children run as.  A directory
+ * that cannot be made is no reason to stop the server: it is logged, and
+ * Cache.new says the same to the script that needs it.
+ */
+static void
+ap_mrb_cache_dir_init(apr_pool_t *pconf, server_rec *s)
+{
+    char              err[MRB_ERR_MSG_LEN];
+    const char       *dir;
+    ap_mrb_srv_conf  *sconf;
+
+    sconf = ap_get_module_config(s->module_config, &mruby_module);
+    dir = sconf->cache_dir != NULL
+          ? sconf->cache_dir : ap_runtime_dir_relative(pconf, AP_MRB_CACHE_DIR);
+
+    if (mrb_shdict_file_set_dir(dir, (long) ap_unixd_config.user_id,
+                                (long) ap_unixd_config.group_id, err,
+                                sizeof(err)) != 0)
+    {
+        ap_log_error(APLOG_MARK, APLOG_WARNING, 0, s, "mod_mruby: %s "
+                     "(mrubyCacheDir)", err);
+    }
+}
+
+
+/*
  * post_config scripts run in the parent, in an interpreter of its own that
  * lives as long as this configuration.  A prefork child takes over its
  * copy of it, so that what they defined is there in the child, as in the
@@ -215,6 +244,7 @@ ap_mrb_post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
     }
 
     ap_mrb_file_watch_limits(s);
+    ap_mrb_cache_dir_init(pconf, s);
 
     if (!ap_mrb_has_scripts(s, AP_MRB_POST_CONFIG)) {
         return OK;

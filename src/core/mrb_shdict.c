@@ -362,3 +362,30 @@ mrb_shdict_ref_name(const mrb_shdict_ref *ref)
 {
     return ref->name;
 }
+
+
+size_t
+mrb_shdict_ref_size(const mrb_shdict_ref *ref)
+{
+    return ref->size;
+}
+
+
+mrb_shdict_ref *
+mrb_shdict_ref_new(const char *name, mrb_shdict_zone *z, size_t size)
+{
+    size_t           len;
+    mrb_shdict_ref  *r;
+
+    r = calloc(1, sizeof(mrb_shdict_ref));
+    if (r == NULL) {
+        return NULL;
+    }
+
+    len = strlen(name);
+    len = len > SHD_NAME_MAX ? SHD_NAME_MAX : len;
+    memcpy(r->name, name, len);
+    r->zone = z;
+    r->size = size;
+    return r;
+}

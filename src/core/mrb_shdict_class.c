@@ -19,9 +19,11 @@
 #include <mruby/string.h>
 #include <mruby/variable.h>
 #include "mrb_api.h"
+#include "mrb_errbuf.h"
 #include "mrb_interp.h"
 #include "mrb_mruby_version.h"
 #include "mrb_shdict.h"
+#include "mrb_shdict_file.h"
 #include "mrb_shdict_zone.h"
 
 /* ttl: at most ~30 years, far from overflowing the ms clock */
@@ -265,6 +267,62 @@ shd_initialize(mrb_state *mrb, mrb_value self)
 
     mrb_data_init(self, ref, &shd_type);
     return self;
+}
+
+
+/*
+ * SharedDict.__file(name, path, size): the store of Cache.new, in a file
+ * (mrb_shdict_file.c): the namespace name when path is false, else the
+ * file at name; made with size bytes when it is not there.
+ */
+static mrb_value
+shd_s_file(mrb_state *mrb, mrb_value klass)
+{
+    char                 *name, err[MRB_ERR_MSG_LEN];
+    mrb_int               len, size;
+    mrb_bool              path;
+    mrb_shdict_ref       *ref;
+    mrb_shdict_file_rc    rc;
+
+    mrb_get_args(mrb, "sbi", &name, &len, &path, &size);
+
+    if (size < 0) {
+        mrb_raise(mrb, E_ARGUMENT_ERROR, "a Cache store's size cannot be "
+                  "negative");
+    }
+
+    rc = path ? mrb_shdict_file_open_path(name, (size_t) len, (size_t) size,
+                                          &ref, err, sizeof(err))
+              : mrb_shdict_file_open_namespace(name, (size_t) len,
+                                               (size_t) size, &ref, err,
+                                               sizeof(err));
+
+    if (rc == MRB_SHDICT_FILE_BAD_ARGUMENT) {
+        mrb_raise(mrb, E_ARGUMENT_ERROR, err);
+    }
+
+    if (rc != MRB_SHDICT_FILE_OK) {
+        mrb_raise(mrb, mrb_class_get_under(mrb, mrb_class_ptr(klass),
+                                           "Error"), err);
+    }
+
+    return mrb_obj_value(mrb_data_object_alloc(mrb, mrb_class_ptr(klass),
+                                               ref, &shd_type));
+}
+
+
+/* __usage => [total bytes, bytes in free pages] (Cache#shm_status) */
+static mrb_value
+shd_usage(mrb_state *mrb, mrb_value self)
+{
+    mrb_value          pair[2];
+    mrb_shdict_stats   st;
+
+    mrb_shdict_zone_stats(shd_zone(mrb, self), &st);
+    pair[0] = mrb_int_value(mrb, (mrb_int) mrb_shdict_ref_size(
+                                              shd_ref(mrb, self)));
+    pair[1] = mrb_int_value(mrb, (mrb_int) (st.free_pages * st.page_size));
+    return mrb_ary_new_from_values(mrb, 2, pair);
 }
 
 
@@ -658,6 +716,13 @@ static const mrb_api_method  shd_methods[] = {
     { "hold", shd_hold, MRB_ARGS_ARG(1, 1) },
     { "release", shd_release, MRB_ARGS_ARG(1, 1) },
     { "name", shd_name, MRB_ARGS_NONE() },
+    { "__usage", shd_usage, MRB_ARGS_NONE() },
+    MRB_API_METHOD_END
+};
+
+
+static const mrb_api_method  shd_class_methods[] = {
+    { "__file", shd_s_file, MRB_ARGS_REQ(3) },
     MRB_API_METHOD_END
 };
 
@@ -670,6 +735,7 @@ mrb_shdict_define(mrb_state *mrb, struct RClass *server_class)
     c = mrb_api_define_class(mrb, server_class, "SharedDict", NULL,
                              shd_methods);
     MRB_SET_INSTANCE_TT(c, MRB_TT_DATA);
+    mrb_api_define_class_methods(mrb, c, shd_class_methods);
 
     error = mrb_api_define_class(mrb, c, "Error", mrb->eStandardError_class,
                                  NULL);

@@ -490,6 +490,31 @@ mrb_shdict_zone_init(void *mem, size_t size)
 }
 
 
+mrb_shdict_zone *
+mrb_shdict_zone_attach(void *mem, size_t size)
+{
+    mrb_shdict_zone  *z = mem;
+
+    /* what mrb_shdict_zone_init wrote must all lie inside the mapping, so
+     * that a damaged file cannot send a lookup outside it */
+    if (size < MRB_SHDICT_MIN_SIZE || size > MRB_SHDICT_MAX_SIZE
+        || z->magic != SHD_MAGIC || z->version != SHD_VERSION
+        || z->size != size
+        || z->nbuckets == 0 || (z->nbuckets & (z->nbuckets - 1)) != 0
+        || z->pagedesc < sizeof(mrb_shdict_zone)
+        || (uint64_t) z->pagedesc + (uint64_t) z->npages * sizeof(shd_page)
+           > z->buckets
+        || (uint64_t) z->buckets + (uint64_t) z->nbuckets * sizeof(shd_off)
+           > z->pages
+        || (uint64_t) z->pages + (uint64_t) z->npages * SHD_PAGE_SIZE > size)
+    {
+        return NULL;
+    }
+
+    return z;
+}
+
+
 /* Operations on one key: each a _locked function run by shd_with_entry. */
 
 typedef struct {
@@ -881,6 +906,7 @@ mrb_shdict_zone_stats(mrb_shdict_zone *z, mrb_shdict_stats *st)
     st->ledgers = z->nledgers - z->nidle;
     st->idle_ledgers = z->nidle;
     st->free_pages = shd_slab_free_pages(z);
+    st->page_size = SHD_PAGE_SIZE;
 
     mrb_shdict_zone_unlock(z);
 }

@@ -61,6 +61,11 @@ typedef struct {
  * zone.  Returns NULL if size is out of range or the mutex cannot be made. */
 mrb_shdict_zone *mrb_shdict_zone_init(void *mem, size_t size);
 
+/* The zone mrb_shdict_zone_init formatted at mem (size bytes), maybe in
+ * another process: NULL if mem holds no zone of this layout version and
+ * size (a file of something else, or of another build). */
+mrb_shdict_zone *mrb_shdict_zone_attach(void *mem, size_t size);
+
 /* The 32-bit hash of a key. */
 uint32_t mrb_shdict_hash(const char *key, size_t len);
 
@@ -143,6 +148,7 @@ typedef struct {
     uint32_t  ledgers;        /* ledger entries holding a count */
     uint32_t  idle_ledgers;   /* ledger entries kept at 0 for the next hold */
     size_t    free_pages;
+    size_t    page_size;      /* bytes in a page */
 } mrb_shdict_stats;
 
 void mrb_shdict_zone_stats(mrb_shdict_zone *z, mrb_shdict_stats *st);
@@ -171,5 +177,16 @@ mrb_shdict_ref *mrb_shdict_open_default(const char *name, size_t len,
     char *err, size_t errlen);
 mrb_shdict_zone *mrb_shdict_ref_zone(const mrb_shdict_ref *ref);
 const char *mrb_shdict_ref_name(const mrb_shdict_ref *ref);
+size_t mrb_shdict_ref_size(const mrb_shdict_ref *ref);
+
+/*
+ * A reference to zone z (size bytes) that no configuration declared: a
+ * store in a file (mrb_shdict_file.c).  It is in no registry, so that
+ * SharedDict.new never finds it and a reload never unmaps it; it lives as
+ * long as the process.  name (cut to 63 bytes) is what errors call it.
+ * NULL when out of memory.
+ */
+mrb_shdict_ref *mrb_shdict_ref_new(const char *name, mrb_shdict_zone *z,
+    size_t size);
 
 #endif /* MRB_SHDICT_ZONE_H */

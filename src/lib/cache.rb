@@ -1,54 +1,83 @@
-# Cache (matsumotory/mruby-localmemcache's API) on the server's SharedDict:
-# a String store shared by every worker process.  Cache.new(namespace:
-# "name") uses the dictionary "name" (filename: its base name): declare it
-# with mrubySharedDict / mruby_shared_dict, or open it first in a
-# post_config / mruby_init script, which makes it with the default size.
-# size_mb is the declaration's business here and is ignored.
+# Cache (matsumotory/mruby-localmemcache's API): a String store in a file
+# mapped by every process that opens it, so every worker shares it.  Any
+# process makes it on demand, at any phase: Cache.new(namespace: "name")
+# is the file name.cache in the server's Cache directory (mrubyCacheDir /
+# mruby_cache_dir), Cache.new(filename: "/path") the file at that path.
+# size_mb sizes a store when it is made (default 1); an existing store
+# keeps its size.  The store is a shared dictionary's zone, with its lock,
+# its recovery from a killed holder and its LRU eviction when full
+# (src/core/mrb_shdict_file.c).
 
 class Cache
-  def self.__dict_name(opts)
-    name = (opts[:namespace] || opts[:filename] || "cache").to_s
-    name = name.split("/").last.to_s
-    name = name.gsub(/[^A-Za-z0-9_.\-]/, "_")
-    name.size > 63 ? name[-63, 63] : name
+  class CacheError < StandardError; end
+  class InitError < CacheError; end
+  class MemoryPoolFull < CacheError; end
+  class MemoryPoolClosed < CacheError; end
+
+  MB = 1024 * 1024
+
+  def self.__store(opts)
+    raise ArgumentError, "Cache.new takes a Hash of options" unless opts.is_a?(Hash)
+    size = opts[:size_mb]
+    size = size.nil? || size == 0 ? MB : (size.to_f * MB).to_i
+    server = get_server_class::SharedDict
+    begin
+      if opts[:filename]
+        server.__file(opts[:filename].to_s, true, size)
+      elsif opts[:namespace]
+        server.__file(opts[:namespace].to_s, false, size)
+      else
+        raise ArgumentError, "Cache.new needs :namespace or :filename"
+      end
+    rescue server::Error => e
+      raise InitError, e.message
+    end
   end
 
+  # Empties the store (the original also removed its file; here processes
+  # that have it open keep using it, so it stays).
   def self.drop(opts = {})
     new(opts).clear
-    true
+    nil
   end
 
   def initialize(opts = {})
-    @dict = get_server_class::SharedDict.new(Cache.__dict_name(opts))
+    @dict = Cache.__store(opts)
+  end
+
+  def __dict
+    raise MemoryPoolClosed, "Pool is closed" unless @dict
+    @dict
   end
 
   def get(key)
-    v = @dict[key.to_s]
-    v.nil? ? nil : v.to_s
+    __dict[key.to_s]
   end
   alias [] get
 
   def set(key, value)
-    @dict[key.to_s] = value.to_s
+    __dict[key.to_s] = value.to_s
     value
+  rescue get_server_class::SharedDict::FullError => e
+    raise MemoryPoolFull, e.message
   end
   alias []= set
 
   def delete(key)
-    @dict.delete(key.to_s)
+    __dict.delete(key.to_s)
   end
 
   def clear
-    @dict.flush_all
+    __dict.flush_all
     nil
   end
 
   def keys
-    @dict.keys
+    __dict.keys
   end
 
   def size
-    @dict.size
+    __dict.size
   end
 
   def each_pair
@@ -66,10 +95,13 @@ class Cache
   end
 
   def shm_status
-    { "namespace" => @dict.name, "size" => size }
+    total, free = __dict.__usage
+    { :total_bytes => total, :used_bytes => total - free,
+      :free_bytes => free }
   end
 
   def close
-    nil
+    __dict
+    @dict = nil
   end
 end

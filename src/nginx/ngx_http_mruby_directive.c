@@ -154,6 +154,9 @@ ngx_command_t  ngx_http_mruby_commands[] = {
       offsetof(ngx_http_mruby_main_conf_t, stack_size),
       NULL },
 
+    ngx_mruby_cache_dir_command("mruby_cache_dir", NGX_HTTP_MAIN_CONF,
+                                NGX_HTTP_MAIN_CONF_OFFSET),
+
     { ngx_string("mruby_cache"),
       NGX_HTTP_MRUBY_ANY_CONF|NGX_CONF_TAKE1,
       ngx_mruby_conf_set_cache,

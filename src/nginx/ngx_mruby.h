@@ -49,7 +49,16 @@ typedef struct {
      * defined is there in every worker, as in the original.  The cycle's
      * pool closes it in the master when the configuration goes. */
     mrb_interp   *init_interp;
+
+    ngx_str_t     cache_dir;      /* mruby_cache_dir, or empty:
+                                     NGX_MRUBY_CACHE_DIR */
 } ngx_mruby_main_conf_t;
+
+
+/* Where Cache.new(namespace:) keeps its files unless mruby_cache_dir says:
+ * beside the pid file, in the run directory (/run: a tmpfs, so the files
+ * are memory, not disk). */
+#define NGX_MRUBY_CACHE_DIR  "nginx-mruby-cache"
 
 
 /*
@@ -129,6 +138,16 @@ extern ngx_conf_enum_t  ngx_mruby_stat_on_error_values[];
       conf,                                                                   \
       offsetof(ngx_mruby_main_conf_t, field),                                 \
       NGX_MRUBY_CONF_CODE }
+
+
+/* mruby_cache_dir, in the main block of type (NGX_HTTP_MAIN_CONF, ...) */
+#define ngx_mruby_cache_dir_command(name, type, conf)                         \
+    { ngx_string(name),                                                       \
+      type|NGX_CONF_TAKE1,                                                    \
+      ngx_mruby_conf_set_cache_dir,                                           \
+      conf,                                                                   \
+      offsetof(ngx_mruby_main_conf_t, cache_dir),                             \
+      NULL }
 
 
 /* ngx_mruby_conf.c */
@@ -220,6 +239,10 @@ void *ngx_mruby_create_main_conf(ngx_conf_t *cf, size_t size);
 
 /* The startup directives, see ngx_mruby_startup_commands(). */
 char *ngx_mruby_conf_set_startup(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+
+/* "mruby_cache_dir path": a path relative to nginx's prefix. */
+char *ngx_mruby_conf_set_cache_dir(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 
 

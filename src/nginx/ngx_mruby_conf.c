@@ -282,6 +282,27 @@ ngx_mruby_create_main_conf(ngx_conf_t *cf, size_t size)
 
 
 char *
+ngx_mruby_conf_set_cache_dir(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    char       *rv;
+    ngx_str_t  *dir;
+
+    rv = ngx_conf_set_str_slot(cf, cmd, conf);
+    if (rv != NGX_CONF_OK) {
+        return rv;
+    }
+
+    dir = (ngx_str_t *) ((char *) conf + cmd->offset);
+
+    if (ngx_conf_full_name(cf->cycle, dir, 0) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+char *
 ngx_mruby_conf_set_startup(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_mruby_main_conf_t *mcf = conf;

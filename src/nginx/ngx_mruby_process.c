@@ -10,6 +10,7 @@
 #include <ngx_event.h>
 
 #include "mrb_script.h"
+#include "mrb_shdict_file.h"
 #include "mrb_wait.h"
 
 
@@ -63,6 +64,59 @@ ngx_mruby_init_interp_cleanup(void *data)
 }
 
 
+/*
+ * The directory of Cache.new(namespace:) files, made by the master while
+ * it is root and given to the workers' user.  A directory that cannot be
+ * made is no reason to stop nginx: it is logged, and Cache.new says the
+ * same to the script that needs it.
+ */
+static void
+ngx_mruby_cache_dir_init(ngx_mruby_main_conf_t *mcf, ngx_cycle_t *cycle)
+{
+    char              err[MRB_ERR_MSG_LEN];
+    u_char           *dir, *p;
+    size_t            len;
+    ngx_core_conf_t  *ccf;
+
+    ccf = (ngx_core_conf_t *) ngx_get_conf(cycle->conf_ctx, ngx_core_module);
+
+    if (mcf->cache_dir.len != 0) {
+        dir = ngx_pnalloc(cycle->pool, mcf->cache_dir.len + 1);
+        if (dir == NULL) {
+            return;
+        }
+
+        ngx_memcpy(dir, mcf->cache_dir.data, mcf->cache_dir.len);
+        dir[mcf->cache_dir.len] = '\0';
+
+    } else {
+        /* the pid file's directory (a full name by now) */
+        for (len = ccf->pid.len; len > 0 && ccf->pid.data[len - 1] != '/';
+             len--)
+        {
+            /* void */
+        }
+
+        dir = ngx_pnalloc(cycle->pool, len + sizeof(NGX_MRUBY_CACHE_DIR));
+        if (dir == NULL) {
+            return;
+        }
+
+        p = ngx_cpymem(dir, ccf->pid.data, len);
+        ngx_memcpy(p, NGX_MRUBY_CACHE_DIR, sizeof(NGX_MRUBY_CACHE_DIR));
+    }
+
+    if (mrb_shdict_file_set_dir((char *) dir,
+            ccf->user == (ngx_uid_t) NGX_CONF_UNSET_UINT
+            ? -1 : (long) ccf->user,
+            (long) ccf->group, err, sizeof(err)) != 0)
+    {
+        ngx_log_error(NGX_LOG_WARN, cycle->log, 0, "mruby: %s "
+                      "(mruby_cache_dir)", err);
+    }
+}
+
+
 ngx_int_t
 ngx_mruby_init_master(ngx_mruby_process_t *p, ngx_mruby_main_conf_t *mcf,
     ngx_cycle_t *cycle)
@@ -81,6 +135,7 @@ ngx_mruby_init_master(ngx_mruby_process_t *p, ngx_mruby_main_conf_t *mcf,
     }
 
     ngx_mruby_file_watch_limits(cycle);
+    ngx_mruby_cache_dir_init(mcf, cycle);
 
     if (mcf->init.nelts == 0) {
         return NGX_OK;

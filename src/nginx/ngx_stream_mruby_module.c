@@ -32,6 +32,9 @@ static ngx_command_t  ngx_stream_mruby_commands[] = {
                                       init_worker),
     ngx_stream_mruby_startup_commands("mruby_stream_exit_worker",
                                       exit_worker),
+    ngx_mruby_cache_dir_command("mruby_stream_cache_dir",
+                                NGX_STREAM_MAIN_CONF,
+                                NGX_STREAM_MAIN_CONF_OFFSET),
 
     { ngx_string("mruby_stream"),
       NGX_STREAM_MAIN_CONF|NGX_STREAM_SRV_CONF|NGX_CONF_TAKE12,

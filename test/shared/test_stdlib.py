@@ -235,8 +235,9 @@ def test_usleep_waits(kind, apache, nginx):
     assert r.text == "true"
 
 
-# The way of the access-limiter post's time: a Cache and a global Mutex opened at startup (which
-# makes their dictionaries), used by every worker's requests.
+# The way of the access-limiter post's time: a Cache and a global Mutex
+# opened at startup (the Mutex's opening makes its dictionary), used by
+# every worker's requests.
 CACHE_INIT = r'''
 Cache.new(namespace: "limiter").clear
 Mutex.new(global: true)
@@ -277,17 +278,17 @@ server {
     assert got == [1, 2, 3, 4, 5, 6]
 
 
-CACHE_OPEN = r'''
-Cache.new(namespace: "kept")
+DICT_OPEN = r'''
+get_server_class::SharedDict.new("kept")
 '''
 
-CACHE_SET = r'''
-Cache.new(namespace: "kept")["v"] = get_server_class::Request.new.args
+DICT_SET = r'''
+get_server_class::SharedDict.new("kept")["v"] = get_server_class::Request.new.args
 get_server_class.rputs "ok"
 '''
 
-CACHE_GET = r'''
-get_server_class.rputs Cache.new(namespace: "kept")["v"].inspect
+DICT_GET = r'''
+get_server_class.rputs get_server_class::SharedDict.new("kept")["v"].inspect
 '''
 
 
@@ -302,8 +303,8 @@ mrubyPostConfigMiddle {dir}/open.rb
 <Location /get>
     mrubyHandlerMiddle {dir}/get.rb
 </Location>
-""", mpm="prefork", files={"open.rb": CACHE_OPEN, "set.rb": CACHE_SET,
-                           "get.rb": CACHE_GET})
+""", mpm="prefork", files={"open.rb": DICT_OPEN, "set.rb": DICT_SET,
+                           "get.rb": DICT_GET})
     assert a.get("/set?kept").text == "ok"
     a.graceful()
     assert a.get("/get").text == '"kept"'
@@ -316,8 +317,8 @@ server {
     listen 127.0.0.1:{port};
     location /set { mruby_content_handler {dir}/set.rb; }
     location /get { mruby_content_handler {dir}/get.rb; }
-}""", workers=2, files={"open.rb": CACHE_OPEN, "set.rb": CACHE_SET,
-                        "get.rb": CACHE_GET})
+}""", workers=2, files={"open.rb": DICT_OPEN, "set.rb": DICT_SET,
+                        "get.rb": DICT_GET})
     assert n.get("/set?kept").text == "ok"
     n.reload()
     assert n.get("/get").text == '"kept"'

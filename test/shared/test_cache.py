@@ -1,0 +1,287 @@
+"""Cache.new (mruby-localmemcache's API) on real servers: a store in a file
+that any worker process makes or opens, at any phase (a request, a child's
+startup, nginx's mruby_set), shared by every process that opens the same
+namespace or file; where the files go and who owns them; names refused."""
+
+import concurrent.futures
+import os
+import pwd
+import stat
+
+import pytest
+import requests
+
+import harness
+
+PID = harness.PID_RB
+
+# Each request leaves its process's mark in the store and answers with its
+# pid and every mark it sees.
+MARK = r'''
+c = Cache.new(:namespace => "marks")
+pid = ''' + PID + r'''
+c["w" + pid] = pid
+get_server_class.rputs "#{pid} #{c.keys.sort.join(",")}"
+'''
+
+
+def hammer(server, path, total, concurrency):
+    """total GETs of path, concurrency at a time, each on a connection of
+    its own (so that they spread over the worker processes)."""
+    def one(_):
+        r = requests.get(server.url(path), timeout=60,
+                         headers={"Connection": "close"})
+        assert r.status_code == 200, server.error_log()[-2000:]
+        return r.text
+    with concurrent.futures.ThreadPoolExecutor(concurrency) as ex:
+        return list(ex.map(one, range(total)))
+
+
+def assert_shared(server):
+    """Several processes answered, and the last answer sees the mark of
+    every one of them."""
+    answers = hammer(server, "/mark", 60, 8)
+    pids = {a.split(" ")[0] for a in answers}
+    assert len(pids) >= 2, "all requests went to one process"
+    last = server.get("/mark", headers={"Connection": "close"}).text
+    seen = set(last.split(" ")[1].split(","))
+    assert {"w" + p for p in pids} <= seen, last
+
+
+def cache_dir(server):
+    if isinstance(server, harness.Apache):
+        return os.path.join(server.run_dir, "mruby-cache")
+    return os.path.join(server.logs, "nginx-mruby-cache")
+
+
+def assert_owned_by_workers(path, mode):
+    st = os.stat(path)
+    assert st.st_uid == pwd.getpwnam("www-data").pw_uid, path
+    assert stat.S_IMODE(st.st_mode) == mode, (path, oct(st.st_mode))
+
+
+@pytest.mark.parametrize("mpm", ["prefork", "event"])
+def test_namespace_shared_by_children_apache(apache, mpm):
+    """Children make the store on their first request, with nothing
+    declared and no startup script: each sees what the others wrote.  The
+    file is in DefaultRuntimeDir/mruby-cache, the workers' own."""
+    a = apache("""
+<Location /mark>
+    mrubyHandlerMiddle {dir}/mark.rb
+</Location>
+""", mpm=mpm, files={"mark.rb": MARK})
+    assert_shared(a)
+    d = cache_dir(a)
+    assert_owned_by_workers(d, 0o700)
+    assert os.listdir(d) == ["marks.cache"]
+    assert_owned_by_workers(os.path.join(d, "marks.cache"), 0o600)
+
+
+def test_namespace_shared_by_workers_nginx(nginx):
+    n = nginx("""
+server {
+    listen 127.0.0.1:{port};
+    location /mark { mruby_content_handler {dir}/mark.rb; }
+}""", workers=2, files={"mark.rb": MARK})
+    assert_shared(n)
+    d = cache_dir(n)
+    assert_owned_by_workers(d, 0o700)
+    assert os.listdir(d) == ["marks.cache"]
+    assert_owned_by_workers(os.path.join(d, "marks.cache"), 0o600)
+
+
+# :filename names the file itself; the directive moves namespaces
+FILENAME = r'''
+c = Cache.new(:filename => "{dir}/stores/by_path.lmc", :size_mb => 2)
+n = Cache.new(:namespace => "moved")
+n["k"] = "v"
+c["hits"] = (c["hits"].to_i + 1).to_s
+get_server_class.rputs "#{c["hits"]} #{c.shm_status[:total_bytes]}"
+'''
+
+
+@pytest.mark.parametrize("kind", ["apache", "nginx"])
+def test_filename_and_cache_dir(kind, apache, nginx):
+    """Cache.new(:filename => path) is the file at path, made with size_mb;
+    mrubyCacheDir / mruby_cache_dir put namespaces where they say."""
+    if kind == "apache":
+        s = apache("""
+mrubyCacheDir {dir}/namespaces
+<Location /file>
+    mrubyHandlerMiddle {dir}/file.rb
+</Location>
+""", start=False)
+    else:
+        s = nginx("""
+mruby_cache_dir {dir}/namespaces;
+server {
+    listen 127.0.0.1:{port};
+    location /file { mruby_content_handler {dir}/file.rb; }
+}""", start=False)
+    s.write("file.rb", s.subst(FILENAME))
+    stores = os.path.join(s.dir, "stores")
+    os.makedirs(stores)
+    os.chown(stores, pwd.getpwnam("www-data").pw_uid, -1)
+    s.start()
+    assert s.get("/file").text == "1 2097152"
+    assert s.get("/file").text == "2 2097152"
+    assert os.path.getsize(os.path.join(stores, "by_path.lmc")) == 2097152
+    assert_owned_by_workers(os.path.join(stores, "by_path.lmc"), 0o600)
+    assert os.listdir(os.path.join(s.dir, "namespaces")) == ["moved.cache"]
+    assert not os.path.exists(cache_dir(s))
+
+
+# mruby_set: a variable from a store made in the phase that sets it
+SET_UPSTREAM = r'''
+c = Cache.new(:namespace => "upstreams")
+c["backend"] = "127.0.0.1:8080" unless c["backend"]
+c["backend"]
+'''
+
+GET_UPSTREAM = r'''
+Nginx.rputs Cache.new(:namespace => "upstreams")["backend"].inspect
+'''
+
+
+def test_made_inside_mruby_set_nginx(nginx):
+    n = nginx("""
+server {
+    listen 127.0.0.1:{port};
+    location /set {
+        mruby_set $backend {dir}/set.rb;
+        return 200 "backend=$backend";
+    }
+    location /get { mruby_content_handler {dir}/get.rb; }
+}""", files={"set.rb": SET_UPSTREAM, "get.rb": GET_UPSTREAM})
+    r = n.get("/set")
+    assert r.text == "backend=127.0.0.1:8080", n.error_log()[-2000:]
+    assert n.get("/get").text == '"127.0.0.1:8080"'
+
+
+# A child's startup script opens the store and keeps it in Userdata; the
+# request scripts of every child use it.
+CHILD_INIT = r'''
+Userdata.new.store = Cache.new(:namespace => "from_child")
+'''
+
+CHILD_USE = r'''
+c = Userdata.new.store
+pid = ''' + PID + r'''
+c["w" + pid] = pid
+get_server_class.rputs "#{pid} #{c.keys.sort.join(",")}"
+'''
+
+
+@pytest.mark.parametrize("mpm", ["prefork", "event"])
+def test_opened_in_child_init_apache(apache, mpm):
+    a = apache("""
+mrubyChildInitMiddle {dir}/init.rb
+<Location /mark>
+    mrubyHandlerMiddle {dir}/use.rb
+</Location>
+""", mpm=mpm, files={"init.rb": CHILD_INIT, "use.rb": CHILD_USE})
+    assert_shared(a)
+    assert "mrubyChildInit" not in a.error_log()
+
+
+def test_opened_in_init_worker_nginx(nginx):
+    n = nginx("""
+mruby_init_worker {dir}/init.rb;
+server {
+    listen 127.0.0.1:{port};
+    location /mark { mruby_content_handler {dir}/use.rb; }
+}""", workers=2, files={"init.rb": CHILD_INIT, "use.rb": CHILD_USE})
+    assert_shared(n)
+
+
+# What is refused, and how: one answer a line.
+BAD = r'''
+out = []
+["../escape", "a/b", ".hidden", "", "x" * 64, "sp ace"].each do |name|
+  begin
+    Cache.new(:namespace => name)
+    out << "opened #{name}"
+  rescue ArgumentError => e
+    out << e.message
+  end
+end
+[{:filename => "relative.lmc"}, {:filename => "/"}, {},
+ {:namespace => "big", :size_mb => 5000}, "not a hash"].each do |opts|
+  begin
+    Cache.new(opts)
+    out << "opened #{opts}"
+  rescue ArgumentError => e
+    out << e.message
+  end
+end
+begin
+  Cache.new(:filename => "/nonexistent/dir/x.lmc")
+rescue Cache::InitError => e
+  out << e.message
+end
+c = Cache.new(:namespace => "ok-name_1.2")
+c.close
+begin
+  c["k"]
+rescue Cache::MemoryPoolClosed => e
+  out << e.message
+end
+get_server_class.rputs out.join("\n")
+'''
+
+NAME_RULE = ("(1 to 63 letters, digits, '_', '-' or '.', not starting "
+             "with '.')")
+BAD_EXPECTED = "\n".join([
+    f'invalid Cache namespace "../escape" {NAME_RULE}',
+    f'invalid Cache namespace "a/b" {NAME_RULE}',
+    f'invalid Cache namespace ".hidden" {NAME_RULE}',
+    f'invalid Cache namespace "" {NAME_RULE}',
+    f'invalid Cache namespace "{"x" * 64}" {NAME_RULE}',
+    f'invalid Cache namespace "sp ace" {NAME_RULE}',
+    'invalid Cache file name "relative.lmc" (an absolute path of a file)',
+    'invalid Cache file name "/" (an absolute path of a file)',
+    "Cache.new needs :namespace or :filename",
+    "a Cache store's size is 32k to 4095m, not 5242880000 bytes",
+    "Cache.new takes a Hash of options",
+    'cannot make a Cache store beside "/nonexistent/dir/x.lmc": '
+    "No such file or directory",
+    "Pool is closed",
+])
+
+
+@pytest.mark.parametrize("kind", ["apache", "nginx"])
+def test_bad_names_refused(kind, apache, nginx):
+    if kind == "apache":
+        s = apache("<Location /bad>\n    mrubyHandlerMiddle {dir}/bad.rb\n"
+                   "</Location>", files={"bad.rb": BAD})
+    else:
+        s = nginx("location /bad { mruby_content_handler {dir}/bad.rb; }",
+                  files={"bad.rb": BAD})
+    r = s.get("/bad")
+    assert r.status_code == 200, s.error_log()[-2000:]
+    assert r.text == BAD_EXPECTED
+    assert os.listdir(cache_dir(s)) == ["ok-name_1.2.cache"]
+    assert not os.path.exists(os.path.join(s.dir, "escape.cache"))
+    assert not os.path.exists(os.path.join(s.logs, "escape.cache"))
+
+
+# An existing store keeps the size it was made with.
+SIZES = r'''
+a = Cache.new(:namespace => "sized", :size_mb => 2)
+b = Cache.new(:namespace => "sized", :size_mb => 4)
+a["k"] = "v"
+st = b.shm_status
+get_server_class.rputs [st[:total_bytes], b["k"], st[:used_bytes] > 0,
+                        st[:free_bytes] > 0, b.size].inspect
+'''
+
+
+@pytest.mark.parametrize("kind", ["apache", "nginx"])
+def test_existing_store_keeps_its_size(kind, apache, nginx):
+    if kind == "apache":
+        s = apache("<Location /s>\n    mrubyHandlerMiddle {dir}/s.rb\n"
+                   "</Location>", files={"s.rb": SIZES})
+    else:
+        s = nginx("location /s { mruby_content_handler {dir}/s.rb; }",
+                  files={"s.rb": SIZES})
+    assert s.get("/s").text == '[2097152, "v", true, true, 1]'
