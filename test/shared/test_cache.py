@@ -48,6 +48,24 @@ def assert_shared(server):
     assert {"w" + p for p in pids} <= seen, last
 
 
+def serve(kind, apache, nginx, routes, apache_main="", nginx_main="",
+          **kw):
+    """A server of kind ("apache", "apache-prefork", "nginx") whose routes
+    {"/path": "ruby code"} are content handlers, after the main lines given
+    (startup scripts, directives)."""
+    files = {f"h{i}.rb": code for i, code in enumerate(routes.values())}
+    if kind == "nginx":
+        locs = "".join(f"    location {path} {{ mruby_content_handler "
+                       f"{{dir}}/h{i}.rb; }}\n"
+                       for i, path in enumerate(routes))
+        return nginx(nginx_main + "server {\n    listen 127.0.0.1:{port};\n"
+                     + locs + "}\n", files=files, **kw)
+    locs = "".join(f"<Location {path}>\n    mrubyHandlerMiddle {{dir}}/h{i}.rb"
+                   f"\n</Location>\n" for i, path in enumerate(routes))
+    mpm = kind.split("-")[1] if "-" in kind else "event"
+    return apache(apache_main + locs, mpm=mpm, files=files, **kw)
+
+
 def cache_dir(server):
     if isinstance(server, harness.Apache):
         return os.path.join(server.run_dir, "mruby-cache")
@@ -60,31 +78,15 @@ def assert_owned_by_workers(path, mode):
     assert stat.S_IMODE(st.st_mode) == mode, (path, oct(st.st_mode))
 
 
-@pytest.mark.parametrize("mpm", ["prefork", "event"])
-def test_namespace_shared_by_children_apache(apache, mpm):
-    """Children make the store on their first request, with nothing
+@pytest.mark.parametrize("kind", ["apache-prefork", "apache-event", "nginx"])
+def test_namespace_shared_by_workers(kind, apache, nginx):
+    """Workers make the store on their first request, with nothing
     declared and no startup script: each sees what the others wrote.  The
-    file is in DefaultRuntimeDir/mruby-cache, the workers' own."""
-    a = apache("""
-<Location /mark>
-    mrubyHandlerMiddle {dir}/mark.rb
-</Location>
-""", mpm=mpm, files={"mark.rb": MARK})
-    assert_shared(a)
-    d = cache_dir(a)
-    assert_owned_by_workers(d, 0o700)
-    assert os.listdir(d) == ["marks.cache"]
-    assert_owned_by_workers(os.path.join(d, "marks.cache"), 0o600)
-
-
-def test_namespace_shared_by_workers_nginx(nginx):
-    n = nginx("""
-server {
-    listen 127.0.0.1:{port};
-    location /mark { mruby_content_handler {dir}/mark.rb; }
-}""", workers=2, files={"mark.rb": MARK})
-    assert_shared(n)
-    d = cache_dir(n)
+    file is in the default Cache directory, the workers' own."""
+    s = serve(kind, apache, nginx, {"/mark": MARK},
+              **({"workers": 2} if kind == "nginx" else {}))
+    assert_shared(s)
+    d = cache_dir(s)
     assert_owned_by_workers(d, 0o700)
     assert os.listdir(d) == ["marks.cache"]
     assert_owned_by_workers(os.path.join(d, "marks.cache"), 0o600)
@@ -104,21 +106,10 @@ get_server_class.rputs "#{c["hits"]} #{c.shm_status[:total_bytes]}"
 def test_filename_and_cache_dir(kind, apache, nginx):
     """Cache.new(:filename => path) is the file at path, made with size_mb;
     mrubyCacheDir / mruby_cache_dir put namespaces where they say."""
-    if kind == "apache":
-        s = apache("""
-mrubyCacheDir {dir}/namespaces
-<Location /file>
-    mrubyHandlerMiddle {dir}/file.rb
-</Location>
-""", start=False)
-    else:
-        s = nginx("""
-mruby_cache_dir {dir}/namespaces;
-server {
-    listen 127.0.0.1:{port};
-    location /file { mruby_content_handler {dir}/file.rb; }
-}""", start=False)
-    s.write("file.rb", s.subst(FILENAME))
+    s = serve(kind, apache, nginx, {"/file": ""},
+              apache_main="mrubyCacheDir {dir}/namespaces\n",
+              nginx_main="mruby_cache_dir {dir}/namespaces;\n", start=False)
+    s.write("h0.rb", s.subst(FILENAME))
     stores = os.path.join(s.dir, "stores")
     os.makedirs(stores)
     os.chown(stores, pwd.getpwnam("www-data").pw_uid, -1)
@@ -172,26 +163,18 @@ get_server_class.rputs "#{pid} #{c.keys.sort.join(",")}"
 '''
 
 
-@pytest.mark.parametrize("mpm", ["prefork", "event"])
-def test_opened_in_child_init_apache(apache, mpm):
-    a = apache("""
-mrubyChildInitMiddle {dir}/init.rb
-<Location /mark>
-    mrubyHandlerMiddle {dir}/use.rb
-</Location>
-""", mpm=mpm, files={"init.rb": CHILD_INIT, "use.rb": CHILD_USE})
-    assert_shared(a)
-    assert "mrubyChildInit" not in a.error_log()
-
-
-def test_opened_in_init_worker_nginx(nginx):
-    n = nginx("""
-mruby_init_worker {dir}/init.rb;
-server {
-    listen 127.0.0.1:{port};
-    location /mark { mruby_content_handler {dir}/use.rb; }
-}""", workers=2, files={"init.rb": CHILD_INIT, "use.rb": CHILD_USE})
-    assert_shared(n)
+@pytest.mark.parametrize("kind", ["apache-prefork", "apache-event", "nginx"])
+def test_opened_in_child_init(kind, apache, nginx):
+    """A child_init (Apache) or mruby_init_worker (nginx) script opens it."""
+    s = serve(kind, apache, nginx, {"/mark": CHILD_USE},
+              apache_main="mrubyChildInitMiddle {dir}/init.rb\n",
+              nginx_main="mruby_init_worker {dir}/init.rb;\n",
+              **({"workers": 2} if kind == "nginx" else {}), start=False)
+    s.write("init.rb", CHILD_INIT)
+    s.start()
+    assert_shared(s)
+    assert "mrubyChildInit" not in s.error_log()
+    assert "mruby_init_worker" not in s.error_log()
 
 
 # What is refused, and how: one answer a line.
@@ -251,12 +234,7 @@ BAD_EXPECTED = "\n".join([
 
 @pytest.mark.parametrize("kind", ["apache", "nginx"])
 def test_bad_names_refused(kind, apache, nginx):
-    if kind == "apache":
-        s = apache("<Location /bad>\n    mrubyHandlerMiddle {dir}/bad.rb\n"
-                   "</Location>", files={"bad.rb": BAD})
-    else:
-        s = nginx("location /bad { mruby_content_handler {dir}/bad.rb; }",
-                  files={"bad.rb": BAD})
+    s = serve(kind, apache, nginx, {"/bad": BAD})
     r = s.get("/bad")
     assert r.status_code == 200, s.error_log()[-2000:]
     assert r.text == BAD_EXPECTED
@@ -278,10 +256,5 @@ get_server_class.rputs [st[:total_bytes], b["k"], st[:used_bytes] > 0,
 
 @pytest.mark.parametrize("kind", ["apache", "nginx"])
 def test_existing_store_keeps_its_size(kind, apache, nginx):
-    if kind == "apache":
-        s = apache("<Location /s>\n    mrubyHandlerMiddle {dir}/s.rb\n"
-                   "</Location>", files={"s.rb": SIZES})
-    else:
-        s = nginx("location /s { mruby_content_handler {dir}/s.rb; }",
-                  files={"s.rb": SIZES})
+    s = serve(kind, apache, nginx, {"/s": SIZES})
     assert s.get("/s").text == '[2097152, "v", true, true, 1]'

@@ -62,6 +62,19 @@ unit_report(const char *what, double value, const char *unit)
 }
 
 
+int
+unit_child_status(int pid)
+{
+    int  st;
+
+    if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st)) {
+        return -1;
+    }
+
+    return WEXITSTATUS(st);
+}
+
+
 uint64_t
 unit_now_ns(void)
 {

@@ -118,20 +118,6 @@ sleep_ms(unsigned ms)
 }
 
 
-/* Waits for child; returns its exit status, or -1 if it did not exit. */
-static int
-child_status(pid_t pid)
-{
-    int  st;
-
-    if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st)) {
-        return -1;
-    }
-
-    return WEXITSTATUS(st);
-}
-
-
 TEST(zone_sizes)
 {
     mrb_shdict_zone  *z;
@@ -804,7 +790,7 @@ TEST(holds_of_dead_processes_are_withdrawn)
     a = child_holding(z, "f", 2, 1);
     b = child_holding(z, "f", 3, 0);
     REQUIRE(a > 0 && b > 0);
-    CHECK_EQ(child_status(b), 0);
+    CHECK_EQ(unit_child_status(b), 0);
     CHECK_EQ(get_int(z, "f"), 6);
 
     /* b exited (and was reaped); a still runs */
@@ -812,7 +798,7 @@ TEST(holds_of_dead_processes_are_withdrawn)
     CHECK_EQ(get_int(z, "f"), 3);
 
     kill(a, SIGKILL);
-    CHECK_EQ(child_status(a), -1);
+    CHECK_EQ(unit_child_status(a), -1);
     CHECK_EQ(mrb_shdict_zone_sweep(z), 1);
     CHECK_EQ(get_int(z, "f"), 1);
 
@@ -854,7 +840,7 @@ TEST(sweep_runs_by_itself_within_the_interval)
     CHECK_EQ(get_int(z, "f"), 1);
     CHECK(unit_now_ns() - start < (MRB_SHDICT_SWEEP_INTERVAL + 3000)
                                   * 1000000ull);
-    CHECK_EQ(child_status(a), -1);
+    CHECK_EQ(unit_child_status(a), -1);
 
     zone_free(z);
 }
@@ -881,7 +867,7 @@ TEST(owner_identity)
         _exit(o.pid == (uint32_t) getpid() ? 0 : 1);
     }
     REQUIRE(pid > 0);
-    CHECK_EQ(child_status(pid), 0);
+    CHECK_EQ(unit_child_status(pid), 0);
 
     o.pid = (uint32_t) pid;
     o.start = 0;
@@ -925,7 +911,7 @@ TEST(owner_start_read_again_after_proc_was_unreadable)
         _exit(first.start == 0 && again.start != 0 ? 0 : 1);
     }
     REQUIRE(pid > 0);
-    CHECK_EQ(child_status(pid), 0);
+    CHECK_EQ(unit_child_status(pid), 0);
 }
 
 
@@ -949,7 +935,7 @@ TEST(sweep_finds_the_dead_among_many_holders)
 
     dead = child_holding(z, "f", 1, 0);
     REQUIRE(dead > 0);
-    CHECK_EQ(child_status(dead), 0);
+    CHECK_EQ(unit_child_status(dead), 0);
 
     for (i = 0; i < NLIVE; i++) {
         live[i] = child_holding(z, "f", 1, 1);
@@ -966,7 +952,7 @@ TEST(sweep_finds_the_dead_among_many_holders)
 
     for (i = 0; i < started; i++) {
         kill(live[i], SIGKILL);
-        child_status(live[i]);
+        unit_child_status(live[i]);
     }
 
     CHECK_EQ(mrb_shdict_zone_sweep(z), started);
@@ -1007,7 +993,7 @@ TEST(no_lost_updates_across_processes)
     }
 
     for (i = 0; i < nproc; i++) {
-        CHECK_EQ(child_status(pids[i]), 0);
+        CHECK_EQ(unit_child_status(pids[i]), 0);
     }
 
     CHECK_EQ(get_int(z, "n"), (int64_t) nproc * per);
@@ -1047,7 +1033,7 @@ TEST(no_lost_holds_across_processes)
     }
 
     for (i = 0; i < nproc; i++) {
-        CHECK_EQ(child_status(pids[i]), 0);
+        CHECK_EQ(unit_child_status(pids[i]), 0);
     }
 
     CHECK_EQ(get_int(z, "f"), nproc);
@@ -1119,7 +1105,7 @@ TEST(robust_mutex_after_holder_killed)
     pid = child_locking(z, 0);
     REQUIRE(pid > 0);
     kill(pid, SIGKILL);
-    CHECK_EQ(child_status(pid), -1);
+    CHECK_EQ(unit_child_status(pid), -1);
 
     /* no deadlock (the runner's time limit would fail the test), and the
      * contents are intact */
@@ -1158,7 +1144,7 @@ TEST(zone_rebuilt_after_holder_killed_mid_update)
     pid = child_locking(z, 1);
     REQUIRE(pid > 0);
     kill(pid, SIGKILL);
-    CHECK_EQ(child_status(pid), -1);
+    CHECK_EQ(unit_child_status(pid), -1);
 
     for (i = 0; i < 300; i++) {
         snprintf(key, sizeof(key), "key%d", i);
@@ -1504,7 +1490,7 @@ bench_incr(mrb_shdict_zone *z, int nproc, int per)
     }
 
     for (i = 0; i < nproc; i++) {
-        child_status(pids[i]);
+        unit_child_status(pids[i]);
     }
 
     /* wall time per call as each process saw it */
@@ -1554,7 +1540,7 @@ bench_ruby(const char *code, int nproc, int per)
     }
 
     for (i = 0; i < nproc; i++) {
-        CHECK_EQ(child_status(pids[i]), 0);
+        CHECK_EQ(unit_child_status(pids[i]), 0);
     }
 
     return (unit_now_ns() - start) / 1e3 / per;

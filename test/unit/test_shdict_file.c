@@ -70,18 +70,6 @@ files_in(const char *dir)
 }
 
 
-static int
-child_status(pid_t pid)
-{
-    int  st;
-
-    if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st)) {
-        return -1;
-    }
-
-    return WEXITSTATUS(st);
-}
-
 
 static mrb_shdict_zone *
 open_ns(const char *name, size_t size)
@@ -138,7 +126,7 @@ TEST(file_made_at_once_by_many_is_one_store)
     }
 
     for (i = 0; i < 4; i++) {
-        CHECK_EQ(child_status(pids[i]), 0);
+        CHECK_EQ(unit_child_status(pids[i]), 0);
     }
 
     z = open_ns("shared", 64 * 1024);
@@ -248,7 +236,7 @@ TEST(file_store_keeps_the_size_it_was_made_with)
                                         err, sizeof(err))
               != MRB_SHDICT_FILE_OK);
     }
-    CHECK_EQ(child_status(pid), 0);
+    CHECK_EQ(unit_child_status(pid), 0);
 
     CHECK_EQ(mrb_shdict_file_open_path(path, strlen(path), 64 * 1024, &ref,
                                        err, sizeof(err)),

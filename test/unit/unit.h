@@ -38,6 +38,10 @@ void unit_report(const char *what, double value, const char *unit);
 /* Monotonic time in ns. */
 uint64_t unit_now_ns(void);
 
+/* Waits for the child pid: its exit status, or -1 if it did not exit (a
+ * signal killed it). */
+int unit_child_status(int pid);
+
 /* Appends len bytes to the C string in buf (size bytes): 0, or -1 when
  * they do not fit (buf unchanged).  What a test's server writes or logs. */
 int unit_append(char *buf, size_t size, const char *data, size_t len);
