@@ -1,12 +1,15 @@
 """Cache.new (mruby-localmemcache's API) on real servers: a store in a file
 that any worker process makes or opens, at any phase (a request, a child's
 startup, nginx's mruby_set), shared by every process that opens the same
-namespace or file; where the files go and who owns them; names refused."""
+namespace or file; where the files go and who owns them; names refused;
+and the child_init script of the access limiter's older revision, as
+published."""
 
 import concurrent.futures
 import os
 import pwd
 import stat
+import time
 
 import pytest
 import requests
@@ -258,3 +261,105 @@ get_server_class.rputs [st[:total_bytes], b["k"], st[:used_bytes] > 0,
 def test_existing_store_keeps_its_size(kind, apache, nginx):
     s = serve(kind, apache, nginx, {"/s": SIZES})
     assert s.get("/s").text == '[2097152, "v", true, true, 1]'
+
+
+# The access limiter's older revision as its author published it (the
+# access_limitter/ folder of http-access-limiter): post_config defines the
+# class and a global Mutex; each child's init script opens the Cache by its
+# namespace, clears it and keeps it in Userdata.
+LIMITTER_INIT = r'''Userdata.new.shared_mutex = Mutex.new :global => true
+
+class AccessLimitter
+  def initialize r, c, config
+    @r = r
+    @cache = c
+    @config = config
+    if config[:target].nil?
+      raise "config[:target] is nil"
+    end
+    @counter_key = config[:target].to_s
+  end
+  def current
+    @cache[@counter_key].to_i
+  end
+  def increment
+    @cache[@counter_key] = (@cache[@counter_key].to_i + 1).to_s
+  end
+  def decrement
+    cur = @cache[@counter_key]
+    cnt = cur.to_i - 1
+    if cnt < 1
+      unless cur.nil?
+        @cache.delete @counter_key
+      end
+    else
+      @cache[@counter_key] = cnt.to_s
+    end
+  end
+end
+'''
+
+LIMITTER_WORKER_INIT = r'''config = {:namespace =>"aceess_limitter"}
+
+c = Cache.new config
+c.clear
+
+Userdata.new.shared_cache = c
+'''
+
+# Counts in and out with the published class, lock and Cache (the
+# published phase scripts wait on the original's try_lock_loop).
+LIMITTER_IN = r"""
+limit = AccessLimitter.new Apache::Request.new, Userdata.new.shared_cache,
+                           :target => "/var/www/html/sleep.php"
+m = Userdata.new.shared_mutex
+m.lock
+begin
+  limit.increment
+  n = limit.current
+ensure
+  m.unlock
+end
+pid = """ + PID + r"""
+Apache.rputs "#{pid} #{n}"
+"""
+
+LIMITTER_OUT = r"""
+limit = AccessLimitter.new Apache::Request.new, Userdata.new.shared_cache,
+                           :target => "/var/www/html/sleep.php"
+m = Userdata.new.shared_mutex
+m.synchronize { limit.decrement }
+Apache.rputs Userdata.new.shared_cache["/var/www/html/sleep.php"].inspect
+"""
+
+READY = r"""
+Apache.errlogger Apache::LOG_NOTICE, "child ready"
+"""
+
+
+def test_access_limitter_older_revision_child_init_prefork(apache):
+    """The published child_init script's Cache.new config, c.clear in every
+    child: the children count in one store, in and back out."""
+    a = serve("apache-prefork", apache, None,
+              {"/in": LIMITTER_IN, "/out": LIMITTER_OUT},
+              apache_main="mrubyPostConfigMiddle {dir}/init.rb cache\n"
+                          "mrubyChildInitMiddle {dir}/worker_init.rb cache\n"
+                          "mrubyChildInitLast {dir}/ready.rb\n", start=False)
+    a.write("init.rb", LIMITTER_INIT)
+    a.write("worker_init.rb", LIMITTER_WORKER_INIT)
+    a.write("ready.rb", READY)
+    a.start()
+    # each child clears the store as it starts: count once all did
+    deadline = time.monotonic() + 30
+    while a.error_log().count("child ready") < 4:
+        assert time.monotonic() < deadline, a.error_log()[-3000:]
+        time.sleep(0.05)
+
+    answers = [a.get("/in", headers={"Connection": "close"}).text
+               for _ in range(12)]
+    assert [int(x.split(" ")[1]) for x in answers] == list(range(1, 13)), \
+        a.error_log()[-3000:]
+    assert len({x.split(" ")[0] for x in answers}) >= 2, answers
+    outs = [a.get("/out", headers={"Connection": "close"}).text
+            for _ in range(12)]
+    assert outs == [f'"{n}"' for n in range(11, 0, -1)] + ["nil"]
