@@ -251,7 +251,7 @@ redis_timeout_from(mrb_state *mrb, mrb_value v)
  * Redis.new(host = "127.0.0.1", port = 6379, timeout: 1.0), or
  * mruby-redis's Redis.new(host, port, timeout) (seconds).  Without host
  * and port: the server Redis.connect_set_raw named, if a script of this
- * interpreter called it, else the defaults.
+ * interpreter called it, else the defaults.  Once per object.
  */
 static mrb_value
 redis_initialize(mrb_state *mrb, mrb_value self)
@@ -267,6 +267,13 @@ redis_initialize(mrb_state *mrb, mrb_value self)
     mrb_redis_conn    *c;
     mrb_redis_status   st;
     mrb_redis_caller   caller;
+
+    /* a second call (send(:initialize)) would drop the first one's state
+     * while a suspended command of another run may still use it */
+    if (DATA_PTR(self) != NULL) {
+        mrb_raise(mrb, E_RUNTIME_ERROR, "Redis#initialize: this Redis "
+                  "object is initialized already");
+    }
 
     kw_names[0] = mrb_intern_lit(mrb, "timeout");
     kw.num = 1;

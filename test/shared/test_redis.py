@@ -187,6 +187,32 @@ def test_connection_refused_is_a_connection_error(kind, apache, nginx):
                       f"{port}: Connection refused")
 
 
+# initialize called a second time on one object
+AGAIN = r'''
+port = get_server_class::Request.new.args.to_i
+r = Redis.new("127.0.0.1", port)
+begin
+  r.send(:initialize, "127.0.0.1", port)
+  out = "initialized twice"
+rescue RuntimeError => e
+  out = e.message
+end
+get_server_class.rputs "#{out}; #{r.ping}"
+'''
+
+
+@pytest.mark.parametrize("kind", ["apache", "nginx"])
+def test_a_redis_object_is_initialized_once(kind, apache, nginx,
+                                            redis_server):
+    """A second initialize raises and leaves the object as it was.  (It
+    used to replace the object's state, leaking the first one's.)"""
+    s = server(kind, apache, nginx, {"/again": AGAIN})
+    r = s.get(f"/again?{redis_server.port}")
+    assert (r.status_code, r.text) == (
+        200, "Redis#initialize: this Redis object is initialized already; "
+             "PONG"), s.error_log()[-2000:]
+
+
 @pytest.mark.parametrize("kind", ["apache", "nginx"])
 def test_timeout_is_a_timeout_error(kind, apache, nginx, redis_server):
     s = server(kind, apache, nginx, {"/slow": SLOW})
