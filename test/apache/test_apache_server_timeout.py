@@ -5,6 +5,7 @@ script's output) read it from the request's server.  Other requests keep
 the configured Timeout (Timeout 30 in the harness's config)."""
 
 import os
+import subprocess
 
 import pytest
 
@@ -50,3 +51,27 @@ def test_timeout_set_in_fixups_cuts_a_cgi(apache, mpm, cgi, cut):
     # the next request, on the same connection when it was kept, has the
     # configured Timeout again
     assert a.get("/now").text == "30000000"
+
+
+H2_CONF = """
+Protocols h2c http/1.1
+<Location /h2>
+    mrubyHandlerMiddleCode ' \\
+      s = Apache::Server.new; \\
+      s.timeout = 2_000_000; \\
+      Apache.rputs "#{s.timeout} #{Apache::Connection.new.remote_ip}"'
+</Location>
+"""
+
+
+@pytest.mark.parametrize("mpm", ["event", "prefork"])
+def test_timeout_set_on_an_http2_stream(apache, mpm):
+    """A request on an HTTP/2 stream (a secondary connection of
+    mod_http2's) sets its Timeout too."""
+    a = apache(H2_CONF, mpm=mpm, modules=["http2"])
+    out = subprocess.run(
+        ["curl", "-s", "--http2-prior-knowledge", "-m", "10",
+         "-w", " %{http_version} %{response_code}",
+         f"http://127.0.0.1:{a.port}/h2"],
+        capture_output=True, text=True, timeout=20)
+    assert out.stdout == "2000000 127.0.0.1 2 200", a.error_log()[-2000:]
