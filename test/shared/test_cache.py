@@ -8,6 +8,7 @@ published."""
 import concurrent.futures
 import os
 import pwd
+import socket
 import stat
 import time
 
@@ -244,6 +245,20 @@ def test_bad_names_refused(kind, apache, nginx):
     assert os.listdir(cache_dir(s)) == ["ok-name_1.2.cache"]
     assert not os.path.exists(os.path.join(s.dir, "escape.cache"))
     assert not os.path.exists(os.path.join(s.logs, "escape.cache"))
+
+
+def test_stream_and_http_share_the_directory_nginx(nginx):
+    """The stream module's scripts find the http module's namespaces: the
+    same default directory."""
+    n = serve("nginx", None, nginx, {"/get": GET_UPSTREAM}, stream_conf="""
+server {
+    listen 127.0.0.1:{port2};
+    mruby_stream_code 'Cache.new(:namespace => "upstreams")["backend"] = "from stream"';
+    return "x";
+}""")
+    with socket.create_connection(("127.0.0.1", n.port2), timeout=10) as c:
+        assert harness.read_until_closed(c) == b"x"
+    assert n.get("/get").text == '"from stream"', n.error_log()[-2000:]
 
 
 # An existing store keeps the size it was made with.
