@@ -1217,6 +1217,30 @@ mrb_script_run(mrb_interp *interp, mrb_script *script, mrb_run_rec *run)
 
 
 int
+mrb_script_names_wait(mrb_interp *interp, mrb_script *script)
+{
+    mrb_state     *mrb = mrb_interp_state(interp);
+    struct RProc  *proc;
+    char           err[MRB_ERR_MSG_LEN];
+    int            ai, names;
+
+    /* compiled anew by each run: only the run can tell */
+    if (script->policy == MRB_CACHE_NEVER && script->is_file) {
+        return 1;
+    }
+
+    ai = mrb_gc_arena_save(mrb);
+    proc = script_proc(interp, script, 1, 1, err, sizeof(err));
+
+    /* one that cannot be loaded: its run says why */
+    names = proc == NULL || mrb_wait_wanted(interp, proc);
+
+    mrb_gc_arena_restore(mrb, ai);
+    return names;
+}
+
+
+int
 mrb_script_stale_next(unsigned *cursor, mrb_script_stale *out)
 {
     mrb_file_watch_path  *path;

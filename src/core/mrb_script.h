@@ -115,4 +115,13 @@ int mrb_script_watch_needs(size_t *scripts, size_t *watches);
  */
 int mrb_script_run(mrb_interp *interp, mrb_script *script, mrb_run_rec *run);
 
+/*
+ * Whether a run of the script in interp that may wait would go on a
+ * coroutine: its code names something that waits (mrb_wait_core.h), or a
+ * startup script's did.  Loads the script into interp when it is not yet.
+ * 1 also for a script compiled on every run (`never` files) and for one
+ * that cannot be loaded: only their runs can tell.
+ */
+int mrb_script_names_wait(mrb_interp *interp, mrb_script *script);
+
 #endif /* MRB_SCRIPT_H */

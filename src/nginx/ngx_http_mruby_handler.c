@@ -7,6 +7,8 @@
 #include "ngx_http_mruby_module.h"
 
 
+static ngx_int_t ngx_http_mruby_phase(ngx_http_request_t *r,
+    ngx_http_mruby_phase_e phase);
 static ngx_int_t ngx_http_mruby_post_read_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_mruby_server_rewrite_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_mruby_rewrite_handler(ngx_http_request_t *r);
@@ -367,6 +369,45 @@ ngx_http_mruby_phase_run(ngx_http_request_t *r, ngx_mruby_script_t *s,
 }
 
 
+/*
+ * The rewrite phases: the block's script, then its mruby_set scripts that
+ * may wait (ngx_http_mruby_sets_run), before nginx's rewrite directives.
+ */
+static ngx_int_t
+ngx_http_mruby_rewrite_phase(ngx_http_request_t *r,
+    ngx_http_mruby_phase_e phase)
+{
+    ngx_int_t                   rc;
+    ngx_http_mruby_ctx_t       *ctx;
+    ngx_http_mruby_loc_conf_t  *mlcf;
+
+    mlcf = ngx_http_get_module_loc_conf(r, ngx_http_mruby_module);
+
+    if (mlcf->sets == NULL) {
+        return ngx_http_mruby_phase(r, phase);
+    }
+
+    ctx = ngx_http_mruby_get_ctx(r);
+    if (ctx == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (ctx->resumed && ctx->wait_phase == phase && ctx->wait_set != NULL) {
+        /* an mruby_set script waited and has ended: the next ones */
+        ctx->resumed = 0;
+        ctx->wait_set = NULL;
+
+    } else {
+        rc = ngx_http_mruby_phase(r, phase);
+        if (rc != NGX_DECLINED) {
+            return rc;
+        }
+    }
+
+    return ngx_http_mruby_sets_run(r, ctx, phase);
+}
+
+
 static ngx_int_t
 ngx_http_mruby_phase(ngx_http_request_t *r, ngx_http_mruby_phase_e phase)
 {
@@ -429,10 +470,20 @@ ngx_http_mruby_phase(ngx_http_request_t *r, ngx_http_mruby_phase_e phase)
 
 ngx_http_mruby_phase_handler(ngx_http_mruby_post_read_handler,
                              NGX_HTTP_MRUBY_POST_READ)
-ngx_http_mruby_phase_handler(ngx_http_mruby_server_rewrite_handler,
-                             NGX_HTTP_MRUBY_SERVER_REWRITE)
-ngx_http_mruby_phase_handler(ngx_http_mruby_rewrite_handler,
-                             NGX_HTTP_MRUBY_REWRITE)
+
+static ngx_int_t
+ngx_http_mruby_server_rewrite_handler(ngx_http_request_t *r)
+{
+    return ngx_http_mruby_rewrite_phase(r, NGX_HTTP_MRUBY_SERVER_REWRITE);
+}
+
+
+static ngx_int_t
+ngx_http_mruby_rewrite_handler(ngx_http_request_t *r)
+{
+    return ngx_http_mruby_rewrite_phase(r, NGX_HTTP_MRUBY_REWRITE);
+}
+
 ngx_http_mruby_phase_handler(ngx_http_mruby_access_handler,
                              NGX_HTTP_MRUBY_ACCESS)
 

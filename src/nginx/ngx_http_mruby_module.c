@@ -377,5 +377,8 @@ ngx_http_mruby_run(ngx_http_request_t *r, ngx_mruby_script_t *s,
     /* a phase up to content keeps its data in ctx: its script may wait */
     run->may_wait = data->ctx != NULL && data == &data->ctx->data;
 
+    /* an mruby_set script's value is its variable's */
+    run->want_value = data->phase == NGX_HTTP_MRUBY_SET;
+
     return ngx_mruby_run(&ngx_http_mruby_process, s, run, r->connection->log);
 }

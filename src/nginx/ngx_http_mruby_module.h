@@ -107,6 +107,8 @@ struct ngx_http_mruby_ctx_s {
     /* a run of a phase up to content, which may wait (mrb_wait.h) */
     ngx_http_mruby_run_data_t  data;
     mrb_run_rec          *waiting;        /* while its script waits */
+    ngx_http_mruby_set_t *wait_set;       /* when that is an mruby_set's
+                                             (until its phase runs again) */
     ngx_mruby_wake_t      wake;           /* Async.sleep's timer */
     ngx_mruby_fd_wait_t   fd_wait;        /* a Redis reply's socket */
     ngx_http_request_t   *sr_last;        /* Async::HTTP.last_response */
@@ -175,6 +177,14 @@ void ngx_http_mruby_filter_define(mrb_state *mrb, struct RClass *nginx);
 char *ngx_http_mruby_set(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 char *ngx_http_mruby_merge_sets(ngx_conf_t *cf,
     ngx_http_mruby_loc_conf_t *prev, ngx_http_mruby_loc_conf_t *conf);
+ngx_int_t ngx_http_mruby_sets_run(ngx_http_request_t *r,
+    ngx_http_mruby_ctx_t *ctx, ngx_http_mruby_phase_e phase);
+
+/* The waiting mruby_set script of r (ctx->wait_set) has ended with rc
+ * (mrb_wait_resume's, out its run): its variable gets the value, or none
+ * after an error-log line.  out->value is in the caller's GC arena. */
+void ngx_http_mruby_set_ended(ngx_http_request_t *r,
+    ngx_http_mruby_ctx_t *ctx, mrb_state *mrb, int rc, mrb_run_rec *out);
 void ngx_http_mruby_var_define(mrb_state *mrb, struct RClass *nginx);
 mrb_value ngx_http_mruby_var_value(mrb_state *mrb, ngx_http_request_t *r,
     ngx_str_t *name);

@@ -1,6 +1,7 @@
 /*
  * mruby_set / mruby_set_code: a variable whose value is the last value of
- * a script, computed when the variable is first used in a request; and
+ * a script, computed by the rewrite phase of its block when the script
+ * may wait, else when the variable is first used in a request; and
  * Nginx::Var, the request's variables seen from Ruby.
  */
 
@@ -77,6 +78,10 @@ ngx_http_mruby_set(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     mmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_mruby_module);
     mmcf->common.enabled = 1;
+
+    /* where a script that may wait is run (ngx_http_mruby_sets_run) */
+    mmcf->handlers |= 1 << NGX_HTTP_MRUBY_SERVER_REWRITE
+                      | 1 << NGX_HTTP_MRUBY_REWRITE;
 
     return NGX_CONF_OK;
 }
@@ -176,15 +181,72 @@ ngx_http_mruby_merge_sets(ngx_conf_t *cf, ngx_http_mruby_loc_conf_t *prev,
 }
 
 
+/*
+ * A set script's run has ended: its value (a String: to_s) into v, or v not
+ * found when the run failed (logged).  run->value is protected in the
+ * caller's GC arena.
+ */
+static void
+ngx_http_mruby_set_store(ngx_http_request_t *r, mrb_state *mrb, int failed,
+    mrb_run_rec *run, ngx_http_variable_value_t *v)
+{
+    ngx_str_t  s;
+    mrb_value  value;
+
+    v->valid = 0;
+    v->not_found = 1;
+
+    if (failed) {
+        return;
+    }
+
+    /* an exception here must not reach the script that read the variable:
+     * it would jump over nginx's restore of its variable depth */
+    if (mrb_run_value_string(mrb, run, &value) != 0) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "mruby_set: the value's to_s failed: %s", run->error);
+        return;
+    }
+
+    if (ngx_http_mruby_pstr(r->pool, value, &s) != NGX_OK) {
+        return;
+    }
+
+    v->data = s.data;
+    v->len = s.len;
+    v->valid = 1;
+    v->no_cacheable = 0;
+    v->not_found = 0;
+}
+
+
+/* Runs set's script for r with data (the phase NGX_HTTP_MRUBY_SET): as
+ * ngx_http_mruby_run.  The script may wait when data is the ctx's. */
+static ngx_int_t
+ngx_http_mruby_set_run(ngx_http_request_t *r, ngx_http_mruby_set_t *set,
+    ngx_http_mruby_run_data_t *data, mrb_run_rec *run)
+{
+    ngx_memzero(data, sizeof(ngx_http_mruby_run_data_t));
+    data->phase = NGX_HTTP_MRUBY_SET;
+    data->ctx = ngx_http_mruby_get_ctx(r);
+
+    return ngx_http_mruby_run(r, set->script, data, run, NGX_DECLINED);
+}
+
+
+/*
+ * The variable read before its block's rewrite phase ran its script (or
+ * whose script names nothing that waits): computed now, on the stack of
+ * whatever reads it, where the script cannot wait.
+ */
 static ngx_int_t
 ngx_http_mruby_variable(ngx_http_request_t *r, ngx_http_variable_value_t *v,
     uintptr_t data)
 {
     int                         ai;
     mrb_run_rec                 run;
-    mrb_value                   value;
     mrb_state                  *mrb;
-    ngx_str_t                   s;
+    ngx_int_t                   rc;
     mrb_interp                 *interp;
     ngx_http_mruby_set_t       *set;
     ngx_http_mruby_loc_conf_t  *mlcf;
@@ -206,47 +268,92 @@ ngx_http_mruby_variable(ngx_http_request_t *r, ngx_http_variable_value_t *v,
     mrb = mrb_interp_state(interp);
     ai = mrb_gc_arena_save(mrb);
 
-    ngx_memzero(&rd, sizeof(rd));
-    rd.phase = NGX_HTTP_MRUBY_SET;
-    rd.ctx = ngx_http_mruby_get_ctx(r);
-
-    mrb_run_init(&run, r, NGX_DECLINED);
-    run.data = &rd;
-    run.want_value = 1;
-    run.stat_on_error_fail = mlcf->stat_on_error
-                             == NGX_MRUBY_STAT_ON_ERROR_FAIL;
-
-    if (ngx_mruby_run(&ngx_http_mruby_process, set->script, &run,
-                      r->connection->log)
-        != NGX_OK)
-    {
-        mrb_gc_arena_restore(mrb, ai);
-        return NGX_ERROR;
-    }
-
-    /* an exception here must not reach the script that read the variable:
-     * it would jump over nginx's restore of its variable depth */
-    if (mrb_run_value_string(mrb, &run, &value) != 0) {
-        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "mruby_set: the value's to_s failed: %s", run.error);
-        mrb_gc_arena_restore(mrb, ai);
-        return NGX_ERROR;
-    }
-
-    if (ngx_http_mruby_pstr(r->pool, value, &s) != NGX_OK) {
-        mrb_gc_arena_restore(mrb, ai);
-        return NGX_ERROR;
-    }
+    rc = ngx_http_mruby_set_run(r, set, &rd, &run);
+    ngx_http_mruby_set_store(r, mrb, rc != NGX_OK, &run, v);
 
     mrb_gc_arena_restore(mrb, ai);
 
-    v->data = s.data;
-    v->len = s.len;
-    v->valid = 1;
-    v->no_cacheable = 0;
-    v->not_found = 0;
+    return v->valid ? NGX_OK : NGX_ERROR;
+}
 
-    return NGX_OK;
+
+/*
+ * The block's mruby_set scripts that name something that waits (Async.sleep,
+ * a sub_request, Redis: mrb_script_names_wait) are run by the block's
+ * rewrite phase handler (server rewrite for a server's, rewrite for a
+ * location's), after its mruby_(server_)rewrite_handler script and before
+ * nginx's rewrite directives of the block run, as the original's set
+ * handlers ran in that phase: there the request waits while the script
+ * does.  The others are computed when the variable is first read.
+ * NGX_DECLINED once each has its value, NGX_DONE while one waits, or an
+ * error status.
+ */
+ngx_int_t
+ngx_http_mruby_sets_run(ngx_http_request_t *r, ngx_http_mruby_ctx_t *ctx,
+    ngx_http_mruby_phase_e phase)
+{
+    int                         ai;
+    ngx_int_t                   rc;
+    ngx_uint_t                  i;
+    mrb_run_rec                 run;
+    mrb_state                  *mrb;
+    mrb_interp                 *interp;
+    ngx_http_mruby_set_t       *set;
+    ngx_http_variable_value_t  *v;
+    ngx_http_mruby_loc_conf_t  *mlcf;
+
+    mlcf = ngx_http_get_module_loc_conf(r, ngx_http_mruby_module);
+
+    if (mlcf->sets == NULL) {
+        return NGX_DECLINED;
+    }
+
+    interp = ngx_mruby_interp(&ngx_http_mruby_process, r->connection->log);
+    if (interp == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    set = mlcf->sets->elts;
+
+    for (i = 0; i < mlcf->sets->nelts; i++) {
+        v = &r->variables[set[i].index];
+
+        if (v->valid || v->not_found
+            || !mrb_script_names_wait(interp, set[i].script->script))
+        {
+            continue;
+        }
+
+        mrb = mrb_interp_state(interp);
+        ai = mrb_gc_arena_save(mrb);
+
+        rc = ngx_http_mruby_set_run(r, &set[i], &ctx->data, &run);
+
+        if (rc == NGX_AGAIN) {
+            mrb_gc_arena_restore(mrb, ai);
+            ctx->wait_set = &set[i];
+            return ngx_http_mruby_wait_begin(r, ctx, phase, &run);
+        }
+
+        ngx_http_mruby_set_store(r, mrb, rc != NGX_OK, &run, v);
+        mrb_gc_arena_restore(mrb, ai);
+    }
+
+    return NGX_DECLINED;
+}
+
+
+void
+ngx_http_mruby_set_ended(ngx_http_request_t *r, ngx_http_mruby_ctx_t *ctx,
+    mrb_state *mrb, int rc, mrb_run_rec *out)
+{
+    if (rc != 0) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0, "%s: %s",
+                      ngx_http_mruby_process.name, out->error);
+    }
+
+    ngx_http_mruby_set_store(r, mrb, rc != 0, out,
+                             &r->variables[ctx->wait_set->index]);
 }
 
 

@@ -109,7 +109,7 @@ ngx_http_mruby_wait_begin(ngx_http_request_t *r, ngx_http_mruby_ctx_t *ctx,
 /* The script has ended: its phase ends as it would have without a wait. */
 static void
 ngx_http_mruby_wait_end(ngx_http_request_t *r, ngx_http_mruby_ctx_t *ctx,
-    int rc, mrb_run_rec *out)
+    mrb_state *mrb, int rc, mrb_run_rec *out)
 {
     ngx_int_t  status;
 
@@ -119,7 +119,11 @@ ngx_http_mruby_wait_end(ngx_http_request_t *r, ngx_http_mruby_ctx_t *ctx,
 
     status = NGX_OK;
 
-    if (rc != 0) {
+    if (ctx->wait_set != NULL) {
+        /* the phase goes on: its next mruby_set, then nginx's */
+        ngx_http_mruby_set_ended(r, ctx, mrb, rc, out);
+
+    } else if (rc != 0) {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0, "%s: %s",
                       ngx_http_mruby_process.name, out->error);
         status = r->header_sent ? NGX_ERROR : NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -158,7 +162,8 @@ ngx_http_mruby_wait_end(ngx_http_request_t *r, ngx_http_mruby_ctx_t *ctx,
 static void
 ngx_http_mruby_wait_resume(ngx_http_request_t *r, ngx_http_mruby_ctx_t *ctx)
 {
-    int          rc;
+    int          rc, ai;
+    mrb_state   *mrb;
     mrb_run_rec  out;
     mrb_interp  *interp;
 
@@ -167,14 +172,20 @@ ngx_http_mruby_wait_resume(ngx_http_request_t *r, ngx_http_mruby_ctx_t *ctx)
         return;
     }
 
+    mrb = mrb_interp_state(interp);
+    ai = mrb_gc_arena_save(mrb);
+
     mrb_run_init(&out, r, 0);
+    out.want_value = ctx->wait_set != NULL;
     rc = mrb_wait_resume(interp, ctx->waiting, &out);
 
     if (rc != MRB_RUN_WAITING) {
         ctx->waiting = NULL;
         r->write_event_handler = ngx_http_core_run_phases;
-        ngx_http_mruby_wait_end(r, ctx, rc, &out);
+        ngx_http_mruby_wait_end(r, ctx, mrb, rc, &out);
     }
+
+    mrb_gc_arena_restore(mrb, ai);
 }
 
 

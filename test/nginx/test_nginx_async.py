@@ -179,14 +179,72 @@ def test_where_a_script_cannot_wait_it_gets_a_clear_error(nginx):
     n = nginx(
         loc("/log", "mruby_log_handler_code", "sleep 0.01",
             extra="mruby_content_handler_code 'Nginx.rputs \"ok\"';")
-        + "location /set { mruby_set $v {dir}/set.rb; return 200 $v; }\n",
+        # read by the block's rewrite script, which runs before the block's
+        # mruby_set scripts: computed inside it, where it cannot wait
+        + loc("/early", "mruby_rewrite_handler_code",
+              "Nginx.rputs Nginx::Var.new.v.inspect",
+              extra="mruby_set $v {dir}/set.rb;"),
         files={"set.rb": "Nginx::Async.sleep 1; 'x'"})
     assert n.get("/log").text == "ok"
     line = n.wait_log("cannot wait here")
     assert "sleep: cannot wait here" in line
-    n.get("/set")
+    assert n.get("/early").text == "nil"
     assert "Async.sleep: cannot wait here" in n.wait_log(
         "Async.sleep: cannot wait here")
+
+
+def test_mruby_set_scripts_wait(nginx):
+    """mruby_set and mruby_set_code scripts that wait (Nginx::Async.sleep)
+    are run by their block's rewrite phase, which waits with them, before
+    nginx's rewrite directives and the later phases read the variables:
+    the server's and the location's, from a file and inline; the worker
+    answers other requests meanwhile; a later script of the request that
+    waits does not change the variable (the original's own case); a set
+    script that raises after its wait leaves its variable empty."""
+    n = nginx("""
+mruby_set_code $srv 'Nginx::Async.sleep 10; "server"';
+location /set {
+    mruby_set $file {dir}/set.rb;
+    mruby_set_code $code 'Nginx::Async.sleep 10; "code " + Nginx::Request.new.args.to_s';
+    return 200 "$srv $file $code";
+}
+location /set_then_async_access {
+    mruby_set_code $async_set_var_value '"original"';
+    mruby_access_handler_code '
+      Nginx::Async.sleep 100
+      Nginx.return Nginx::DECLINED
+      "clobbered"
+    ';
+    mruby_content_handler_code 'Nginx.rputs Nginx::Var.new.async_set_var_value';
+}
+location /slow {
+    mruby_set_code $slow 'Nginx::Async.sleep 1500; "slow"';
+    mruby_content_handler_code 'Nginx.rputs Nginx::Var.new.slow';
+}
+location /fast { return 200 "fast"; }
+location /broken {
+    mruby_set_code $broken 'Nginx::Async.sleep 10; raise "set broke late"';
+    return 200 "[$broken]";
+}
+""", files={"set.rb": "Nginx::Async.sleep 10\n'file'\n"})
+    assert n.get("/set?a").text == "server file code a"
+    assert "cannot wait" not in n.error_log()
+
+    r = n.get("/set_then_async_access")
+    assert (r.status_code, r.text) == (200, "original")
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        slow = pool.submit(n.get, "/slow")
+        time.sleep(0.3)
+        assert n.get("/fast").text == "fast"
+        assert not slow.done()
+        assert slow.result().text == "slow"
+
+    r = n.get("/broken")
+    assert (r.status_code, r.text) == (200, "[]")
+    line = [l for l in n.wait_log("set broke late").splitlines()
+            if "set broke late" in l][0]
+    assert "[error]" in line and "RuntimeError" in line
 
 
 def pool_counts(n):

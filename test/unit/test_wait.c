@@ -256,6 +256,35 @@ TEST(wait_a_run_that_never_waits_ends_at_once)
 }
 
 
+/* What an adapter asks before it runs a script where it may wait (nginx's
+ * mruby_set): whether the run would go on a coroutine. */
+TEST(wait_whether_a_script_names_something_that_waits)
+{
+    mrb_interp  *interp = wait_interp();
+    mrb_script  *quiet = wait_script("'computed'.upcase");
+    mrb_script  *naps = wait_script("Nginx::Async.sleep 1 if $never; 'x'");
+    mrb_script  *init = wait_script("def nap; sleep 1; end");
+    mrb_run_rec  run;
+
+    REQUIRE(interp != NULL && quiet != NULL && naps != NULL && init != NULL);
+    CHECK_EQ(mrb_script_names_wait(interp, quiet), 0);
+    CHECK_EQ(mrb_script_names_wait(interp, naps), 1);
+    /* asked again: the scan's answer kept in the loaded proc */
+    CHECK_EQ(mrb_script_names_wait(interp, quiet), 0);
+
+    /* a startup script that names one: every script may wait */
+    mrb_run_init(&run, NULL, 0);
+    run.startup = 1;
+    CHECK_EQ(mrb_script_run(interp, init, &run), 0);
+    CHECK_EQ(mrb_script_names_wait(interp, quiet), 1);
+
+    mrb_script_free(quiet);
+    mrb_script_free(naps);
+    mrb_script_free(init);
+    mrb_interp_close(interp);
+}
+
+
 /* The startup script of the two tests below: nap is a method that waits. */
 #define WAIT_STARTUP_NAP  "def nap; Nginx::Async.sleep(1); end"
 
