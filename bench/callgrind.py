@@ -9,13 +9,17 @@ figure does not move with the machine's load, unlike `make bench`.
     (servers: apache, nginx; cases: cache, inline, regexp: a cached routing
     script making ten regexp tests of the URI, then hello world; alloc: a
     cached script building an array of 1,000 strings, so that the GC runs,
-    then hello world)
+    then hello world; typical: bench/typical.rb, cached, as make bench's
+    section typical runs it, five request headers sent; typical_lua: the
+    same script in Lua, bench/typical.lua on lua-nginx-module,
+    bench/typical_mod_lua.lua on mod_lua)
 
 Compare two builds by running it once with each MRUBY_BUILD.
 """
 
 import sys
 
+import run
 import valgrind
 
 import harness
@@ -56,26 +60,46 @@ APACHE = {
               "    mrubyHandlerMiddle {dir}/route.rb cache\n</Location>\n",
     "alloc": "<Location /hello>\n"
              "    mrubyHandlerMiddle {dir}/alloc.rb cache\n</Location>\n",
+    "typical": "mrubySharedDict typical 1m\n<Location /hello>\n"
+               "    mrubyHandlerMiddle {dir}/typical.rb cache\n</Location>\n",
+    "typical_lua": "LuaScope server 1 64\nLuaCodeCache forever\n"
+                   "LuaMapHandler ^/hello$ {dir}/typical.lua\n",
 }
 NGINX = {
     "cache": "mruby_content_handler {dir}/hello.rb cache;",
     "inline": "mruby_content_handler_code 'Nginx.rputs \"hello world\\n\"';",
     "regexp": "mruby_content_handler {dir}/route.rb cache;",
     "alloc": "mruby_content_handler {dir}/alloc.rb cache;",
+    "typical": "mruby_content_handler {dir}/typical.rb cache;",
+    "typical_lua": "default_type text/plain;\n"
+                   "    content_by_lua_file {dir}/typical.lua;",
 }
+# what the http block needs beside the server
+NGINX_HTTP = {"typical": "mruby_shared_dict typical 1m;\n",
+              "typical_lua": "lua_shared_dict typical 1m;\n"}
+LUA = {"apache": "typical_mod_lua.lua", "nginx": "typical.lua"}
 
 
 def server(kind, case):
     """(harness server, written but not started; the command to run)."""
+    lua = case == "typical_lua"
     if kind == "apache":
         s = harness.Apache(APACHE[case], mpm="prefork", access_log=False,
-                           loglevel="warn")
+                           loglevel="warn", mruby=not lua,
+                           modules=["lua"] if lua else ())
     else:
-        s = harness.Nginx("location = /hello {\n    %s\n}\n" % NGINX[case],
-                          access_log=False, loglevel="warn")
+        location = "location = /hello {\n    %s\n}\n" % NGINX[case]
+        if case in NGINX_HTTP:
+            location = (NGINX_HTTP[case] + "server {\n    listen "
+                        "127.0.0.1:{port};\n    server_name localhost;\n"
+                        + location + "}\n")
+        s = harness.Nginx(location, access_log=False, loglevel="warn",
+                          mruby=not lua, modules=run.NGX_LUA if lua else ())
     s.write("hello.rb", SCRIPT[kind])
     s.write("route.rb", ROUTE.format(cls=CLASS[kind]))
     s.write("alloc.rb", ALLOC.format(cls=CLASS[kind]))
+    s.write("typical.rb", run.typical_rb(kind))
+    s.write("typical.lua", run.bench_file(LUA[kind]))
     return s, valgrind.one_process(s)
 
 
@@ -86,11 +110,19 @@ def hello(http, url):
                            f"{r.text[:200]!r}")
 
 
-def instructions(s, cmd, n):
-    """Instructions of a whole server life that served n hello worlds on
-    one keep-alive connection."""
+def typical(http, url):
+    r = http.get(url, headers=run.TYPICAL_HEADERS, timeout=30)
+    if r.status_code != 200 or not run.typical_check(r.content):
+        raise RuntimeError(f"unexpected answer: {r.status_code} "
+                           f"{r.text[:200]!r}")
+
+
+def instructions(s, cmd, n, case):
+    """Instructions of a whole server life that served n requests of case
+    on one keep-alive connection."""
     url = s.url("/hello")
-    return valgrind.life(s, cmd, n, lambda http, k: hello(http, url))[0]
+    get = typical if case.startswith("typical") else hello
+    return valgrind.life(s, cmd, n, lambda http, k: get(http, url))[0]
 
 
 def main():
@@ -100,8 +132,8 @@ def main():
     kind, case = sys.argv[1:]
     s, cmd = server(kind, case)
     try:
-        low = instructions(s, cmd, 1000)
-        high = instructions(s, cmd, 3000)
+        low = instructions(s, cmd, 1000, case)
+        high = instructions(s, cmd, 3000, case)
     finally:
         s.remove()
     print(f"{kind} {case} ({harness.BUILD}): "

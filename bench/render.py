@@ -19,6 +19,9 @@ INTERP_LIMIT_KB = 600
 LIMITER_TARGETS = [("cache", 0.95), ("stat", 0.94)]
 INCR_LIMIT_NS = 1000
 LIB_TARGET = 1.0   # ngx_mruby / lua-nginx-module doing the same work
+# bench/typical.rb against the same script in Lua, per server
+TYPICAL_TARGETS = {"nginx": ("lua-nginx-module", 1.1),
+                   "apache": ("mod_lua", 1.2)}
 
 
 def rss_growth(samples, skip_fraction=0.05):
@@ -216,6 +219,48 @@ def lib_section(lib, params, img_dir, w, targets):
         w("![library throughput](img/lib_throughput.png)\n")
 
 
+def typical_section(typical, params, w, targets):
+    """bench/typical.rb against the same script in Lua on each server,
+    in the same rounds as the server's reference."""
+    w("## A typical script against Lua\n")
+    w("`bench/typical.rb` reads five request headers through "
+      "`r.headers_in`, increments a counter with `SharedDict#incr`, sets "
+      "two response headers and answers a body built by interpolation; "
+      "`bench/typical.lua` does the same on lua-nginx-module "
+      "(`ngx.req.get_headers()`, `ngx.shared.DICT:incr`, `ngx.header`, "
+      "`ngx.print`), `bench/typical_mod_lua.lua` on mod_lua (`LuaScope "
+      "server`, `LuaCodeCache forever`; its counter is `r:ivm_get` / "
+      "`r:ivm_set`, mod_lua having no dictionary shared between "
+      "processes). wrk sends the five headers with every request. In "
+      "every round the three configurations of a server (its reference, "
+      "Lua, mruby) are measured one after another in a rotated order; a "
+      "ratio is the median over rounds of the ratios of the same round.\n")
+    p = params or {}
+    if p:
+        w(f"Run: {p.get('date')}, commit {p.get('commit')}, "
+          f"{p.get('rounds')} rounds of {p.get('seconds')} s.\n")
+    for key in ("nginx", "apache"):
+        v = typical.get(key)
+        if not v:
+            continue
+        title = v.get("title", key)
+        w(f"### {title}\n")
+        if "error" in v:
+            w(f"Not measured: {v['error']}.\n")
+            continue
+        ref = "`return 200`" if key == "nginx" else "C module"
+        w(throughput_table(v.get("rows", []), ref))
+        fig = v.get("figure") or {}
+        rr = fig.get("ratio_runs") or []
+        r = fig.get("ratio")
+        lua, target = TYPICAL_TARGETS[key]
+        w(f"\n**mruby / {lua}: {fmt_ratio(r)}** "
+          f"(rounds: {', '.join(f'{x:.3f}' for x in rr) or '-'}).\n")
+        targets.append((f"{key} typical script: mruby / {lua}, same run",
+                        f">= {target}", fmt_ratio(r),
+                        None if r is None else r >= target))
+
+
 def render(results, doc_path, img_dir):
     os.makedirs(img_dir, exist_ok=True)
     m = results.get("machine", {})
@@ -272,7 +317,8 @@ def render(results, doc_path, img_dir):
               "apache_close": "Apache without keep-alive", "nginx": "nginx",
               "fig8": "The mod_mruby paper's Fig. 8", "rss": "RSS over many requests",
               "memory": "Memory one interpreter adds",
-              "lib": "The standard library on nginx"}
+              "lib": "The standard library on nginx",
+              "typical": "A typical script against Lua"}
     for sec, title in titles.items():
         v = results.get(sec)
         if isinstance(v, dict) and set(v) == {"error"}:
@@ -541,6 +587,10 @@ def render(results, doc_path, img_dir):
     lib = results.get("lib")
     if lib:
         lib_section(lib, results.get("lib_params"), img_dir, w, targets)
+
+    typical = results.get("typical")
+    if typical:
+        typical_section(typical, results.get("typical_params"), w, targets)
 
     if targets:
         w("## Targets\n")

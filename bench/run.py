@@ -18,7 +18,10 @@ mode), memory (what one interpreter adds to an Apache child), limiter
 (the access-limiter post's table), incr (SharedDict#incr under 2-process contention),
 lib (a 10-regexp router and JSON parse + generate of a 1 KB
 document on nginx, ngx_mruby against lua-nginx-module doing the same,
-bench/lib_*.rb and bench/lib_*.lua).
+bench/lib_*.rb and bench/lib_*.lua), typical (bench/typical.rb: five
+header reads, a SharedDict#incr, two response headers and an interpolated
+body, against lua-nginx-module on nginx and mod_lua on Apache doing the
+same).
 
 Environment: BENCH_SECONDS (per measurement, default 6), BENCH_ROUNDS
 (rounds, each config measured next to a reference run of its own, median
@@ -120,10 +123,11 @@ class Config:
     not started yet; path is the URL wrk loads."""
 
     def __init__(self, key, label, family, make, path="/hello",
-                 expect=BODY, note="", check=None):
+                 expect=BODY, note="", check=None, headers=None):
         self.key, self.label, self.family = key, label, family
         self.make, self.path, self.expect, self.note = make, path, expect, note
         self.check = check  # body (bytes) -> True if right
+        self.headers = headers or {}  # sent with every request
 
 
 # Each child can hold every wrk connection: with fewer threads than
@@ -295,13 +299,16 @@ def nginx_configs():
 WRK_EXTRA = []
 
 
-def wrk(url, seconds, threads=None, connections=None, script=None):
-    """Runs wrk; returns {'rps', 'requests', 'non2xx', 'errors', 'p50_ms',
+def wrk(url, seconds, threads=None, connections=None, script=None,
+        headers=None):
+    """Runs wrk (with headers, a dict, sent in every request); returns {'rps', 'requests', 'non2xx', 'errors', 'p50_ms',
     'p99_ms'} or raises RuntimeError with its output."""
     threads = threads or THREADS
     connections = connections or CONNECTIONS
     cmd = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s",
            "--latency", "--timeout", "10s"] + WRK_EXTRA
+    for name, value in (headers or {}).items():
+        cmd += ["-H", f"{name}: {value}"]
     if script:
         cmd += ["-s", script]
     p = subprocess.run(cmd + [url], capture_output=True, text=True,
@@ -351,7 +358,7 @@ def start_checked(cfg):
         server.remove()
         return None, "did not start: " + first_line(why[0] if why else msg)
     try:
-        r = server.get(cfg.path)
+        r = server.get(cfg.path, headers=cfg.headers)
         ok = (r.status_code == 200
               and (cfg.expect is None or r.text == cfg.expect)
               and (cfg.check is None or cfg.check(r.content)))
@@ -419,14 +426,14 @@ def wait_quiet(limit=QUIET_WAIT):
     return busy
 
 
-def measured_wrk(server, url):
+def measured_wrk(server, url, headers):
     """wrk for SECONDS, plus the CPU (in cores) that processes other than
     the server and wrk used meanwhile: what a busy machine took away."""
     pids = [server.master_pid()] + server.worker_pids()
     usage0 = os.times()
     ours0, (busy0, _) = proc_ticks(pids), cpu_ticks()
     t0 = time.monotonic()
-    res = wrk(url, SECONDS)
+    res = wrk(url, SECONDS, headers=headers)
     elapsed = time.monotonic() - t0
     ours1, (busy1, _) = proc_ticks(pids), cpu_ticks()
     usage1 = os.times()
@@ -457,8 +464,8 @@ def measure_once(cfg):
         return {"error": why}
     try:
         url = server.url(cfg.path)
-        wrk(url, WARMUP)
-        res = measured_wrk(server, url)
+        wrk(url, WARMUP, headers=cfg.headers)
+        res = measured_wrk(server, url, cfg.headers)
         res["rss_kb"] = [harness.rss_kb(p) for p in server.worker_pids()]
         res["background"] = round(background, 3)
         if res["non2xx"] or res["errors"]:
@@ -998,14 +1005,15 @@ def lib_json_document():
     return json.loads(rb.group(1))
 
 
-def lib_server(location, script, lua=False):
+def lib_server(location, script, lua=False, http=""):
     """nginx with one script (a file of bench/) on location, ngx_mruby
     `cache` or content_by_lua_file (lua_code_cache is on by default;
     Debian's LuaJIT finds lua-cjson in /usr/lib/x86_64-linux-gnu/lua/5.1
-    on its default cpath)."""
+    on its default cpath); http: directives of the http block."""
     handler = (f"content_by_lua_file {{dir}}/{script};" if lua
                else f"mruby_content_handler {{dir}}/{script} cache;")
     conf = (
+        http +
         "server {\n    listen 127.0.0.1:{port};\n    server_name localhost;\n"
         f"    location {location} {{\n        default_type text/plain;\n"
         f"        {handler}\n    }}\n}}\n")
@@ -1111,6 +1119,90 @@ def lib_section():
 
 
 # ---------------------------------------------------------------------------
+# A typical script on both servers against Lua doing the same
+
+# What the client sends, so that the five headers the scripts read are
+# there (wrk sends only Host by itself).
+TYPICAL_HEADERS = {"User-Agent": "bench", "Accept": "text/html",
+                   "Accept-Language": "en",
+                   "Cookie": "session=0123456789abcdef"}
+TYPICAL_BODY = re.compile(
+    r"host=127\.0\.0\.1:\d+ agent=bench accept=text/html lang=en "
+    r"cookie=session=0123456789abcdef hits=\d+\n\Z")
+
+
+def typical_check(body):
+    return TYPICAL_BODY.match(body.decode("latin-1")) is not None
+
+
+def typical_apache(lua=False):
+    """Apache, event MPM: bench/typical.rb (`cache`) or
+    bench/typical_mod_lua.lua (mod_lua's fastest setup, as in the apache
+    section) on /typical."""
+    if lua:
+        return apache_server(
+            "LuaScope server 1 64\nLuaCodeCache forever\n"
+            "LuaMapHandler ^/typical$ {dir}/typical.lua\n",
+            files={"typical.lua": bench_file("typical_mod_lua.lua")},
+            modules=["lua"])
+    return apache_server(
+        "mrubySharedDict typical 1m\n<Location /typical>\n"
+        "    mrubyHandlerMiddle {dir}/typical.rb cache\n</Location>\n",
+        files={"typical.rb": typical_rb("apache")}, mruby=True)
+
+
+def typical_rb(family):
+    """bench/typical.rb in the spelling of family's server class."""
+    rb = bench_file("typical.rb")
+    return rb.replace("Nginx", "Apache") if family == "apache" else rb
+
+
+def typical_workloads():
+    """(key, title, [reference, Lua, mruby]) per server."""
+    def typical(key, label, family, make):
+        return Config(key, label, family, make, path="/typical",
+                      expect=None, check=typical_check,
+                      headers=TYPICAL_HEADERS)
+    return [
+        ("nginx", "nginx: 5 header reads, SharedDict#incr, 2 response "
+                  "headers, an interpolated body", [
+            Config("return", "return 200", "nginx",
+                   lambda: nginx_server(
+                       'location = /hello { return 200 "hello world\\n"; }'
+                       '\n')),
+            typical("lua", "lua-nginx-module, bench/typical.lua", "nginx",
+                    lambda: lib_server("= /typical", "typical.lua", lua=True,
+                                       http="lua_shared_dict typical 1m;\n")),
+            typical("mruby", "ngx_mruby `cache`, bench/typical.rb", "nginx",
+                    lambda: lib_server(
+                        "= /typical", "typical.rb",
+                        http="mruby_shared_dict typical 1m;\n"))]),
+        ("apache", "Apache: the same script", [
+            Config("c", "C module (mod_hello)", "apache",
+                   lambda: apache_server(C_HELLO_CONF,
+                                         modules=[("hello", HELLO_SO)])),
+            typical("lua", "mod_lua, LuaScope server + LuaCodeCache forever, "
+                    "bench/typical_mod_lua.lua", "apache",
+                    lambda: typical_apache(lua=True)),
+            typical("mruby", "mod_mruby `cache`, bench/typical.rb", "apache",
+                    typical_apache)]),
+    ]
+
+
+def typical_section():
+    """The typical script against Lua on each server, in the same rounds
+    as each other and as the server's reference (`return 200`, the C
+    module), the scripts' five headers sent with every request."""
+    out = {}
+    for key, title, configs in typical_workloads():
+        log(f"  {title}")
+        out[key] = dict(title=title, figure_of=["mruby", "lua"],
+                        **group_throughput(configs, configs[0].key,
+                                           ("mruby", "lua")))
+    return out
+
+
+# ---------------------------------------------------------------------------
 # Rendering
 
 def machine():
@@ -1154,7 +1246,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sections", default="all",
                     help="comma-separated: apache,apache_close,nginx,fig8,"
-                         "rss,memory,limiter,incr,lib (default all)")
+                         "rss,memory,limiter,incr,lib,typical (default "
+                         "all)")
     ap.add_argument("--render", action="store_true",
                     help="only render docs/benchmarks.md from results.json")
     args = ap.parse_args()
@@ -1165,7 +1258,7 @@ def main():
             results = json.load(f)
     if not args.render:
         all_sections = ["apache", "apache_close", "nginx", "fig8", "rss",
-                        "memory", "limiter", "incr", "lib"]
+                        "memory", "limiter", "incr", "lib", "typical"]
         sections = (all_sections if args.sections == "all"
                     else [s for s in args.sections.split(",") if s])
         unknown = set(sections) - set(all_sections)
@@ -1233,6 +1326,8 @@ def run_section(sec):
         return incr_section()
     if sec == "lib":
         return lib_section()
+    if sec == "typical":
+        return typical_section()
     raise ValueError(sec)
 
 

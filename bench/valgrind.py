@@ -110,10 +110,10 @@ def per_request(run, low, high):
     return [(x - y) / (high - low) for x, y in zip(a, b)]
 
 
-def counted(s, cmd, path, warmup, n, out):
-    """Instructions per request of n GETs of path on one connection after
-    warmup more, the counters zeroed between (callgrind_control -z); the
-    dump is out + ".1"."""
+def counted(s, cmd, path, warmup, n, out, headers=None):
+    """Instructions per request of n GETs of path (with headers, a dict)
+    on one connection after warmup more, the counters zeroed between
+    (callgrind_control -z); the dump is out + ".1"."""
     proc = subprocess.Popen(["valgrind", "--tool=callgrind",
                              f"--callgrind-out-file={out}"] + cmd,
                             cwd=s.dir, env=s.env(),
@@ -125,7 +125,7 @@ def counted(s, cmd, path, warmup, n, out):
 
         def send(count):
             for _ in range(count):
-                r = http.get(s.url(path), timeout=120)
+                r = http.get(s.url(path), headers=headers, timeout=120)
                 if r.status_code != 200:
                     raise RuntimeError(f"{path}: {r.status_code} "
                                        f"{r.text[:80]!r}")
