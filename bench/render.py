@@ -146,6 +146,23 @@ def plot_rss(series, title, path, xmax=None):
     return True
 
 
+def figure_table(v, w, ref_label, figure_label):
+    """A group of group_throughput (bench/run.py) with its figure: its
+    heading, table and ratio; returns the ratio (None if not measured),
+    False when the group failed."""
+    w(f"### {v.get('title')}\n")
+    if "error" in v:
+        w(f"Not measured: {v['error']}.\n")
+        return False
+    w(throughput_table(v.get("rows", []), ref_label))
+    fig = v.get("figure") or {}
+    rr = fig.get("ratio_runs") or []
+    r = fig.get("ratio")
+    w(f"\n**{figure_label}: {fmt_ratio(r)}** "
+      f"(rounds: {', '.join(f'{x:.3f}' for x in rr) or '-'}).\n")
+    return r
+
+
 def lib_section(lib, params, img_dir, w, targets):
     """The library figures: ngx_mruby against lua-nginx-module doing
     the same work in the same rounds (bench/lib_*.rb and bench/lib_*.lua)."""
@@ -192,16 +209,9 @@ def lib_section(lib, params, img_dir, w, targets):
         if not v:
             continue
         title = v.get("title", key)
-        w(f"### {title}\n")
-        if "error" in v:
-            w(f"Not measured: {v['error']}.\n")
+        r = figure_table(v, w, "`return 200`", "ngx_mruby / lua-nginx-module")
+        if r is False:
             continue
-        w(throughput_table(v.get("rows", []), "`return 200`"))
-        fig = v.get("figure") or {}
-        rr = fig.get("ratio_runs") or []
-        r = fig.get("ratio")
-        w(f"\n**ngx_mruby / lua-nginx-module: {fmt_ratio(r)}** "
-          f"(rounds: {', '.join(f'{x:.3f}' for x in rr) or '-'}).\n")
         targets.append((f"nginx {title}: ngx_mruby / lua-nginx-module, same "
                         "run", f">= {LIB_TARGET}", fmt_ratio(r),
                         None if r is None else r >= LIB_TARGET))
@@ -243,19 +253,11 @@ def typical_section(typical, params, w, targets):
         v = typical.get(key)
         if not v:
             continue
-        title = v.get("title", key)
-        w(f"### {title}\n")
-        if "error" in v:
-            w(f"Not measured: {v['error']}.\n")
-            continue
-        ref = "`return 200`" if key == "nginx" else "C module"
-        w(throughput_table(v.get("rows", []), ref))
-        fig = v.get("figure") or {}
-        rr = fig.get("ratio_runs") or []
-        r = fig.get("ratio")
         lua, target = TYPICAL_TARGETS[key]
-        w(f"\n**mruby / {lua}: {fmt_ratio(r)}** "
-          f"(rounds: {', '.join(f'{x:.3f}' for x in rr) or '-'}).\n")
+        r = figure_table(v, w, "`return 200`" if key == "nginx"
+                         else "C module", f"mruby / {lua}")
+        if r is False:
+            continue
         targets.append((f"{key} typical script: mruby / {lua}, same run",
                         f">= {target}", fmt_ratio(r),
                         None if r is None else r >= target))

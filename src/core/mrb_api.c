@@ -4,9 +4,12 @@
 
 #include "mrb_api.h"
 
+#include <string.h>
 #include <mruby/class.h>
+#include <mruby/hash.h>
 #include <mruby/proc.h>
 #include <mruby/string.h>
+#include "mrb_mruby_version.h"
 
 
 void
@@ -60,42 +63,62 @@ mrb_api_define_attrs(mrb_state *mrb, struct RClass *c, const mrb_api_attr *a)
 
 
 /*
- * Each getter is a C function proc whose environment holds the field's
- * offset (mruby's own way to give a C method data of its own).
+ * The method is a C function proc whose environment holds value (mruby's
+ * own way to give a C method data of its own).
  */
+void
+mrb_api_define_method_with(mrb_state *mrb, struct RClass *c,
+    const char *name, mrb_func_t func, mrb_value value)
+{
+    int            ai;
+    mrb_method_t   m;
+    struct RProc  *p;
+
+    ai = mrb_gc_arena_save(mrb);
+    p = mrb_proc_new_cfunc_with_env(mrb, func, 1, &value);
+    MRB_METHOD_FROM_PROC(m, p);
+    mrb_define_method_raw(mrb, c, mrb_intern_cstr(mrb, name), m);
+    mrb_gc_arena_restore(mrb, ai);
+}
+
+
+mrb_value
+mrb_api_method_value(mrb_state *mrb)
+{
+    return mrb_proc_cfunc_env_get(mrb, 0);
+}
+
+
+void
+mrb_api_no_args(mrb_state *mrb)
+{
+    mrb_int  argc = mrb_get_argc(mrb);
+
+    if (argc != 0 || mrb_api_kwargs_given(mrb)) {
+        mrb_get_args(mrb, "");  /* raises as for a method of no argument */
+    }
+}
+
+
+/* Each getter is a method with the field's offset as its value. */
 void
 mrb_api_define_fields(mrb_state *mrb, struct RClass *c,
     const mrb_api_field *f)
 {
-    int            ai;
-    mrb_value      offset;
-    mrb_method_t   m;
-    struct RProc  *p;
-
     for ( /* void */ ; f->name != NULL; f++) {
-        ai = mrb_gc_arena_save(mrb);
-        offset = mrb_int_value(mrb, (mrb_int) f->offset);
-        p = mrb_proc_new_cfunc_with_env(mrb, f->get, 1, &offset);
-        MRB_METHOD_FROM_PROC(m, p);
-        mrb_define_method_raw(mrb, c, mrb_intern_cstr(mrb, f->name), m);
-        mrb_gc_arena_restore(mrb, ai);
-
+        mrb_api_define_method_with(mrb, c, f->name, f->get,
+                                   mrb_int_value(mrb, (mrb_int) f->offset));
         mrb_api_define_setter(mrb, c, f->name, f->set);
     }
 }
 
 
-/*
- * A method defined from a proc is not checked for arguments as one
- * defined with MRB_ARGS_NONE() is: the getter checks, with the same
- * ArgumentError.
- */
 size_t
 mrb_api_field_offset(mrb_state *mrb)
 {
-    mrb_get_args(mrb, "");
+    mrb_api_no_args(mrb);
 
-    return (size_t) mrb_integer(mrb_proc_cfunc_env_get(mrb, 0));
+    return (size_t) mrb_integer(mrb_api_method_value(mrb));
 }
 
 
@@ -144,4 +167,96 @@ mrb_api_define_module(mrb_state *mrb, struct RClass *outer, const char *name,
     }
 
     return c;
+}
+
+
+typedef struct {
+    const char *const  *names;
+    mrb_value          *values;
+    int                 n;
+} mrb_api_kwargs_walk;
+
+
+static int
+mrb_api_kwarg(mrb_state *mrb, mrb_value key, mrb_value val, void *data)
+{
+    int                   i;
+    mrb_int               len;
+    const char           *name;
+    mrb_api_kwargs_walk  *w = data;
+
+    if (mrb_symbol_p(key)) {
+        name = mrb_sym_name_len(mrb, mrb_symbol(key), &len);
+
+        for (i = 0; i < w->n; i++) {
+            if (strncmp(w->names[i], name, len) == 0
+                && w->names[i][len] == '\0')
+            {
+                w->values[i] = val;
+                return 0;
+            }
+        }
+    }
+
+    mrb_raisef(mrb, E_ARGUMENT_ERROR, "unknown keyword: %v", key);
+    return 1;
+}
+
+
+/*
+ * The Hash of the current call's keyword arguments, or nil.  mruby 3.1
+ * and 3.3 pack them into one Hash after the positional arguments (ci->nk
+ * 15), also when a C function is called: the layout mrb_get_arg1 reads.
+ */
+static mrb_value
+mrb_api_kwargs_hash(mrb_state *mrb)
+{
+    mrb_callinfo  *ci = mrb->c->ci;
+    mrb_value      kw;
+
+    if (ci->nk == 0) {
+        return mrb_nil_value();
+    }
+
+    kw = ci->stack[(ci->n == 15 ? 1 : ci->n) + 1];
+
+    if (!mrb_hash_p(kw)) {
+        mrb_raise(mrb, E_ARGUMENT_ERROR, "keyword arguments are not a Hash");
+    }
+
+    return kw;
+}
+
+
+int
+mrb_api_kwargs_given(mrb_state *mrb)
+{
+    mrb_value  kw = mrb_api_kwargs_hash(mrb);
+
+    return !mrb_nil_p(kw) && mrb_hash_size(mrb, kw) > 0;
+}
+
+
+void
+mrb_api_kwargs(mrb_state *mrb, const char *const *names, mrb_value *values,
+    int n)
+{
+    int                   i;
+    mrb_value             kw;
+    mrb_api_kwargs_walk   w;
+
+    for (i = 0; i < n; i++) {
+        values[i] = mrb_undef_value();
+    }
+
+    kw = mrb_api_kwargs_hash(mrb);
+
+    if (mrb_nil_p(kw)) {
+        return;
+    }
+
+    w.names = names;
+    w.values = values;
+    w.n = n;
+    mrb_hash_foreach(mrb, mrb_hash_ptr(kw), mrb_api_kwarg, &w);
 }

@@ -76,6 +76,37 @@ void mrb_api_define_fields(mrb_state *mrb, struct RClass *c,
 /* In a field's getter: the offset of the field it was defined for. */
 size_t mrb_api_field_offset(mrb_state *mrb);
 
+/*
+ * c's method name, the C function func with value (a class, or anything
+ * else the GC can keep) at hand through mrb_api_method_value: what func
+ * would otherwise look up by name on every call.  The method is not
+ * checked for arguments as one defined with MRB_ARGS_NONE() is: func
+ * checks them (mrb_api_no_args).
+ */
+void mrb_api_define_method_with(mrb_state *mrb, struct RClass *c,
+    const char *name, mrb_func_t func, mrb_value value);
+
+/* In such a method: its value. */
+mrb_value mrb_api_method_value(mrb_state *mrb);
+
+/* Raises ArgumentError, as mrb_get_args(mrb, "") would, when the method
+ * got an argument; without mrb_get_args' cost. */
+void mrb_api_no_args(mrb_state *mrb);
+
+/*
+ * The keyword arguments of the current call, read where they lie:
+ * mrb_get_args(":") copies their Hash and interns every name on each
+ * call.  values[i] gets the argument named names[i] (n names), undef
+ * when it was not given; a keyword not in names raises ArgumentError, as
+ * mrb_get_args does.
+ */
+void mrb_api_kwargs(mrb_state *mrb, const char *const *names,
+    mrb_value *values, int n);
+
+/* Whether the current call got keyword arguments (a call that forwards
+ * **kw, as Class#new does to initialize, passes an empty Hash: none). */
+int mrb_api_kwargs_given(mrb_state *mrb);
+
 /* The constants of k in c. */
 void mrb_api_define_consts(mrb_state *mrb, struct RClass *c,
     const mrb_api_const *k);

@@ -82,6 +82,42 @@ shd_check_key(mrb_state *mrb, mrb_int klen)
 }
 
 
+/*
+ * The arguments of a method of min..max positional ones (a String key
+ * first) and the keywords names (n), read as they lie: mrb_get_args'
+ * format parsing cost more than most zone calls.  argv gets the
+ * positional arguments (undef for those not given), copied before the key
+ * is converted, as to_str may move the VM's stack.
+ */
+static void
+shd_args(mrb_state *mrb, mrb_int min, mrb_int max, mrb_value *argv,
+    const char *const *names, mrb_value *kw, int n)
+{
+    mrb_int           i, argc;
+    const mrb_value  *args;
+
+    if (n == 0 && mrb_api_kwargs_given(mrb)) {
+        mrb_raisef(mrb, E_ARGUMENT_ERROR, "%n takes no keywords",
+                   mrb->c->ci->mid);
+    }
+
+    argc = mrb_get_argc(mrb);
+
+    if (argc < min || argc > max) {
+        mrb_argnum_error(mrb, argc, min, max);
+    }
+
+    args = mrb_get_argv(mrb);
+
+    for (i = 0; i < max; i++) {
+        argv[i] = (i < argc) ? args[i] : mrb_undef_value();
+    }
+
+    mrb_api_kwargs(mrb, names, kw, n);
+    argv[0] = mrb_ensure_string_type(mrb, argv[0]);
+}
+
+
 /* Raises for a failed zone call. */
 static void
 shd_raise(mrb_state *mrb, mrb_value self, mrb_shdict_rc rc)
@@ -255,9 +291,12 @@ shd_initialize(mrb_state *mrb, mrb_value self)
 {
     char            *name;
     mrb_int          len;
+    mrb_value        arg;
     mrb_shdict_ref  *ref;
 
-    mrb_get_args(mrb, "s", &name, &len);
+    shd_args(mrb, 1, 1, &arg, NULL, NULL, 0);
+    name = RSTRING_PTR(arg);
+    len = RSTRING_LEN(arg);
 
     ref = mrb_shdict_find(name, len);
 
@@ -332,12 +371,14 @@ shd_get(mrb_state *mrb, mrb_value self)
     char              *key, stack[1024], *buf;
     size_t             cap;
     mrb_int            klen;
-    mrb_value          str;
+    mrb_value          str, arg;
     mrb_shdict_rc      rc;
     mrb_shdict_zone   *z;
     mrb_shdict_value   v;
 
-    mrb_get_args(mrb, "s", &key, &klen);
+    shd_args(mrb, 1, 1, &arg, NULL, NULL, 0);
+    key = RSTRING_PTR(arg);
+    klen = RSTRING_LEN(arg);
     z = shd_zone(mrb, self);
 
     buf = stack;
@@ -377,13 +418,13 @@ shd_get(mrb_state *mrb, mrb_value self)
 static mrb_value
 shd_delete(mrb_state *mrb, mrb_value self)
 {
-    char           *key;
-    mrb_int         klen;
+    mrb_value       arg;
     mrb_shdict_rc   rc;
 
-    mrb_get_args(mrb, "s", &key, &klen);
+    shd_args(mrb, 1, 1, &arg, NULL, NULL, 0);
 
-    rc = mrb_shdict_zone_delete(shd_zone(mrb, self), key, klen);
+    rc = mrb_shdict_zone_delete(shd_zone(mrb, self), RSTRING_PTR(arg),
+                                RSTRING_LEN(arg));
 
     if (rc == MRB_SHDICT_NOT_FOUND) {
         return mrb_false_value();
@@ -401,21 +442,16 @@ shd_delete(mrb_state *mrb, mrb_value self)
 static mrb_shdict_rc
 shd_store(mrb_state *mrb, mrb_value self, unsigned flags, mrb_value *val)
 {
-    char              *key;
-    mrb_int            klen;
-    mrb_sym            kw_names[1];
-    mrb_value          kw_values[1];
-    mrb_kwargs         kw;
-    mrb_shdict_value   v;
+    char                      *key;
+    mrb_int                    klen;
+    mrb_value                  argv[2], kw_values[1];
+    mrb_shdict_value           v;
+    static const char *const   kw_names[] = { "ttl" };
 
-    kw_names[0] = mrb_intern_lit(mrb, "ttl");
-    kw.num = 1;
-    kw.required = 0;
-    kw.table = kw_names;
-    kw.values = kw_values;
-    kw.rest = NULL;
-
-    mrb_get_args(mrb, "so:", &key, &klen, val, &kw);
+    shd_args(mrb, 2, 2, argv, kw_names, kw_values, 1);
+    key = RSTRING_PTR(argv[0]);
+    klen = RSTRING_LEN(argv[0]);
+    *val = argv[1];
     shd_check_key(mrb, klen);
 
     if (mrb_nil_p(*val)) {
@@ -486,24 +522,17 @@ shd_add(mrb_state *mrb, mrb_value self)
 static mrb_value
 shd_incr(mrb_state *mrb, mrb_value self)
 {
-    char              *key;
-    mrb_int            klen;
-    mrb_sym            kw_names[2];
-    mrb_value          by, kw_values[2];
-    mrb_kwargs         kw;
-    mrb_shdict_rc      rc;
-    mrb_shdict_value   vby, vinit, out;
+    char                      *key;
+    mrb_int                    klen;
+    mrb_value                  by, argv[2], kw_values[2];
+    mrb_shdict_rc              rc;
+    mrb_shdict_value           vby, vinit, out;
+    static const char *const   kw_names[] = { "init", "ttl" };
 
-    kw_names[0] = mrb_intern_lit(mrb, "init");
-    kw_names[1] = mrb_intern_lit(mrb, "ttl");
-    kw.num = 2;
-    kw.required = 0;
-    kw.table = kw_names;
-    kw.values = kw_values;
-    kw.rest = NULL;
-
-    by = mrb_fixnum_value(1);
-    mrb_get_args(mrb, "s|o:", &key, &klen, &by, &kw);
+    shd_args(mrb, 1, 2, argv, kw_names, kw_values, 2);
+    key = RSTRING_PTR(argv[0]);
+    klen = RSTRING_LEN(argv[0]);
+    by = mrb_undef_p(argv[1]) ? mrb_fixnum_value(1) : argv[1];
     shd_check_key(mrb, klen);
     shd_number_from(mrb, by, &vby);
 
@@ -531,14 +560,14 @@ shd_incr(mrb_state *mrb, mrb_value self)
 static mrb_value
 shd_ttl(mrb_state *mrb, mrb_value self)
 {
-    char           *key;
-    mrb_int         klen;
     int64_t         ms;
+    mrb_value       arg;
     mrb_shdict_rc   rc;
 
-    mrb_get_args(mrb, "s", &key, &klen);
+    shd_args(mrb, 1, 1, &arg, NULL, NULL, 0);
 
-    rc = mrb_shdict_zone_ttl(shd_zone(mrb, self), key, klen, &ms);
+    rc = mrb_shdict_zone_ttl(shd_zone(mrb, self), RSTRING_PTR(arg),
+                             RSTRING_LEN(arg), &ms);
 
     if (rc == MRB_SHDICT_NOT_FOUND) {
         return mrb_nil_value();
@@ -624,35 +653,20 @@ shd_flush_all(mrb_state *mrb, mrb_value self)
 
 /*
  * hold(key, n = 1) => the new total; release(key, n = 1) => the new total,
- * or nil if this process held none of key.
- *
- * The access limiter calls these on every request, so the arguments are
- * read as they lie: mrb_get_args' format parsing cost more than the zone
- * call itself.  Keywords are refused as mrb_get_args refuses them.
+ * or nil if this process held none of key.  The access limiter calls
+ * these on every request.
  */
 static mrb_value
 shd_held(mrb_state *mrb, mrb_value self, int hold)
 {
-    mrb_int           argc, n;
-    int64_t           total;
-    mrb_value         key;
-    mrb_shdict_rc     rc;
-    const mrb_value  *argv;
+    mrb_int          n;
+    int64_t          total;
+    mrb_value        key, argv[2];
+    mrb_shdict_rc    rc;
 
-    argc = mrb_get_argc(mrb);
-    argv = mrb_get_argv(mrb);
-
-    if (mrb->c->ci->nk != 0) {
-        mrb_raisef(mrb, E_ARGUMENT_ERROR, "%s takes no keywords",
-                   hold ? "hold" : "release");
-    }
-
-    if (argc < 1 || argc > 2) {
-        mrb_argnum_error(mrb, argc, 1, 2);
-    }
-
-    key = mrb_ensure_string_type(mrb, argv[0]);
-    n = (argc == 2) ? mrb_as_int(mrb, argv[1]) : 1;
+    shd_args(mrb, 1, 2, argv, NULL, NULL, 0);
+    key = argv[0];
+    n = mrb_undef_p(argv[1]) ? 1 : mrb_as_int(mrb, argv[1]);
     shd_check_key(mrb, RSTRING_LEN(key));
 
     if (n <= 0) {

@@ -240,33 +240,68 @@ ngx_http_mruby_header_link(ngx_table_elt_t **p, ngx_table_elt_t *h)
 }
 
 
-/* The name argument of [] and delete, as it is, in the pool. */
+/*
+ * The name argument of [] and delete.  It is only compared: a String is
+ * used where it lies (the VM's stack keeps it for the call); what to_str
+ * made of another object is copied to the pool, as nothing holds it.
+ */
 static void
 ngx_http_mruby_header_name_arg(mrb_state *mrb, ngx_http_request_t *r,
     ngx_str_t *key)
 {
-    mrb_value  k;
+    mrb_value  k = mrb_get_arg1(mrb);
 
-    mrb_get_args(mrb, "S", &k);
+    if (mrb_api_kwargs_given(mrb)) {
+        mrb_raise(mrb, E_ARGUMENT_ERROR, "a header name takes no keywords");
+    }
 
-    if (RSTRING_LEN(k) == 0) {
+    if (mrb_string_p(k)) {
+        key->data = (u_char *) RSTRING_PTR(k);
+        key->len = (size_t) RSTRING_LEN(k);
+
+    } else {
+        k = mrb_ensure_string_type(mrb, k);
+
+        if (ngx_http_mruby_pstr(r->pool, k, key) != NGX_OK) {
+            mrb_raise(mrb, E_RUNTIME_ERROR, "out of memory");
+        }
+    }
+
+    if (key->len == 0) {
         mrb_raise(mrb, E_ARGUMENT_ERROR, "empty header name");
     }
+}
 
-    if (ngx_http_mruby_pstr(r->pool, k, key) != NGX_OK) {
-        mrb_raise(mrb, E_RUNTIME_ERROR, "out of memory");
+
+/*
+ * key in lower case into buf (NGX_HTTP_MRUBY_LOWCASE_LEN bytes), to be
+ * compared with the lowcase_key nginx keeps of every request header,
+ * byte for byte; NULL for a longer key, compared as it is.
+ */
+#define NGX_HTTP_MRUBY_LOWCASE_LEN  64
+
+static u_char *
+ngx_http_mruby_header_lowcase(ngx_str_t *key, u_char *buf)
+{
+    if (key->len > NGX_HTTP_MRUBY_LOWCASE_LEN) {
+        return NULL;
     }
+
+    ngx_strlow(buf, key->data, key->len);
+
+    return buf;
 }
 
 
 /*
  * The value of [] for the live headers named key in list: nil, a String,
  * or, when the header is repeated, an Array of its values in order (as
- * the original gave them).
+ * the original gave them).  lowcase: key in lower case, for a list whose
+ * headers have their lowcase_key (the request's), or NULL.
  */
 static mrb_value
 ngx_http_mruby_header_values(mrb_state *mrb, ngx_list_t *list,
-    ngx_str_t *key)
+    ngx_str_t *key, u_char *lowcase)
 {
     mrb_value         first, all;
     ngx_uint_t        i;
@@ -278,7 +313,14 @@ ngx_http_mruby_header_values(mrb_state *mrb, ngx_list_t *list,
     part = &list->part;
 
     for (i = 0; (h = ngx_http_mruby_header_at(&part, &i)) != NULL; i++) {
-        if (h->hash == 0 || !ngx_http_mruby_header_is(&h->key, key)) {
+        if (h->hash == 0 || h->key.len != key->len) {
+            continue;
+        }
+
+        if (lowcase != NULL && h->lowcase_key != NULL
+            ? ngx_memcmp(h->lowcase_key, lowcase, key->len) != 0
+            : ngx_strncasecmp(h->key.data, key->data, key->len) != 0)
+        {
             continue;
         }
 
@@ -648,12 +690,14 @@ ngx_http_mruby_header_in_add(ngx_http_request_t *r, ngx_str_t *key,
 static mrb_value
 ngx_http_mruby_headers_in_get(mrb_state *mrb, mrb_value self)
 {
+    u_char               buf[NGX_HTTP_MRUBY_LOWCASE_LEN];
     ngx_str_t            key;
     ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
 
     ngx_http_mruby_header_name_arg(mrb, r, &key);
 
-    return ngx_http_mruby_header_values(mrb, &r->headers_in.headers, &key);
+    return ngx_http_mruby_header_values(mrb, &r->headers_in.headers, &key,
+               ngx_http_mruby_header_lowcase(&key, buf));
 }
 
 
@@ -887,7 +931,8 @@ ngx_http_mruby_headers_out_get(mrb_state *mrb, mrb_value self)
         return ngx_http_mruby_content_length(mrb, r);
     }
 
-    return ngx_http_mruby_header_values(mrb, &r->headers_out.headers, &key);
+    return ngx_http_mruby_header_values(mrb, &r->headers_out.headers, &key,
+                                        NULL);
 }
 
 

@@ -135,9 +135,9 @@ static void
 ngx_http_mruby_define(mrb_state *mrb, struct RClass *nginx)
 {
     ngx_http_mruby_nginx_define(mrb, nginx);
-    ngx_http_mruby_request_define(mrb, nginx);
     ngx_http_mruby_headers_define(mrb, nginx);
     ngx_http_mruby_var_define(mrb, nginx);
+    ngx_http_mruby_request_define(mrb, nginx);  /* after the two above */
     ngx_http_mruby_connection_define(mrb, nginx);
     ngx_http_mruby_filter_define(mrb, nginx);
     ngx_http_mruby_ssl_define(mrb, nginx);

@@ -449,41 +449,28 @@ ngx_http_mruby_request_set_uri_args(mrb_state *mrb, mrb_value self)
 }
 
 
-/* A new Nginx::name, the class of r.var, r.headers_in ... */
+/*
+ * r.var, r.headers_in, r.headers_out: a new object of the class the method
+ * was defined with (ngx_http_mruby_request_define), which has no state of
+ * its own and no initialize to run.
+ */
 static mrb_value
-ngx_http_mruby_request_object(mrb_state *mrb, const char *name)
+ngx_http_mruby_request_object(mrb_state *mrb, mrb_value self)
 {
-    struct RClass  *nginx, *c;
+    mrb_api_no_args(mrb);
 
-    nginx = mrb_class_get(mrb, "Nginx");
-    c = mrb_class_get_under(mrb, nginx, name);
-
-    return mrb_obj_new(mrb, c, 0, NULL);
+    return mrb_obj_value(mrb_obj_alloc(mrb, MRB_TT_OBJECT,
+                             mrb_class_ptr(mrb_api_method_value(mrb))));
 }
 
 
+/* As request_object, in a request only: what reads or sets its headers. */
 static mrb_value
-ngx_http_mruby_request_var(mrb_state *mrb, mrb_value self)
-{
-    return ngx_http_mruby_request_object(mrb, "Var");
-}
-
-
-static mrb_value
-ngx_http_mruby_request_headers_in(mrb_state *mrb, mrb_value self)
+ngx_http_mruby_request_headers(mrb_state *mrb, mrb_value self)
 {
     (void) ngx_http_mruby_request(mrb);
 
-    return ngx_http_mruby_request_object(mrb, "Headers_in");
-}
-
-
-static mrb_value
-ngx_http_mruby_request_headers_out(mrb_state *mrb, mrb_value self)
-{
-    (void) ngx_http_mruby_request(mrb);
-
-    return ngx_http_mruby_request_object(mrb, "Headers_out");
+    return ngx_http_mruby_request_object(mrb, self);
 }
 
 
@@ -544,18 +531,41 @@ static const mrb_api_method  ngx_http_mruby_request_methods[] = {
     /* r.status / r.status = 404, as on Apache: Nginx.status_code */
     { "status", ngx_http_mruby_get_status, MRB_ARGS_NONE() },
     { "status=", ngx_http_mruby_set_status, MRB_ARGS_REQ(1) },
-    { "var", ngx_http_mruby_request_var, MRB_ARGS_NONE() },
-    { "headers_in", ngx_http_mruby_request_headers_in, MRB_ARGS_NONE() },
-    { "headers_out", ngx_http_mruby_request_headers_out, MRB_ARGS_NONE() },
     { "sub_request?", ngx_http_mruby_request_sub_request, MRB_ARGS_NONE() },
     { "internal?", ngx_http_mruby_request_internal, MRB_ARGS_NONE() },
     MRB_API_METHOD_END
 };
 
 
+/* The methods that answer a new object of a class under Nginx, defined
+ * before the Request. */
+static const struct {
+    const char    *name;
+    const char    *class_name;
+    mrb_func_t     func;
+} ngx_http_mruby_request_objects[] = {
+    { "var", "Var", ngx_http_mruby_request_object },
+    { "headers_in", "Headers_in", ngx_http_mruby_request_headers },
+    { "headers_out", "Headers_out", ngx_http_mruby_request_headers },
+};
+
+
 void
 ngx_http_mruby_request_define(mrb_state *mrb, struct RClass *nginx)
 {
-    mrb_api_define_class(mrb, nginx, "Request", NULL,
-                         ngx_http_mruby_request_methods);
+    size_t          i;
+    struct RClass  *c, *made;
+
+    c = mrb_api_define_class(mrb, nginx, "Request", NULL,
+                             ngx_http_mruby_request_methods);
+
+    for (i = 0; i < sizeof(ngx_http_mruby_request_objects)
+                    / sizeof(ngx_http_mruby_request_objects[0]); i++)
+    {
+        made = mrb_class_get_under(mrb, nginx,
+                   ngx_http_mruby_request_objects[i].class_name);
+        mrb_api_define_method_with(mrb, c,
+            ngx_http_mruby_request_objects[i].name,
+            ngx_http_mruby_request_objects[i].func, mrb_obj_value(made));
+    }
 }

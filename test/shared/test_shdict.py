@@ -123,17 +123,10 @@ def test_ruby_api(kind, apache, nginx):
     assert r.text == API_EXPECTED
 
 
-# hold and release read their arguments themselves: what they accept and
-# refuse, one answer per line.
-HOLD_ARGS_SCRIPT = r'''
-Server = get_server_class
-d = Server::SharedDict.new("cache")
-d.flush_all
-out = [d.hold("k", 2), d.hold("k"), d.release("k", 2), d.release("k", 5),
-       d.release("k"), d.release("never")].inspect
-[-> { d.hold("") }, -> { d.hold(:k) }, -> { d.hold("k", 0) },
- -> { d.release("k", -1) }, -> { d.hold("k", "1") }, -> { d.hold },
- -> { d.release("k", 1, 2) }, -> { d.hold("k", by: 2) }].each do |call|
+# The end of a script that tries the calls of its Array, one answer per
+# line.
+ARGS_TAIL = r'''
+calls.each do |call|
   begin
     call.call
     out << "\nno error"
@@ -143,6 +136,19 @@ out = [d.hold("k", 2), d.hold("k"), d.release("k", 2), d.release("k", 5),
 end
 Server.rputs out
 '''
+
+# hold and release read their arguments themselves: what they accept and
+# refuse, one answer per line.
+HOLD_ARGS_SCRIPT = r'''
+Server = get_server_class
+d = Server::SharedDict.new("cache")
+d.flush_all
+out = [d.hold("k", 2), d.hold("k"), d.release("k", 2), d.release("k", 5),
+       d.release("k"), d.release("never")].inspect
+calls = [-> { d.hold("") }, -> { d.hold(:k) }, -> { d.hold("k", 0) },
+         -> { d.release("k", -1) }, -> { d.hold("k", "1") }, -> { d.hold },
+         -> { d.release("k", 1, 2) }, -> { d.hold("k", by: 2) }]
+''' + ARGS_TAIL
 
 HOLD_ARGS_EXPECTED = "\n".join([
     "[2, 3, 1, 0, nil, nil]",
@@ -157,12 +163,50 @@ HOLD_ARGS_EXPECTED = "\n".join([
 ])
 
 
+# The other methods read their arguments themselves too (keywords
+# included): what they accept and refuse, one answer per line.  new takes
+# its name through Class#new, which passes initialize an empty Hash of
+# keywords.
+ARGS_SCRIPT = r'''
+Server = get_server_class
+d = Server::SharedDict.new(*["cache"], **{})
+d.flush_all
+out = [d.incr("n", 2, init: 10, ttl: 60), d.incr("n", ttl: 60),
+       d.set("k", "v", ttl: 60), d.add("k", "w", ttl: 1), d.get("k"),
+       d.delete("k"), d.ttl("n") > 59].inspect
+calls = [-> { Server::SharedDict.new },
+         -> { Server::SharedDict.new(:cache) },
+         -> { d.get }, -> { d.get("k", "l") }, -> { d.get("k", ttl: 1) },
+         -> { d.set("k") }, -> { d.set("k", 1, tll: 1) },
+         -> { d.incr("n", 1, init: 1, by: 2) }, -> { d.incr("", 1) },
+         -> { d.delete(:k) }, -> { d.ttl }]
+''' + ARGS_TAIL
+
+ARGS_EXPECTED = "\n".join([
+    "[12, 13, \"v\", false, \"v\", true, true]",
+    "ArgumentError: wrong number of arguments (given 0, expected 1)",
+    "TypeError: Symbol cannot be converted to String",
+    "ArgumentError: wrong number of arguments (given 0, expected 1)",
+    "ArgumentError: wrong number of arguments (given 2, expected 1)",
+    "ArgumentError: get takes no keywords",
+    "ArgumentError: wrong number of arguments (given 1, expected 2)",
+    "ArgumentError: unknown keyword: tll",
+    "ArgumentError: unknown keyword: by",
+    "ArgumentError: SharedDict keys cannot be empty",
+    "TypeError: Symbol cannot be converted to String",
+    "ArgumentError: wrong number of arguments (given 0, expected 1)",
+])
+
+
 @pytest.mark.parametrize("kind", ["apache", "nginx"])
-def test_hold_release_arguments(kind, apache, nginx):
-    s = server_with(kind, apache, nginx, {"/hold": HOLD_ARGS_SCRIPT})
-    r = s.get("/hold")
+@pytest.mark.parametrize("script, expected", [
+    (HOLD_ARGS_SCRIPT, HOLD_ARGS_EXPECTED), (ARGS_SCRIPT, ARGS_EXPECTED)],
+    ids=["hold_release", "others"])
+def test_method_arguments(kind, script, expected, apache, nginx):
+    s = server_with(kind, apache, nginx, {"/args": script})
+    r = s.get("/args")
     assert r.status_code == 200, s.error_log()[-2000:]
-    assert r.text == HOLD_ARGS_EXPECTED
+    assert r.text == expected
 
 
 @pytest.mark.parametrize("kind", ["apache", "nginx"])
