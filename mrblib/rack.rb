@@ -110,7 +110,9 @@ module Kernel
         "rack.input" => LazyStringIO.new(proc { r.body }),
         "rack.errors" => nil,
         "rack.logger" => Logger.new,
-        "rack.multithread" => Server.threaded?,
+        # an application object lives in one interpreter, which runs one
+        # script at a time: no two threads call it at once on any MPM
+        "rack.multithread" => false,
         "rack.multiprocess" => true,
         "rack.run_once" => false,
         "rack.hijack?" => false,

@@ -82,7 +82,7 @@ struct mrb_server_s {
     void       (*trim_later)(mrb_interp *interp);
 
     /* Whether this process runs scripts on several threads at once
-     * (Server.threaded?, Rack's rack.multithread): Apache's threaded MPMs.
+     * (Server.threaded?): Apache's threaded MPMs.
      * NULL: never. */
     int        (*threaded)(void);
 
