@@ -261,6 +261,28 @@ server {
     assert n.get("/get").text == '"from stream"', n.error_log()[-2000:]
 
 
+KEEP_SET = r'''
+Cache.new(:namespace => "kept")["v"] = get_server_class::Request.new.args
+get_server_class.rputs "ok"
+'''
+
+KEEP_GET = r'''
+get_server_class.rputs Cache.new(:namespace => "kept")["v"].inspect
+'''
+
+
+@pytest.mark.parametrize("kind", ["apache-prefork", "nginx"])
+def test_kept_across_graceful_restart_and_reload(kind, apache, nginx):
+    """The workers of the next generation open the same file."""
+    s = serve(kind, apache, nginx, {"/set": KEEP_SET, "/get": KEEP_GET})
+    assert s.get("/set?kept").text == "ok"
+    if kind == "nginx":
+        s.reload()
+    else:
+        s.graceful()
+    assert s.get("/get", headers={"Connection": "close"}).text == '"kept"'
+
+
 # An existing store keeps the size it was made with.
 SIZES = r'''
 a = Cache.new(:namespace => "sized", :size_mb => 2)
