@@ -89,14 +89,24 @@ mrb_api_method_value(mrb_state *mrb)
 }
 
 
+mrb_int
+mrb_api_argc(mrb_state *mrb, mrb_int min, mrb_int max)
+{
+    int      kw = mrb_api_kwargs_given(mrb);
+    mrb_int  argc = mrb_get_argc(mrb);
+
+    if (argc < min || argc > max || kw) {
+        mrb_argnum_error(mrb, argc + kw, min, max);
+    }
+
+    return argc;
+}
+
+
 void
 mrb_api_no_args(mrb_state *mrb)
 {
-    mrb_int  argc = mrb_get_argc(mrb);
-
-    if (argc != 0 || mrb_api_kwargs_given(mrb)) {
-        mrb_get_args(mrb, "");  /* raises as for a method of no argument */
-    }
+    (void) mrb_api_argc(mrb, 0, 0);
 }
 
 

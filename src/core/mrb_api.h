@@ -89,8 +89,15 @@ void mrb_api_define_method_with(mrb_state *mrb, struct RClass *c,
 /* In such a method: its value. */
 mrb_value mrb_api_method_value(mrb_state *mrb);
 
-/* Raises ArgumentError, as mrb_get_args(mrb, "") would, when the method
- * got an argument; without mrb_get_args' cost. */
+/*
+ * The number of positional arguments of the current call, or
+ * ArgumentError when it is not within min..max, as mrb_get_args would
+ * raise (keywords given to such a method count as one more argument);
+ * without mrb_get_args' format parsing.  mrb_get_argv has them.
+ */
+mrb_int mrb_api_argc(mrb_state *mrb, mrb_int min, mrb_int max);
+
+/* mrb_api_argc(mrb, 0, 0). */
 void mrb_api_no_args(mrb_state *mrb);
 
 /*

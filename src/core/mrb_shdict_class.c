@@ -86,8 +86,7 @@ shd_check_key(mrb_state *mrb, mrb_int klen)
  * The arguments of a method of min..max positional ones (a String key
  * first) and the keywords names (n), read as they lie: mrb_get_args'
  * format parsing cost more than most zone calls.  argv gets the
- * positional arguments (undef for those not given), copied before the key
- * is converted, as to_str may move the VM's stack.
+ * positional arguments (undef for those not given).
  */
 static void
 shd_args(mrb_state *mrb, mrb_int min, mrb_int max, mrb_value *argv,

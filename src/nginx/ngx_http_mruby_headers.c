@@ -241,35 +241,23 @@ ngx_http_mruby_header_link(ngx_table_elt_t **p, ngx_table_elt_t *h)
 
 
 /*
- * The name argument of [] and delete.  It is only compared: a String is
- * used where it lies (the VM's stack keeps it for the call); what to_str
- * made of another object is copied to the pool, as nothing holds it.
+ * The name argument of [] and delete, where it lies: it is only compared,
+ * and the VM's stack keeps the String for the call.
  */
 static void
-ngx_http_mruby_header_name_arg(mrb_state *mrb, ngx_http_request_t *r,
-    ngx_str_t *key)
+ngx_http_mruby_header_name_arg(mrb_state *mrb, ngx_str_t *key)
 {
-    mrb_value  k = mrb_get_arg1(mrb);
+    mrb_value  k;
 
-    if (mrb_api_kwargs_given(mrb)) {
-        mrb_raise(mrb, E_ARGUMENT_ERROR, "a header name takes no keywords");
-    }
+    (void) mrb_api_argc(mrb, 1, 1);
+    k = mrb_ensure_string_type(mrb, mrb_get_argv(mrb)[0]);
 
-    if (mrb_string_p(k)) {
-        key->data = (u_char *) RSTRING_PTR(k);
-        key->len = (size_t) RSTRING_LEN(k);
-
-    } else {
-        k = mrb_ensure_string_type(mrb, k);
-
-        if (ngx_http_mruby_pstr(r->pool, k, key) != NGX_OK) {
-            mrb_raise(mrb, E_RUNTIME_ERROR, "out of memory");
-        }
-    }
-
-    if (key->len == 0) {
+    if (RSTRING_LEN(k) == 0) {
         mrb_raise(mrb, E_ARGUMENT_ERROR, "empty header name");
     }
+
+    key->data = (u_char *) RSTRING_PTR(k);
+    key->len = (size_t) RSTRING_LEN(k);
 }
 
 
@@ -393,7 +381,9 @@ ngx_http_mruby_headers_assign(mrb_state *mrb,
     ngx_str_t            key, value, *values;
     ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
 
-    mrb_get_args(mrb, "oo", &k, &v);
+    (void) mrb_api_argc(mrb, 2, 2);
+    k = mrb_get_argv(mrb)[0];
+    v = mrb_get_argv(mrb)[1];
 
     if (!mrb_array_p(v)) {
         ngx_http_mruby_header_checked(mrb, r, k, v, &key, &value);
@@ -694,7 +684,7 @@ ngx_http_mruby_headers_in_get(mrb_state *mrb, mrb_value self)
     ngx_str_t            key;
     ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
 
-    ngx_http_mruby_header_name_arg(mrb, r, &key);
+    ngx_http_mruby_header_name_arg(mrb, &key);
 
     return ngx_http_mruby_header_values(mrb, &r->headers_in.headers, &key,
                ngx_http_mruby_header_lowcase(&key, buf));
@@ -727,7 +717,7 @@ ngx_http_mruby_headers_in_delete(mrb_state *mrb, mrb_value self)
     ngx_str_t            key;
     ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
 
-    ngx_http_mruby_header_name_arg(mrb, r, &key);
+    ngx_http_mruby_header_name_arg(mrb, &key);
 
     return mrb_bool_value(ngx_http_mruby_header_in_delete(r, &key) > 0);
 }
@@ -915,7 +905,7 @@ ngx_http_mruby_headers_out_get(mrb_state *mrb, mrb_value self)
     ngx_str_t            key;
     ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
 
-    ngx_http_mruby_header_name_arg(mrb, r, &key);
+    ngx_http_mruby_header_name_arg(mrb, &key);
 
     if (ngx_http_mruby_key_is(&key, "content-type")) {
         if (r->headers_out.content_type.len == 0) {
@@ -960,7 +950,7 @@ ngx_http_mruby_headers_out_delete(mrb_state *mrb, mrb_value self)
     ngx_str_t            key;
     ngx_http_request_t  *r = ngx_http_mruby_request(mrb);
 
-    ngx_http_mruby_header_name_arg(mrb, r, &key);
+    ngx_http_mruby_header_name_arg(mrb, &key);
     ngx_http_mruby_header_out_delete(r, &key);
 
     return mrb_nil_value();
