@@ -53,14 +53,28 @@ class Mutex
     self
   end
 
-  # try_lock again and again for at most timeout seconds (nil: for ever)
-  def try_lock_loop(timeout = nil)
-    deadline = timeout && Time.now + timeout
+  # mruby-mutex's: tries the lock every retry_us microseconds; once it has
+  # it, runs the block with self the Mutex (instance_eval, as there; the
+  # block unlocks, as the original's callers do) and returns false.  A
+  # global lock another still holds after timeout_us is taken from it, as
+  # the original unlocked it to get on (its holder died or hangs): then
+  # the block runs and true is returned.  The published access limiter
+  # and DoS detector count under it.
+  def try_lock_loop(retry_us = 100_000, timeout_us = 5_000_000, &block)
+    waited = 0
+    broke = false
     until try_lock
-      return false if deadline && Time.now > deadline
-      __pause
+      raise ThreadError, "deadlock; recursive locking" if owned?
+      if @dict && !broke && waited >= timeout_us
+        @dict.delete(@key)
+        broke = true
+        next
+      end
+      __pause(retry_us)
+      waited += retry_us
     end
-    true
+    instance_eval(&block) if block
+    broke
   end
 
   def unlock
@@ -94,7 +108,8 @@ class Mutex
     end
   end
 
-  # a millisecond between two tries of a lock held elsewhere: usleep
+  # us microseconds (a millisecond for lock) between two tries of a lock
+  # held elsewhere: usleep
   # suspends the request where the run can wait (nginx, Apache's content
   # handlers on the event MPM), blocks the thread elsewhere on Apache, and
   # raises where a run of nginx cannot wait (the log phase, startup
@@ -102,12 +117,12 @@ class Mutex
   # of this interpreter holds is waited for only by a run that can wait
   # (Mutex.__wait_check raises otherwise): blocking, it would keep that
   # run from resuming to let it go.
-  def __pause
+  def __pause(us = 1000)
     Mutex.__wait_check if @locked
     begin
-      usleep(1000)
+      usleep(us)
     rescue RuntimeError
-      IO.select(nil, nil, nil, 0.001)
+      IO.select(nil, nil, nil, us / 1_000_000.0)
     end
   end
 

@@ -1,0 +1,192 @@
+"""Mutex#try_lock_loop as mruby-mutex had it, which the published access
+limiter and DoS detector count under: try_lock_loop(retry_us = 100000,
+timeout_us = 5000000) { ... } tries the lock every retry_us microseconds,
+runs the block with the lock held (self the Mutex; the block unlocks) and
+answers false; a global lock still held by another after timeout_us is
+taken from it, and true answered.  And the limiter's shape as its author
+published it: post_config defines the class and keeps a global Mutex and
+a Cache in Userdata; the access phase counts in under try_lock_loop(50000)
+and answers 503 above the threshold; the log phase counts out."""
+
+import concurrent.futures
+import os
+import time
+
+import pytest
+
+# The block runs with the lock held and self the Mutex; the answer is
+# false when nobody had to be robbed of the lock.
+BLOCK = r'''
+Server = get_server_class
+m = Mutex.new(global: true, key: "block")
+seen = nil
+broke = m.try_lock_loop(50000) do
+  begin
+    seen = "#{self.class} #{m.locked?} #{m.owned?}"
+  ensure
+    m.unlock
+  end
+end
+Server.rputs "#{seen} #{broke.inspect} #{m.locked?}"
+'''
+
+# A lock held by this live process but by no run of it (as one a hung run
+# holds): taken after the timeout (0.2 s, tried every 20 ms).
+STUCK = r'''
+Server = get_server_class
+Server::SharedDict.new("mruby_mutex")["stuck"] = Process.pid
+m = Mutex.new(global: true, key: "stuck")
+ran = false
+broke = m.try_lock_loop(20_000, 200_000) { ran = true; m.unlock }
+Server.rputs "#{ran} #{broke.inspect} #{m.locked?}"
+'''
+
+STARTUP = "Mutex.new(global: true)\n"
+
+
+def serve(kind, apache, nginx, routes, main_apache="", main_nginx=""):
+    files = {f"h{i}.rb": code for i, code in enumerate(routes.values())}
+    files["startup.rb"] = STARTUP
+    if kind == "nginx":
+        locs = "".join(f"location {path} {{ mruby_content_handler "
+                       f"{{dir}}/h{i}.rb; }}\n"
+                       for i, path in enumerate(routes))
+        return nginx(main_nginx + "server {\n listen 127.0.0.1:{port};\n"
+                     + locs + "}\n", workers=2, files=files)
+    locs = "".join(f"<Location {path}>\n    mrubyHandlerMiddle {{dir}}/h{i}.rb"
+                   f"\n</Location>\n" for i, path in enumerate(routes))
+    return apache(main_apache + locs, mpm=kind.split("-")[1], files=files)
+
+
+@pytest.mark.parametrize("kind", ["apache-event", "apache-prefork", "nginx"])
+def test_try_lock_loop_runs_its_block_with_the_lock(kind, apache, nginx):
+    s = serve(kind, apache, nginx, {"/block": BLOCK, "/stuck": STUCK},
+              main_apache="mrubyPostConfigMiddle {dir}/startup.rb\n",
+              main_nginx="mruby_init {dir}/startup.rb;\n")
+    assert s.get("/block").text == "Mutex true true false false"
+    assert s.get("/stuck").text == "true true false"
+
+
+# The published limiter's scripts, as their shape is (the Cache's
+# namespace, the global Mutex in Userdata, the class in post_config).
+INIT = r'''
+Userdata.new.shared_mutex = Mutex.new :global => true
+Userdata.new.shared_cache = Cache.new :namespace => "access_limiter"
+
+class AccessLimiter
+  def initialize(r, cache, config)
+    @cache = cache
+    @counter_key = config[:target].to_s
+  end
+
+  def current
+    @cache[@counter_key].to_i
+  end
+
+  def increment
+    @cache[@counter_key] = (current + 1).to_s
+  end
+
+  def decrement
+    cnt = current - 1
+    if cnt < 1
+      @cache.delete @counter_key
+    else
+      @cache[@counter_key] = cnt.to_s
+    end
+  end
+end
+'''
+
+CHECK = r'''
+threshold = 2
+Server = get_server_class
+r = Server::Request.new
+cache = Userdata.new.shared_cache
+global_mutex = Userdata.new.shared_mutex
+file = r.filename
+limit = AccessLimiter.new r, cache, :target => file
+timeout = global_mutex.try_lock_loop(50000) do
+  begin
+    limit.increment
+    current = limit.current
+    Server.errlogger Server::LOG_NOTICE, "access_limiter: file:#{file} counter:#{current}"
+    if current > threshold
+      Server.errlogger Server::LOG_NOTICE, "access_limiter: file:#{file} reached threshold: #{threshold}: return 503"
+      Server.return Server::HTTP_SERVICE_UNAVAILABLE
+    end
+  ensure
+    global_mutex.unlock
+  end
+end
+if timeout
+  Server.errlogger Server::LOG_NOTICE, "access_limiter: get timeout lock, #{file}"
+end
+'''
+
+END = r'''
+Server = get_server_class
+r = Server::Request.new
+global_mutex = Userdata.new.shared_mutex
+limit = AccessLimiter.new r, Userdata.new.shared_cache, :target => r.filename
+global_mutex.try_lock_loop(50000) do
+  begin
+    limit.decrement
+  ensure
+    global_mutex.unlock
+  end
+end
+'''
+
+# the slow page: waits for the test's gate, 30 s at most
+SLOW = r'''
+gate = Apache::Server.new.document_root + "/gate"
+t = Time.now + 30
+Apache.sleep 0.02 until File.exist?(gate) || Time.now > t
+Apache.rputs "loaded"
+'''
+
+COUNT = r'''
+Apache.rputs Cache.new(:namespace => "access_limiter")[Apache::Request.new.args].inspect
+'''
+
+
+@pytest.mark.parametrize("mpm", ["event", "prefork"])
+def test_published_limiter_limits(apache, mpm):
+    """Threshold 2, eight requests at once to the slow page: two load, six
+    get 503 (each logged as the published script logs it), and the count
+    is back to nothing once they are done."""
+    a = apache("""
+mrubyPostConfigMiddle {dir}/init.rb cache
+<FilesMatch ^.*\\.php$>
+    mrubyAccessCheckerMiddle {dir}/check.rb cache
+    mrubyLogTransactionMiddle {dir}/end.rb cache
+    mrubyHandlerMiddle {dir}/slow.rb
+</FilesMatch>
+<Location /count>
+    mrubyHandlerMiddle {dir}/count.rb
+</Location>
+""", mpm=mpm, files={"init.rb": INIT, "check.rb": CHECK, "end.rb": END,
+                     "slow.rb": SLOW, "count.rb": COUNT},
+        docs={"sleep.php": "<?php sleep(3); ?>"})
+    page = os.path.join(a.docroot, "sleep.php")
+
+    def one(_):
+        return a.get("/sleep.php", headers={"Connection": "close"})
+
+    with concurrent.futures.ThreadPoolExecutor(8) as ex:
+        futures = [ex.submit(one, i) for i in range(8)]
+        deadline = time.monotonic() + 30
+        while sum(f.done() for f in futures) < 6:
+            assert time.monotonic() < deadline, a.error_log()[-3000:]
+            time.sleep(0.02)
+        a.write_doc("gate", "")
+        statuses = sorted(f.result().status_code for f in futures)
+    assert statuses == [200] * 2 + [503] * 6, a.error_log()[-3000:]
+    log = a.error_log()
+    assert log.count(f"file:{page} reached threshold: 2: return 503") == 6
+    assert "get timeout lock" not in log
+    deadline = time.monotonic() + 5
+    while a.get("/count?" + page).text != "nil":
+        assert time.monotonic() < deadline, "the count did not go back"
+        time.sleep(0.05)
