@@ -153,7 +153,7 @@ shd_file_map(int fd, size_t size, const char *path, char *err, size_t errlen)
 static int
 shd_file_make(const char *path, size_t size, char *err, size_t errlen)
 {
-    int               fd, rc;
+    int               fd, rc, e;
     char             *tmp;
     void             *mem;
     size_t            len;
@@ -190,9 +190,13 @@ shd_file_make(const char *path, size_t size, char *err, size_t errlen)
         goto done;
     }
 
-    if (ftruncate(fd, (off_t) size) != 0) {
-        snprintf(err, errlen, "cannot size \"%s\" to %zu bytes: %s", tmp,
-                 size, strerror(errno));
+    /* the blocks are taken now, not at the first write to each page: a
+     * file system too small for the store (a tmpfs) is this error, where a
+     * sparse file would kill the process that wrote to it (SIGBUS) */
+    e = posix_fallocate(fd, 0, (off_t) size);
+    if (e != 0) {
+        snprintf(err, errlen, "cannot make the Cache store \"%s\" of %zu "
+                 "bytes: %s", path, size, strerror(e));
         goto done;
     }
 

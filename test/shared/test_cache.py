@@ -10,6 +10,7 @@ import os
 import pwd
 import socket
 import stat
+import subprocess
 import time
 
 import pytest
@@ -281,6 +282,42 @@ def test_kept_across_graceful_restart_and_reload(kind, apache, nginx):
     else:
         s.graceful()
     assert s.get("/get", headers={"Connection": "close"}).text == '"kept"'
+
+
+# A store larger than the room left on its file system (a small tmpfs)
+FULL_FS = r'''
+begin
+  c = Cache.new(:filename => "{dir}/small/big.lmc", :size_mb => 1)
+  64.times { |i| c["k#{i}"] = "x" * 12000 }
+  get_server_class.rputs "written"
+rescue Cache::InitError => e
+  get_server_class.rputs e.message
+end
+'''
+
+
+@pytest.mark.parametrize("kind", ["apache", "nginx"])
+def test_file_system_too_small_is_an_error(kind, apache, nginx):
+    """The store's blocks are taken when it is made: a file system without
+    room for them is a Cache::InitError, not a worker killed by SIGBUS at
+    the first write to a page the file system cannot give."""
+    s = serve(kind, apache, nginx, {"/full": ""}, start=False)
+    small = os.path.join(s.dir, "small")
+    os.makedirs(small)
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k,mode=0777",
+                       "tmpfs", small]).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        s.write("h0.rb", s.subst(FULL_FS))
+        s.start()
+        r = s.get("/full")
+        assert (r.status_code, r.text) == (200, (
+            f'cannot make the Cache store "{small}/big.lmc" of 1048576 '
+            "bytes: No space left on device")), s.error_log()[-2000:]
+        assert os.listdir(small) == []
+    finally:
+        s.stop()
+        subprocess.run(["umount", small], check=True)
 
 
 # An existing store keeps the size it was made with.
