@@ -2,8 +2,8 @@
 that any worker process makes or opens, at any phase (a request, a child's
 startup, nginx's mruby_set), shared by every process that opens the same
 namespace or file; where the files go and who owns them; names refused;
-and the child_init script of the access limiter's older revision, as
-published."""
+and the access limiter's older revision as published, whose child_init
+script opens its Cache."""
 
 import concurrent.futures
 import os
@@ -381,59 +381,148 @@ c.clear
 Userdata.new.shared_cache = c
 '''
 
-# Counts in and out with the published class, lock and Cache (the
-# published phase scripts wait on the original's try_lock_loop).
-LIMITTER_IN = r"""
-limit = AccessLimitter.new Apache::Request.new, Userdata.new.shared_cache,
-                           :target => "/var/www/html/sleep.php"
-m = Userdata.new.shared_mutex
-m.lock
-begin
-  limit.increment
-  n = limit.current
-ensure
-  m.unlock
-end
-pid = """ + PID + r"""
-Apache.rputs "#{pid} #{n}"
-"""
+LIMITTER = r'''####
+threshold = 2
+####
 
-LIMITTER_OUT = r"""
-limit = AccessLimitter.new Apache::Request.new, Userdata.new.shared_cache,
-                           :target => "/var/www/html/sleep.php"
-m = Userdata.new.shared_mutex
-m.synchronize { limit.decrement }
-Apache.rputs Userdata.new.shared_cache["/var/www/html/sleep.php"].inspect
-"""
+Server = get_server_class
+r = Server::Request.new
+cache = Userdata.new.shared_cache
+global_mutex = Userdata.new.shared_mutex
 
-READY = r"""
+file = r.filename
+
+config = {
+  # access limmiter by target
+  :target => file,
+}
+
+# ngx_mruby doesn't have sub_request method
+#unless r.sub_request?
+  limit = AccessLimitter.new r, cache, config
+  # process-shared lock
+  timeout = global_mutex.try_lock_loop(50000) do
+    begin
+      limit.increment
+      Server.errlogger Server::LOG_NOTICE, "access_limitter: file:#{r.filename} counter:#{limit.current}"
+      if limit.current > threshold
+        Server.errlogger Server::LOG_NOTICE, "access_limitter: file:#{r.filename} reached threshold: #{threshold}: return #{Server::HTTP_SERVICE_UNAVAILABLE}"
+        Server.return Server::HTTP_SERVICE_UNAVAILABLE
+      end
+    rescue => e
+      raise "AccessLimitter failed: #{e}"
+    ensure
+      global_mutex.unlock
+    end
+  end
+  if timeout
+    Server.errlogger Server::LOG_NOTICE, "access_limitter: get timeout lock, #{r.filename}"
+  end
+#end
+'''
+
+LIMITTER_END = r'''Server = get_server_class
+r = Server::Request.new
+cache = Userdata.new.shared_cache
+global_mutex = Userdata.new.shared_mutex
+
+file = r.filename
+
+config = {
+  # access limmiter by target
+  :target => file,
+}
+
+# ngx_mruby doesn't have sub_request method
+#unless r.sub_request?
+  limit = AccessLimitter.new r, cache, config
+  # process-shared lock
+  global_mutex.try_lock_loop(50000) do
+    begin
+      limit.decrement
+      Server.errlogger Server::LOG_NOTICE, "access_limitter_end: #{r.filename} #{limit.current}"
+    rescue => e
+      raise "AccessLimitter failed: #{e}"
+    ensure
+      global_mutex.unlock
+    end
+  end
+#end
+'''
+
+# The slow page (mod_php's place): waits for the test's gate.
+SLOW = r'''
+Apache.sleep 0.01 until File.exist?("{dir}/gate")
+Apache.rputs "loaded"
+'''
+
+READY = r'''
 Apache.errlogger Apache::LOG_NOTICE, "child ready"
+'''
+
+# Twelve children from the start and no more: each new child's init clears
+# the Cache, as the published script does.
+PREFORK_TWELVE = """\
+StartServers 12
+MinSpareServers 1
+MaxSpareServers 16
+ServerLimit 16
+MaxRequestWorkers 16
+MaxConnectionsPerChild 0
 """
 
 
-def test_access_limitter_older_revision_child_init_prefork(apache):
-    """The published child_init script's Cache.new config, c.clear in every
-    child: the children count in one store, in and back out."""
-    a = serve("apache-prefork", apache, None,
-              {"/in": LIMITTER_IN, "/out": LIMITTER_OUT},
-              apache_main="mrubyPostConfigMiddle {dir}/init.rb cache\n"
-                          "mrubyChildInitMiddle {dir}/worker_init.rb cache\n"
-                          "mrubyChildInitLast {dir}/ready.rb\n", start=False)
-    a.write("init.rb", LIMITTER_INIT)
-    a.write("worker_init.rb", LIMITTER_WORKER_INIT)
-    a.write("ready.rb", READY)
+def test_access_limitter_older_revision_prefork(apache):
+    """Threshold 2, ten requests at once to a slow .php: two load, eight
+    get 503, and the count goes back to nothing."""
+    a = apache("""
+mrubyPostConfigMiddle         {dir}/access_limitter/access_limitter_init.rb cache
+mrubyChildInitMiddle          {dir}/access_limitter/access_limitter_worker_init.rb cache
+mrubyChildInitLast            {dir}/ready.rb
+<FilesMatch ^.*\\.php$>
+  mrubyAccessCheckerMiddle      {dir}/access_limitter/access_limitter.rb cache
+  mrubyLogTransactionMiddle     {dir}/access_limitter/access_limitter_end.rb cache
+  mrubyHandlerMiddle            {dir}/slow.rb
+</FilesMatch>
+<Location /count>
+  mrubyHandlerMiddle {dir}/count.rb
+</Location>
+""", mpm="prefork", mpm_conf=PREFORK_TWELVE, files={
+        "access_limitter/access_limitter_init.rb": LIMITTER_INIT,
+        "access_limitter/access_limitter_worker_init.rb": LIMITTER_WORKER_INIT,
+        "access_limitter/access_limitter.rb": LIMITTER,
+        "access_limitter/access_limitter_end.rb": LIMITTER_END,
+        "ready.rb": READY,
+        "count.rb": 'Apache.rputs Cache.new(:namespace => "aceess_limitter")'
+                    '[Apache::Request.new.args].inspect'}, start=False)
+    a.write("slow.rb", a.subst(SLOW))
     a.start()
-    # each child clears the store as it starts: count once all did
     deadline = time.monotonic() + 30
-    while a.error_log().count("child ready") < 4:
+    while a.error_log().count("child ready") < 12:
         assert time.monotonic() < deadline, a.error_log()[-3000:]
         time.sleep(0.05)
+    a.write_doc("sleep.php", "<?php sleep(3); ?>")
+    page = os.path.join(a.docroot, "sleep.php")
 
-    answers = [a.get("/in", headers={"Connection": "close"}).text
-               for _ in range(12)]
-    assert [int(x.split(" ")[1]) for x in answers] == list(range(1, 13)), \
-        a.error_log()[-3000:]
-    assert len({x.split(" ")[0] for x in answers}) >= 2, answers
-    outs = [a.get("/out", headers={"Connection": "close"}).text
-            for _ in range(12)]
-    assert outs == [f'"{n}"' for n in range(11, 0, -1)] + ["nil"]
+    def one(_):
+        return requests.get(a.url("/sleep.php"), timeout=60,
+                            headers={"Connection": "close"})
+    with concurrent.futures.ThreadPoolExecutor(10) as ex:
+        futures = [ex.submit(one, i) for i in range(10)]
+        deadline = time.monotonic() + 30
+        while sum(f.done() for f in futures) < 8:
+            assert time.monotonic() < deadline, "refusals did not come"
+            time.sleep(0.02)
+        a.write("gate", "")
+        rs = [f.result() for f in futures]
+    assert sorted(r.status_code for r in rs) == [200] * 2 + [503] * 8
+    log = a.error_log()
+    assert "get timeout lock" not in log
+    for n in range(1, 4):
+        assert f"access_limitter: file:{page} counter:{n}" in log
+    assert log.count(f"access_limitter: file:{page} reached threshold: 2: "
+                     "return 503") == 8
+    deadline = time.monotonic() + 10
+    while a.get("/count?" + page).text != "nil":
+        assert time.monotonic() < deadline, a.error_log()[-3000:]
+        time.sleep(0.05)
