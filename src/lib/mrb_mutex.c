@@ -16,6 +16,10 @@
  * without a constant lookup); nil while the run holds nothing.
  */
 
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+
 #include <mruby.h>
 #include <mruby/array.h>
 #include <mruby/error.h>
@@ -145,6 +149,24 @@ mutex_s_wait_check(mrb_state *mrb, mrb_value self)
 }
 
 
+/*
+ * Mutex.__dead?(pid): whether no process pid exists, so that the lock it
+ * holds can be taken over.  kill(pid, 0) fails with EPERM for a live
+ * process of another user (the root parent or master of the workers); a
+ * holder that is no process id (0 or less: a group) is never dead.
+ */
+static mrb_value
+mutex_s_dead_p(mrb_state *mrb, mrb_value self)
+{
+    mrb_int  pid;
+
+    mrb_get_args(mrb, "i", &pid);
+
+    return mrb_bool_value(pid > 0 && pid <= INT_MAX
+                          && kill((pid_t) pid, 0) != 0 && errno == ESRCH);
+}
+
+
 static mrb_value
 mutex_release_body(mrb_state *mrb, void *arg)
 {
@@ -213,6 +235,7 @@ static const mrb_api_method  mutex_class_methods[] = {
     { "__owned?",  mutex_s_owned_p, MRB_ARGS_REQ(1) },
     { "__disown",  mutex_s_disown,  MRB_ARGS_REQ(1) },
     { "__wait_check", mutex_s_wait_check, MRB_ARGS_NONE() },
+    { "__dead?",   mutex_s_dead_p,  MRB_ARGS_REQ(1) },
     MRB_API_METHOD_END
 };
 

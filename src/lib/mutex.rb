@@ -31,7 +31,7 @@ class Mutex
     if @dict
       unless @dict.add(@key, Process.pid)
         holder = @dict[@key]
-        return false unless holder && holder != Process.pid && __dead?(holder)
+        return false unless holder && holder != Process.pid && Mutex.__dead?(holder.to_i)
         @dict.delete(@key)
         return false unless @dict.add(@key, Process.pid)
       end
@@ -124,13 +124,6 @@ class Mutex
     rescue RuntimeError
       IO.select(nil, nil, nil, us / 1_000_000.0)
     end
-  end
-
-  def __dead?(pid)
-    Process.kill(0, pid)
-    false
-  rescue SystemCallError
-    true
   end
 end
 

@@ -58,13 +58,22 @@ def serve(kind, apache, nginx, routes, main_apache="", main_nginx=""):
     return apache(main_apache + locs, mpm=kind.split("-")[1], files=files)
 
 
+# A lock the parent or master holds, a live process of another user (root;
+# the workers run as www-data or nobody): not taken over as a dead
+# holder's, but after the timeout.
+PARENT = STUCK.replace('["stuck"] = Process.pid', '["parent"] = Process.ppid') \
+              .replace('key: "stuck"', 'key: "parent"')
+
+
 @pytest.mark.parametrize("kind", ["apache-event", "apache-prefork", "nginx"])
 def test_try_lock_loop_runs_its_block_with_the_lock(kind, apache, nginx):
-    s = serve(kind, apache, nginx, {"/block": BLOCK, "/stuck": STUCK},
+    s = serve(kind, apache, nginx, {"/block": BLOCK, "/stuck": STUCK,
+                                    "/parent": PARENT},
               main_apache="mrubyPostConfigMiddle {dir}/startup.rb\n",
               main_nginx="mruby_init {dir}/startup.rb;\n")
     assert s.get("/block").text == "Mutex true true false false"
     assert s.get("/stuck").text == "true true false"
+    assert s.get("/parent").text == "true true false"
 
 
 # The published limiter's scripts, as their shape is (the Cache's
