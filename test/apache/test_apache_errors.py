@@ -213,6 +213,10 @@ def test_wrong_arguments_name_the_directive(apache, conf, expect):
      "use it in the main server config"),
     ("<Location /x>\nmrubySharedDict d 1m\n</Location>",
      "declare it in the main server config"),
+    ("<VirtualHost 127.0.0.1:{port}>\nmrubyCacheDir {dir}/c\n</VirtualHost>",
+     "mrubyCacheDir cannot occur within <VirtualHost> section: the Cache "
+     "directory belongs to the whole server: set it in the main server "
+     "config"),
 ])
 def test_wrong_context_says_why(apache, conf, expect):
     a = apache(conf, start=False, files={"ok.rb": "x = 1"})

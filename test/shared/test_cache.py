@@ -127,6 +127,26 @@ def test_filename_and_cache_dir(kind, apache, nginx):
     assert not os.path.exists(cache_dir(s))
 
 
+@pytest.mark.parametrize("kind", ["apache", "nginx"])
+def test_cache_dir_that_cannot_be_made(kind, apache, nginx):
+    """A warning at startup, and Cache.new says the same to the script;
+    the server serves."""
+    s = serve(kind, apache, nginx, {"/n": """
+begin
+  Cache.new(:namespace => "n")
+rescue Cache::InitError => e
+  get_server_class.rputs e.message
+end
+"""}, apache_main="mrubyCacheDir /nonexistent/cache\n",
+              nginx_main="mruby_cache_dir /nonexistent/cache;\n")
+    directive = "mrubyCacheDir" if kind == "apache" else "mruby_cache_dir"
+    s.wait_log('cannot make the Cache directory "/nonexistent/cache": No '
+               f"such file or directory ({directive})")
+    assert s.get("/n").text == ('cannot make a Cache store beside '
+                                '"/nonexistent/cache/n.cache": No such file '
+                                "or directory")
+
+
 # mruby_set: a variable from a store made in the phase that sets it
 SET_UPSTREAM = r'''
 c = Cache.new(:namespace => "upstreams")
