@@ -407,29 +407,34 @@ ap_mrb_get_body(mrb_state *mrb, mrb_value self)
 }
 
 
+/*
+ * r.headers_in, r.notes, r.finfo ...: a new object of the class the method
+ * was defined with (ap_mrb_define_request), found without a lookup by
+ * name.
+ */
 static mrb_value
-ap_mrb_new_object(mrb_state *mrb, const char *class_name)
+ap_mrb_request_object(mrb_state *mrb, mrb_value self)
 {
-    struct RClass  *apache = mrb_class_get(mrb, "Apache");
+    (void) ap_mrb_request(mrb);
+    mrb_api_no_args(mrb);
 
-    return mrb_obj_new(mrb, mrb_class_get_under(mrb, apache, class_name),
-                       0, NULL);
+    return mrb_obj_new(mrb, mrb_class_ptr(mrb_api_method_value(mrb)), 0,
+                       NULL);
 }
 
-#define AP_MRB_OBJECT_GETTER(field, class_name)                                \
-    static mrb_value                                                          \
-    ap_mrb_get_##field(mrb_state *mrb, mrb_value self)                        \
-    {                                                                         \
-        (void) ap_mrb_request(mrb);                                           \
-        return ap_mrb_new_object(mrb, class_name);                          \
-    }
-
-AP_MRB_OBJECT_GETTER(headers_in, "Headers_in")
-AP_MRB_OBJECT_GETTER(headers_out, "Headers_out")
-AP_MRB_OBJECT_GETTER(err_headers_out, "Err_headers_out")
-AP_MRB_OBJECT_GETTER(notes, "Notes")
-AP_MRB_OBJECT_GETTER(subprocess_env, "Subprocess_env")
-AP_MRB_OBJECT_GETTER(finfo, "Finfo")
+/* The methods of Apache::Request that answer an object of a class under
+ * Apache, and that class. */
+static const struct {
+    const char  *name;
+    const char  *class_name;
+} ap_mrb_request_objects[] = {
+    { "headers_in", "Headers_in" },
+    { "headers_out", "Headers_out" },
+    { "err_headers_out", "Err_headers_out" },
+    { "notes", "Notes" },
+    { "subprocess_env", "Subprocess_env" },
+    { "finfo", "Finfo" },
+};
 
 
 /* As the original: true when r->main is set, that is for a subrequest
@@ -599,12 +604,6 @@ static const mrb_api_attr  ap_mrb_request_attrs[] = {
     AP_MRB_RO(request_time),
     AP_MRB_RO(response_time),
     AP_MRB_RO(body),
-    AP_MRB_RO(headers_in),
-    AP_MRB_RO(headers_out),
-    AP_MRB_RO(err_headers_out),
-    AP_MRB_RO(notes),
-    AP_MRB_RO(subprocess_env),
-    AP_MRB_RO(finfo),
 
     MRB_API_ATTR_END
 };
@@ -628,10 +627,21 @@ static const mrb_api_method  ap_mrb_request_methods[] = {
 void
 ap_mrb_define_request(mrb_state *mrb, struct RClass *apache)
 {
-    struct RClass  *c;
+    size_t          i;
+    struct RClass  *c, *made;
 
     c = mrb_api_define_class(mrb, apache, "Request", NULL,
                              ap_mrb_request_methods);
     mrb_api_define_fields(mrb, c, ap_mrb_request_fields);
     mrb_api_define_attrs(mrb, c, ap_mrb_request_attrs);
+
+    for (i = 0; i < sizeof(ap_mrb_request_objects)
+                    / sizeof(ap_mrb_request_objects[0]); i++)
+    {
+        made = mrb_class_get_under(mrb, apache,
+                                   ap_mrb_request_objects[i].class_name);
+        mrb_api_define_method_with(mrb, c, ap_mrb_request_objects[i].name,
+                                   ap_mrb_request_object,
+                                   mrb_obj_value(made));
+    }
 }

@@ -99,15 +99,25 @@ AP_MRB_TABLE_INIT(ap_mrb_subprocess_env_init, AP_MRB_SUBPROCESS_ENV)
 AP_MRB_TABLE_INIT(ap_mrb_env_init, AP_MRB_ENV)
 
 
+/* The key argument of [] and delete, as a C string (raising for a NUL
+ * in it), read without mrb_get_args' format parsing. */
+static const char *
+ap_mrb_table_key(mrb_state *mrb)
+{
+    (void) mrb_api_argc(mrb, 1, 1);
+
+    return mrb_string_cstr(mrb, mrb_ensure_string_type(mrb,
+                                                       mrb_get_argv(mrb)[0]));
+}
+
+
 static mrb_value
 ap_mrb_table_aref(mrb_state *mrb, mrb_value self)
 {
     request_rec  *r;
     apr_table_t  *t = ap_mrb_table_get(mrb, self, &r);
-    mrb_value     key;
 
-    mrb_get_args(mrb, "S", &key);
-    return ap_mrb_str(mrb, apr_table_get(t, mrb_string_cstr(mrb, key)));
+    return ap_mrb_str(mrb, apr_table_get(t, ap_mrb_table_key(mrb)));
 }
 
 
@@ -128,7 +138,9 @@ ap_mrb_table_args(mrb_state *mrb, mrb_value self, request_rec *r,
     case AP_MRB_HEADERS_IN:
     case AP_MRB_HEADERS_OUT:
     case AP_MRB_ERR_HEADERS_OUT:
-        mrb_get_args(mrb, "oo", &key, &val);
+        (void) mrb_api_argc(mrb, 2, 2);
+        key = mrb_get_argv(mrb)[0];
+        val = mrb_get_argv(mrb)[1];
 
         if (!nil_ok && mrb_nil_p(val)) {
             mrb_raise(mrb, E_ARGUMENT_ERROR, "nil header value");
@@ -195,10 +207,8 @@ ap_mrb_table_delete(mrb_state *mrb, mrb_value self)
 {
     request_rec  *r;
     apr_table_t  *t = ap_mrb_table_get(mrb, self, &r);
-    mrb_value     key;
 
-    mrb_get_args(mrb, "S", &key);
-    apr_table_unset(t, mrb_string_cstr(mrb, key));
+    apr_table_unset(t, ap_mrb_table_key(mrb));
     return mrb_nil_value();
 }
 

@@ -104,11 +104,11 @@ static void
 ap_mrb_define(mrb_state *mrb, struct RClass *apache)
 {
     ap_mrb_define_apache(mrb, apache);
-    ap_mrb_define_request(mrb, apache);
     ap_mrb_define_tables(mrb, apache);
+    ap_mrb_define_finfo(mrb, apache);
+    ap_mrb_define_request(mrb, apache);  /* after the two above */
     ap_mrb_define_server(mrb, apache);
     ap_mrb_define_connection(mrb, apache);
-    ap_mrb_define_finfo(mrb, apache);
     ap_mrb_define_scoreboard(mrb, apache);
     ap_mrb_define_filter(mrb, apache);
     ap_mrb_define_authn(mrb, apache);

@@ -182,44 +182,6 @@ h = {
     assert r.raw.headers.getlist("Set-Cookie") == ["a=1", "b=2"]
 
 
-# The header methods read their arguments themselves: a name in any case,
-# or longer than the lower-cased copy [] compares with nginx's (64 bytes);
-# and the errors mrb_get_args gave.
-HEADER_ARGS = """
-r = Nginx::Request.new
-i = r.headers_in
-out = [i["X-MIXED-case"], i["x-" + "l" * 70]].inspect
-[-> { r.headers_in(1) }, -> { i[] }, -> { i["a", "b"] },
- -> { i["Host", x: 1] }, -> { r.headers_out["X-A", x: 1] = "1" },
- -> { i[:host] }, -> { i[""] }].each do |call|
-  begin
-    call.call
-    out << "\\nno error"
-  rescue => e
-    out << "\\n#{e.class}: #{e.message}"
-  end
-end
-Nginx.rputs out
-"""
-
-
-def test_header_arguments(nginx):
-    n = nginx("location / { mruby_content_handler {dir}/t.rb; }",
-              files={"t.rb": HEADER_ARGS})
-    r = n.get("/", headers={"x-Mixed-Case": "m", "X-" + "L" * 70: "long"})
-    assert r.status_code == 200, n.error_log()[-2000:]
-    assert r.text.split("\n") == [
-        '["m", "long"]',
-        "ArgumentError: wrong number of arguments (given 1, expected 0)",
-        "ArgumentError: wrong number of arguments (given 0, expected 1)",
-        "ArgumentError: wrong number of arguments (given 2, expected 1)",
-        "ArgumentError: wrong number of arguments (given 2, expected 1)",
-        "ArgumentError: wrong number of arguments (given 3, expected 2)",
-        "TypeError: Symbol cannot be converted to String",
-        "ArgumentError: empty header name",
-    ]
-
-
 def test_headers_nil_delete_and_content_length(nginx):
     n = nginx("location / { mruby_content_handler {dir}/t.rb; }",
               files={"t.rb": """

@@ -3,7 +3,8 @@
 statuses, redirect targets, URIs and query strings with CR, LF, NUL or
 another control character raise ArgumentError naming the header, and
 nothing of them reaches the client or a backend.  Also the Rack helper's
-repeated headers, and the nginx setters that read a Ruby value twice."""
+repeated headers, the nginx setters that read a Ruby value twice, and the
+arguments the header tables take."""
 
 
 import pytest
@@ -376,3 +377,43 @@ def test_apache_vlist_validator_is_checked_as_the_etag(apache):
     assert (b"X-Refused: invalid value for header ETag (CR, LF, NUL or "
             b"another control character)") in head
     assert b"X-Injected" not in head
+
+
+# The header tables read their arguments themselves, without mrb_get_args:
+# a name in any case, one longer than the lower-cased copy nginx's []
+# compares with (64 bytes), and the errors mrb_get_args gave.
+HEADER_ARGS = r'''
+Server = get_server_class
+r = Server::Request.new
+i = r.headers_in
+tries = [
+  -> { [i["X-MIXED-case"], i["x-" + "l" * 70]].inspect },
+  -> { r.headers_in(1) }, -> { r.headers_out(2) }, -> { i[] },
+  -> { i["a", "b"] }, -> { i["Host", x: 1] },
+  -> { r.headers_out["X-A", x: 1] = "1" }, -> { i[:host] },
+]
+Server.rputs(tries.map do |try|
+  begin
+    try.call
+  rescue => e
+    "#{e.class}: #{e.message}"
+  end
+end.join("\n"))
+'''
+
+
+@pytest.mark.parametrize("kind", SERVERS)
+def test_header_table_arguments(kind, apache, nginx):
+    s = content(kind, apache, nginx, HEADER_ARGS)
+    r = s.get("/t", headers={"x-Mixed-Case": "m", "X-" + "L" * 70: "long"})
+    assert r.status_code == 200, s.error_log()[-2000:]
+    assert r.text.split("\n") == [
+        '["m", "long"]',
+        "ArgumentError: wrong number of arguments (given 1, expected 0)",
+        "ArgumentError: wrong number of arguments (given 1, expected 0)",
+        "ArgumentError: wrong number of arguments (given 0, expected 1)",
+        "ArgumentError: wrong number of arguments (given 2, expected 1)",
+        "ArgumentError: wrong number of arguments (given 2, expected 1)",
+        "ArgumentError: wrong number of arguments (given 3, expected 2)",
+        "TypeError: Symbol cannot be converted to String",
+    ]
