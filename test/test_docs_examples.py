@@ -178,6 +178,30 @@ def run_apache_load(apache, nginx, redis_server):
     assert a.get("/hello").text.startswith("Hello mod_mruby World!")
 
 
+def metrics_counts_one_run(server, phase):
+    """/hi answers, and /metrics counts its one run in phase."""
+    assert server.get("/hi").status_code == 200
+    r = server.get("/metrics")
+    assert r.status_code == 200
+    assert f'phase="{phase}"}} 1\n' in r.text
+
+
+@runs("nginx-metrics-location")
+def run_nginx_metrics_location(apache, nginx, redis_server):
+    metrics_counts_one_run(nginx(
+        example("nginx-metrics-location")
+        + "\nlocation /hi { mruby_content_handler_code 'Nginx.rputs 1'; }"),
+        "content")
+
+
+@runs("apache-metrics-location")
+def run_apache_metrics_location(apache, nginx, redis_server):
+    metrics_counts_one_run(apache(
+        example("apache-metrics-location")
+        + "\n<Location /hi>\n    SetHandler mruby-native-script\n"
+        "    mrubyHandlerCode 'Apache.rputs 1'\n</Location>"), "handler")
+
+
 @runs("apache-main-guard")
 def run_apache_main_guard(apache, nginx, redis_server):
     a = apache("<Directory {docroot}>\n    mrubyFixupsMiddle {dir}/cors.rb\n"

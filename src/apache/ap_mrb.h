@@ -28,6 +28,7 @@
 /* Handler names a user puts in SetHandler / AddHandler. */
 #define AP_MRB_HANDLER_SCRIPT  "mruby-script"
 #define AP_MRB_HANDLER_NATIVE  "mruby-native-script"
+#define AP_MRB_HANDLER_METRICS "mruby-metrics"
 
 /* Filter name for SetOutputFilter / SetInputFilter. */
 #define AP_MRB_FILTER_NAME     "mruby"
@@ -159,6 +160,9 @@ void ap_mrb_file_watch_child_init(apr_pool_t *pchild, server_rec *s,
 /* Set by mrubyHandlerEnable On: files named at request time may run. */
 extern int ap_mrb_handler_files;
 
+/* metrics: the mruby-metrics handler (mrb_metrics.h) */
+int ap_mrb_metrics_handler(request_rec *r);
+
 /* hooks: registration, and runs in an interpreter lent by the process */
 void ap_mrb_register_request_hooks(void);
 /* Registers the hook of a phase and order that a directive uses. */
@@ -166,9 +170,10 @@ void ap_mrb_hook_use(ap_mrb_phase phase, ap_mrb_order order);
 /* An idle or new interpreter (mrb_interp_take), or NULL after logging why;
  * the caller gives it back with mrb_interp_give_back. */
 mrb_interp *ap_mrb_interp_take(request_rec *r);
-/* Runs one script for r in a borrowed interpreter: an Apache code. */
+/* Runs one script for r in a borrowed interpreter: an Apache code.  phase
+ * (a static string) labels its metrics, what names it in error lines. */
 int ap_mrb_run_script(request_rec *r, mrb_script *script, void *data,
-    mrb_int default_result, const char *what);
+    mrb_int default_result, const char *phase, const char *what);
 void ap_mrb_run_startup_scripts(mrb_interp *interp, server_rec *s,
     ap_mrb_proc_phase phase);
 /* What the hook returns to Apache for a run that ended with rc (0 or -1):

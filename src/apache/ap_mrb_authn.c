@@ -56,6 +56,7 @@ ap_mrb_authn_run(request_rec *r, mrb_script *script, ap_mrb_authn_ctx *ctx,
 
     mrb_run_init(&run, r, default_result);
     run.data = ctx;
+    run.phase = "authn";
     sconf = ap_get_module_config(r->server->module_config, &mruby_module);
     run.stat_on_error_fail = sconf->stat_on_error_fail == 1;
 

@@ -109,13 +109,13 @@ ap_mrb_filter_collect(ap_mrb_filter_ctx *ctx, apr_bucket_brigade *bb,
  * failure, or OK. */
 static int
 ap_mrb_filter_run(ap_mrb_filter_ctx *ctx, mrb_script *script,
-    const char *what)
+    const char *phase, const char *what)
 {
     int  rc;
 
     ctx->ran = 1;
 
-    rc = ap_mrb_run_script(ctx->r, script, ctx, OK, what);
+    rc = ap_mrb_run_script(ctx->r, script, ctx, OK, phase, what);
     return rc >= 400 ? rc : OK;
 }
 
@@ -201,7 +201,8 @@ ap_mrb_output_filter(ap_filter_t *f, apr_bucket_brigade *bb)
     }
 
     dconf = ap_get_module_config(r->per_dir_config, &mruby_module);
-    rc = ap_mrb_filter_run(ctx, dconf->output_filter, "mrubyOutputFilter");
+    rc = ap_mrb_filter_run(ctx, dconf->output_filter, "output_filter",
+                           "mrubyOutputFilter");
     if (rc == OK && ctx->error != 0) {
         rc = ctx->error;
     }
@@ -324,7 +325,8 @@ ap_mrb_input_filter(ap_filter_t *f, apr_bucket_brigade *bb,
         }
 
         dconf = ap_get_module_config(r->per_dir_config, &mruby_module);
-        if (ap_mrb_filter_run(ctx, dconf->input_filter, "mrubyInputFilter")
+        if (ap_mrb_filter_run(ctx, dconf->input_filter, "input_filter",
+                              "mrubyInputFilter")
             != OK)
         {
             return APR_EGENERAL;

@@ -39,6 +39,13 @@ static const char *const ap_mrb_hook_names[AP_MRB_NPHASES][AP_MRB_NORDERS] = {
     AP_MRB_NAMES("LogTransaction")
 };
 
+/* The phases as the metrics' phase label names them (mrb_metrics.h). */
+static const char *const ap_mrb_phase_names[AP_MRB_NPHASES] = {
+    "post_read_request", "quick_handler", "translate_name", "map_to_storage",
+    "access_checker", "check_user_id", "auth_checker", "fixups",
+    "insert_filter", "handler", "log_transaction"
+};
+
 static const char *const ap_mrb_proc_names[AP_MRB_NPROC_PHASES]
                                           [AP_MRB_NORDERS] = {
     AP_MRB_NAMES("PostConfig"),
@@ -182,7 +189,8 @@ ap_mrb_run_result(request_rec *r, mrb_script *script, mrb_run_rec *run, int rc,
 #define AP_MRB_RUN_TRANSLATES  2  /* translate_name: see ap_mrb_run */
 
 /*
- * Runs one script for request r; what names it in error lines.  data is
+ * Runs one script for request r in phase (the metrics' label); what names
+ * it in error lines.  data is
  * the filter of a filter script, NULL in a request phase.  A content
  * handler (AP_MRB_RUN_MAY_WAIT) that waits on the event MPM returns
  * SUSPENDED (ap_mrb_wait.c).
@@ -195,7 +203,8 @@ ap_mrb_run_result(request_rec *r, mrb_script *script, mrb_run_rec *run, int rc,
  */
 static int
 ap_mrb_run(request_rec *r, mrb_script *script, void *data,
-    mrb_int default_result, const char *what, unsigned flags)
+    mrb_int default_result, const char *phase, const char *what,
+    unsigned flags)
 {
     mrb_interp       *interp;
     mrb_run_rec       run;
@@ -211,6 +220,7 @@ ap_mrb_run(request_rec *r, mrb_script *script, void *data,
 
     mrb_run_init(&run, r, default_result);
     run.data = data;
+    run.phase = phase;
     run.stat_on_error_fail = sconf->stat_on_error_fail == 1;
     run.may_wait = (flags & AP_MRB_RUN_MAY_WAIT) && ap_mrb_wait_possible(r);
 
@@ -234,9 +244,9 @@ ap_mrb_run(request_rec *r, mrb_script *script, void *data,
 
 int
 ap_mrb_run_script(request_rec *r, mrb_script *script, void *data,
-    mrb_int default_result, const char *what)
+    mrb_int default_result, const char *phase, const char *what)
 {
-    return ap_mrb_run(r, script, data, default_result, what, 0);
+    return ap_mrb_run(r, script, data, default_result, phase, what, 0);
 }
 
 
@@ -244,7 +254,8 @@ ap_mrb_run_script(request_rec *r, mrb_script *script, void *data,
 static int
 ap_mrb_run_handler(request_rec *r, mrb_script *script, const char *what)
 {
-    return ap_mrb_run(r, script, NULL, OK, what, AP_MRB_RUN_MAY_WAIT);
+    return ap_mrb_run(r, script, NULL, OK, "handler", what,
+                      AP_MRB_RUN_MAY_WAIT);
 }
 
 
@@ -288,6 +299,7 @@ ap_mrb_run_phase(request_rec *r, ap_mrb_phase phase, ap_mrb_order order,
     }
 
     return ap_mrb_run(r, script, NULL, default_result,
+                      ap_mrb_phase_names[phase],
                       ap_mrb_hook_names[phase][order],
                       phase == AP_MRB_HANDLER ? AP_MRB_RUN_MAY_WAIT
                       : phase == AP_MRB_TRANSLATE_NAME ? AP_MRB_RUN_TRANSLATES
@@ -410,6 +422,10 @@ ap_mrb_named_handler(request_rec *r)
 
     if (strcmp(r->handler, AP_MRB_HANDLER_SCRIPT) == 0) {
         return ap_mrb_script_handler(r, dconf);
+    }
+
+    if (strcmp(r->handler, AP_MRB_HANDLER_METRICS) == 0) {
+        return ap_mrb_metrics_handler(r);
     }
 
     return DECLINED;

@@ -17,6 +17,7 @@
 
 #include "ap_mrb.h"
 #include "mrb_lib.h"
+#include "mrb_metrics.h"
 #include "mrb_shdict.h"
 #include "mrb_shdict_file.h"
 
@@ -246,6 +247,11 @@ ap_mrb_post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
     ap_mrb_file_watch_limits(s);
     ap_mrb_cache_dir_init(pconf, s);
 
+    /* kept across restarts; without it nothing is counted, Apache serves */
+    if (mrb_metrics_open(err, sizeof(err)) != 0) {
+        ap_log_error(APLOG_MARK, APLOG_ALERT, 0, s, "mod_mruby: %s", err);
+    }
+
     if (!ap_mrb_has_scripts(s, AP_MRB_POST_CONFIG)) {
         return OK;
     }
@@ -292,6 +298,11 @@ static void
 ap_mrb_child_init(apr_pool_t *pchild, server_rec *s)
 {
     mrb_interp  *interp;
+    char         err[MRB_ERR_MSG_LEN];
+
+    if (mrb_metrics_attach(err, sizeof(err)) != 0) {
+        ap_log_error(APLOG_MARK, APLOG_WARNING, 0, s, "mod_mruby: %s", err);
+    }
 
     ap_mrb_wait_child_init(pchild);
 

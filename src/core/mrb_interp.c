@@ -32,6 +32,7 @@
 #include "mrb_file_sym.h"
 #include "mrb_interp.h"
 #include "mrb_interp_core.h"
+#include "mrb_metrics.h"
 #include "mrb_mruby_version.h"
 #include "mrb_part.h"
 #include "mrb_shdict.h"
@@ -776,6 +777,10 @@ mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run_rec *run)
     run->prev = interp->head.run;
     interp->head.run = run;
 
+    if (run->metrics_row != 0) {
+        mrb_metrics_run_start(run);
+    }
+
     if (c != mrb->root_c || c->ci != c->cibase) {
         ret = interp_exec_nested(mrb, proc);
 
@@ -834,6 +839,10 @@ mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run_rec *run)
     if (rc == 0 && run->want_value) {
         run->value = ret;
         mrb_gc_protect(mrb, ret);
+    }
+
+    if (run->metrics_row != 0) {
+        mrb_metrics_run_end(run, rc);
     }
 
     return rc;

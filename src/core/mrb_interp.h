@@ -11,6 +11,7 @@
 #define MRB_INTERP_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <mruby.h>
 
 #include "mrb_errbuf.h"
@@ -112,6 +113,12 @@ struct mrb_run_rec_s {
                                  its last version (mrubyStatOnError fail) */
     unsigned     may_wait:1;  /* run on a coroutine: the script may wait
                                  (mrb_wait.h) */
+    const char  *phase;       /* the adapter's name of the phase, a static
+                                 string; NULL: the run is not counted
+                                 (mrb_metrics.h) */
+    uint32_t     metrics_row; /* set by mrb_metrics_run_begin, for the */
+    int64_t      began_ns;    /* run's end: its row, when it began */
+    int64_t      waited_ns;   /* and how long it has been suspended */
     mrb_value    value;       /* with want_value, after a run that succeeded:
                                  the last value, protected in the caller's
                                  GC arena (the caller saves and restores it) */
@@ -135,6 +142,9 @@ mrb_run_init(mrb_run_rec *run, void *request, mrb_int default_result)
     run->wrote = 0;
     run->stat_on_error_fail = 0;
     run->may_wait = 0;
+    run->phase = NULL;
+    run->metrics_row = 0;
+    run->waited_ns = 0;
     run->waiting = NULL;
     run->value = mrb_nil_value();
     run->prev = NULL;

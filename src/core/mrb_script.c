@@ -26,6 +26,7 @@
 #include "mrb_file_sym.h"
 #include "mrb_file_watch.h"
 #include "mrb_interp_core.h"
+#include "mrb_metrics.h"
 #include "mrb_script.h"
 #include "mrb_script_compile.h"
 #include "mrb_wait_core.h"
@@ -84,6 +85,10 @@ struct mrb_script_s {
      * path in this process (mrb_file_watch.h). */
     _Atomic int       unwatchable;
     mrb_file_watch_path *_Atomic  watch;
+
+    /* Its row in the metrics table and the phase it is for
+     * (mrb_metrics_run_begin). */
+    _Atomic uint64_t  metrics_row;
 
     mrb_script       *prev, *next; /* the `stat` files of the process */
     mrb_script       *named_next;  /* in the table of mrb_script_for_file */
@@ -1180,7 +1185,12 @@ script_run_loading(mrb_interp *interp, mrb_script *script, mrb_run_rec *run)
                            sizeof(run->error));
     }
 
-    rc = proc != NULL ? script_exec(interp, proc, run) : -1;
+    if (proc != NULL) {
+        rc = script_exec(interp, proc, run);
+    } else {
+        mrb_metrics_run_failed(run);
+        rc = -1;
+    }
 
     mrb_gc_arena_restore(mrb, ai);
 
@@ -1198,12 +1208,16 @@ script_run_loading(mrb_interp *interp, mrb_script *script, mrb_run_rec *run)
 
 /*
  * A script compiled once and for all (`forever`, inline code) that this
- * interpreter has loaded is run at once: the run of most requests.
+ * interpreter has loaded is run at once: the run of most requests.  The
+ * run is timed and counted where it runs (mrb_interp_exec), or here when
+ * it fails before.
  */
 int
 mrb_script_run(mrb_interp *interp, mrb_script *script, mrb_run_rec *run)
 {
     struct RProc  *proc;
+
+    mrb_metrics_run_begin(run, script->name, &script->metrics_row);
 
     if (script->policy == MRB_CACHE_FOREVER) {
         proc = mrb_interp_proc(interp, script->id, script->generation);

@@ -54,8 +54,8 @@ static mrb_shdict_ref  *shd_registry;
 static pid_t            shd_config_pid;  /* the process that read it */
 
 
-static void
-shd_pin_module(void)
+void
+mrb_shdict_pin_module(void)
 {
     static int  pinned;
     Dl_info     info;
@@ -67,7 +67,7 @@ shd_pin_module(void)
     pinned = 1;
 
     /* the handle is never closed: that is the point */
-    if (dladdr((void *) shd_pin_module, &info) != 0
+    if (dladdr((void *) mrb_shdict_pin_module, &info) != 0
         && info.dli_fname != NULL)
     {
         (void) dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
@@ -221,7 +221,7 @@ mrb_shdict_zone_add(const char *name, size_t size, char *err, size_t errlen)
     r->next_size = size;
     r->declared = 1;
 
-    shd_pin_module();
+    mrb_shdict_pin_module();
 
     return 0;
 }

@@ -32,6 +32,11 @@ int mrb_shdict_zone_add(const char *name, size_t size, char *err,
  * unmapped. */
 void mrb_shdict_config_end(void);
 
+/* Pins the module in memory (RTLD_NODELETE), so that what it keeps across
+ * configurations in static variables (this registry, the metrics table)
+ * survives Apache's unloading it on a restart. */
+void mrb_shdict_pin_module(void);
+
 /* Parses a size such as "1m", "512k", "65536"; returns 0 or -1. */
 int mrb_shdict_parse_size(const char *s, size_t *size);
 

@@ -44,6 +44,7 @@
 
 #include "mrb_coro.h"
 #include "mrb_interp_core.h"
+#include "mrb_metrics.h"
 #include "mrb_mruby_version.h"
 #include "mrb_wait.h"
 #include "mrb_wait_core.h"
@@ -97,6 +98,9 @@ struct mrb_wait_slot_s {
     mrb_run_rec         *resumer_run;
     mrb_wait_slot       *resumer_slot;
     int                  resumer_idx;
+
+    int64_t              suspended_ns; /* when it last waited, counted
+                                        (run.metrics_row) */
 
     unsigned             cancelled:1;
     unsigned             aside:1;    /* top-level, parts' state in keep */
@@ -884,6 +888,25 @@ wait_copy_result(mrb_state *mrb, mrb_wait_slot *slot, mrb_run_rec *out)
 }
 
 
+/* The time a counted run spends suspended is its time waiting. */
+static void
+wait_suspended(mrb_wait_slot *slot)
+{
+    if (slot->run.metrics_row != 0) {
+        slot->suspended_ns = mrb_metrics_now();
+    }
+}
+
+
+static void
+wait_resumed(mrb_wait_slot *slot)
+{
+    if (slot->run.metrics_row != 0) {
+        slot->run.waited_ns += mrb_metrics_now() - slot->suspended_ns;
+    }
+}
+
+
 int
 mrb_wait_exec(mrb_interp *interp, struct RProc *proc, mrb_run_rec *run)
 {
@@ -902,6 +925,7 @@ mrb_wait_exec(mrb_interp *interp, struct RProc *proc, mrb_run_rec *run)
         mrb_gc_arena_restore(mrb, ai);
         snprintf(run->error, sizeof(run->error),
                  "out of memory for the run's coroutine");
+        mrb_metrics_run_failed(run);
         return -1;
     }
 
@@ -912,6 +936,7 @@ mrb_wait_exec(mrb_interp *interp, struct RProc *proc, mrb_run_rec *run)
         snprintf(run->error, sizeof(run->error),
                  "cannot map a stack for the run's coroutine: %s",
                  strerror(errno));
+        mrb_metrics_run_failed(run);
         return -1;
     }
 
@@ -933,6 +958,7 @@ mrb_wait_exec(mrb_interp *interp, struct RProc *proc, mrb_run_rec *run)
     slot->arena_base = mrb->gc.arena_idx;
 
     if (wait_switch_in(mrb, st, slot) != 0) {
+        wait_suspended(slot);
         run->waiting = &slot->run;
         return MRB_RUN_WAITING;
     }
@@ -961,7 +987,10 @@ mrb_wait_resume(mrb_interp *interp, mrb_run_rec *waiting, mrb_run_rec *out)
     mrb_wait_slot   *slot = wait_slot_of(waiting);
     int              rc;
 
+    wait_resumed(slot);
+
     if (wait_switch_in(mrb, st, slot) != 0) {
+        wait_suspended(slot);
         return MRB_RUN_WAITING;
     }
 
@@ -983,11 +1012,13 @@ mrb_wait_cancel(mrb_interp *interp, mrb_run_rec *waiting)
     mrb_wait_slot   *slot = wait_slot_of(waiting);
 
     slot->cancelled = 1;
+    wait_resumed(slot);
 
     if (wait_switch_in(mrb, st, slot) != 0) {
         /* mrb_wait raises at once once cancelled: not reached */
         mrb_coro_drop(slot->coro);
     }
+
 
     wait_slot_give_back(mrb, st, slot);
     wait_trim_due(interp, st);

@@ -119,6 +119,13 @@ ngx_command_t  ngx_http_mruby_commands[] = {
         NGX_HTTP_SRV_CONF, ngx_http_mruby_ssl_handshake,
         NGX_HTTP_SRV_CONF_OFFSET, NGX_HTTP_MRUBY_SSL_HANDSHAKE),
 
+    { ngx_string("mruby_metrics"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_mruby_metrics,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("mruby_add_handler"),
       NGX_HTTP_MRUBY_ANY_CONF|NGX_CONF_FLAG,
       ngx_http_mruby_add_handler,

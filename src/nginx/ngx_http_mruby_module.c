@@ -5,6 +5,7 @@
  */
 
 #include "ngx_http_mruby_module.h"
+#include "mrb_metrics.h"
 #include "mrb_shdict.h"
 #include "mrb_wait.h"
 
@@ -304,7 +305,14 @@ ngx_http_mruby_main_conf(ngx_cycle_t *cycle)
 static ngx_int_t
 ngx_http_mruby_init_module(ngx_cycle_t *cycle)
 {
+    char  err[MRB_ERR_MSG_LEN];
+
     mrb_shdict_config_end();
+
+    /* kept across reloads; without it nothing is counted, nginx serves */
+    if (mrb_metrics_open(err, sizeof(err)) != 0) {
+        ngx_log_error(NGX_LOG_ALERT, cycle->log, 0, "%s", err);
+    }
 
     return ngx_mruby_init_master(&ngx_http_mruby_process,
                                  ngx_http_mruby_main_conf(cycle), cycle);
@@ -315,6 +323,11 @@ static ngx_int_t
 ngx_http_mruby_init_process(ngx_cycle_t *cycle)
 {
     ngx_http_mruby_main_conf_t  *mmcf;
+    char                         err[MRB_ERR_MSG_LEN];
+
+    if (mrb_metrics_attach(err, sizeof(err)) != 0) {
+        ngx_log_error(NGX_LOG_WARN, cycle->log, 0, "%s", err);
+    }
 
     mmcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_mruby_module);
     if (mmcf != NULL && mmcf->stack_size != NGX_CONF_UNSET_SIZE) {
@@ -371,6 +384,7 @@ ngx_http_mruby_run(ngx_http_request_t *r, ngx_mruby_script_t *s,
 
     mrb_run_init(run, r, dflt);
     run->data = data;
+    run->phase = ngx_http_mruby_phase_names[data->phase];
     run->stat_on_error_fail = mlcf->stat_on_error
                               == NGX_MRUBY_STAT_ON_ERROR_FAIL;
 

@@ -138,6 +138,11 @@ ngx_http_mruby_ctx_t *ngx_http_mruby_get_ctx(ngx_http_request_t *r);
 ngx_int_t ngx_http_mruby_run(ngx_http_request_t *r, ngx_mruby_script_t *s,
     ngx_http_mruby_run_data_t *data, mrb_run_rec *run, mrb_int dflt);
 
+/* ngx_http_mruby_metrics.c: the mruby_metrics directive, and the phases'
+ * names (by ngx_http_mruby_phase_e) in the metrics' labels */
+extern const char *const  ngx_http_mruby_phase_names[];
+char *ngx_http_mruby_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+
 /* ngx_http_mruby_directive.c */
 extern ngx_command_t  ngx_http_mruby_commands[];
 char *ngx_http_mruby_merge_handlers(ngx_conf_t *cf,

@@ -1,0 +1,138 @@
+/*
+ * Per-script metrics: counters for each script and phase (runs, exceptions
+ * by class, 5xx answers, time in the script as a histogram, time waiting),
+ * kept in shared memory that every worker process of a server adds to, and
+ * read as Prometheus' text exposition format or as JSON
+ * (docs/observability.md).
+ *
+ * The table is mapped once in the parent (Apache) or master (nginx) before
+ * the workers fork, and kept across configuration reloads, so the counts
+ * go on from where they were.  Each worker process takes a slot of its own
+ * (mrb_metrics_attach) and adds only to it; a reader sums the slots.  No
+ * lock is held while counting, so a worker killed at any instant leaves
+ * nothing held: its slot keeps what it had counted (counters never go
+ * down), and the next worker that finds no free slot takes it over and
+ * adds on.
+ */
+
+#ifndef MRB_METRICS_H
+#define MRB_METRICS_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "mrb_interp.h"
+
+/* Rows (a script in a phase, or one exception class of it) and worker
+ * slots the table has room for: a run whose row does not fit, or of a
+ * process that found no slot, is not counted. */
+#define MRB_METRICS_ROWS    1024
+#define MRB_METRICS_SLOTS   256
+
+/*
+ * Maps the table, in the parent or master process while it reads its
+ * configuration; a second call (a reload) keeps the one it has.  Returns
+ * 0, or -1 with a message in err.
+ */
+int mrb_metrics_open(char *err, size_t errlen);
+
+/*
+ * A worker process (or an Apache child) takes a slot to count in: one
+ * nobody had, else one of a process that is gone.  Returns 0; -1 with a
+ * message in err when the table is not mapped or every slot is in use
+ * (the process then counts nothing).
+ */
+int mrb_metrics_attach(char *err, size_t errlen);
+
+/*
+ * A monotonic clock in nanoseconds, for the times of runs and waits: the
+ * vDSO's, with no system call where the kernel's clock source allows it
+ * (tsc, kvm-clock).  The server's cached time would cost nothing, but it
+ * does not move while a script computes: a run that took 200 ms of CPU
+ * would read 0.
+ */
+static inline int64_t
+mrb_metrics_now(void)
+{
+    struct timespec  ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t) ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* This process's slot (mrb_metrics_attach), or NULL: nothing is counted. */
+extern void  *mrb_metrics_own;
+
+/* The row of run (script in run->phase), added if it is new and kept in
+ * *row_cache with tag; 0 when the run is not counted (no phase, no slot,
+ * the table is full). */
+uint32_t mrb_metrics_run_row(mrb_run_rec *run, const char *script,
+    _Atomic uint64_t *row_cache, uint64_t tag);
+
+/*
+ * The run of script (its name, as mrb_script_name) in run->phase is
+ * asked for: sets run->metrics_row, 0 when it is not counted.
+ * row_cache is the script's own word that keeps its row between runs,
+ * tagged with the phase: the phase names are static strings of the
+ * adapter, and the low half of the address tells them apart.  Inline:
+ * every run calls it.
+ */
+static inline void
+mrb_metrics_run_begin(mrb_run_rec *run, const char *script,
+    _Atomic uint64_t *row_cache)
+{
+    uint64_t  tag, c;
+
+    tag = (uint64_t) (uint32_t) (uintptr_t) run->phase << 32;
+    c = atomic_load_explicit(row_cache, memory_order_relaxed);
+
+    run->metrics_row = (c & 0xffffffff00000000) == tag && (uint32_t) c != 0
+                       ? (uint32_t) c
+                       : mrb_metrics_run_row(run, script, row_cache, tag);
+}
+
+/*
+ * For a run with a row (metrics_row != 0): its script begins (sets
+ * run->began_ns), and ends with rc (0, or -1 with run->error), which
+ * counts it, with run->waited_ns of its time spent suspended.  Both in
+ * mrb_interp_exec, on the stack the script runs on: a run that waits ends
+ * there too, when it is resumed for the last time.
+ */
+static inline void
+mrb_metrics_run_start(mrb_run_rec *run)
+{
+    run->began_ns = mrb_metrics_now();
+}
+
+void mrb_metrics_run_end(mrb_run_rec *run, int rc);
+
+/* A run with a row that failed before its script began: counted, with no
+ * time (its script did not compile, could not be read, had no stack). */
+void mrb_metrics_run_failed(mrb_run_rec *run);
+
+/* What mrb_metrics_format writes. */
+typedef enum {
+    MRB_METRICS_PROMETHEUS = 0,   /* text exposition format 0.0.4 */
+    MRB_METRICS_JSON
+} mrb_metrics_format_e;
+
+/* Their media types, for the Content-Type of an answer. */
+#define MRB_METRICS_TYPE_PROMETHEUS  "text/plain; version=0.0.4; charset=utf-8"
+#define MRB_METRICS_TYPE_JSON        "application/json"
+
+/* The format a query string asks for: JSON with a format=json argument,
+ * else Prometheus' (args need not end in NUL; NULL with len 0: none). */
+mrb_metrics_format_e mrb_metrics_format_of_query(const char *args,
+    size_t len);
+
+/*
+ * The figures summed over the worker slots, labelled server="server", into
+ * *out (malloc'd: the caller frees it) of *len bytes.  Returns 0, or -1
+ * with a message in err (not mapped, out of memory).
+ */
+int mrb_metrics_format(mrb_metrics_format_e format, const char *server,
+    char **out, size_t *len, char *err, size_t errlen);
+
+#endif /* MRB_METRICS_H */

@@ -1,0 +1,160 @@
+"""Per-script metrics on real servers: counts summed over 2 nginx workers
+and 2 Apache children, kept when a worker is killed, and an exposition
+that Prometheus' own Python parser reads (prometheus_client)."""
+
+import json
+import os
+import signal
+import time
+
+import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+RAISES = 'raise ArgumentError, "no such thing"\n'
+HELLO = 'get_server_class.rputs "hello"\n'
+STATUS = 'get_server_class.return get_server_class::HTTP_SERVICE_UNAVAILABLE\n'
+
+
+def metrics_server(kind, apache, nginx, handlers):
+    """A server with /metrics and one content handler file per location
+    ({"/path": "ruby code"}); returns it and {path: script file}."""
+    files, scripts = {}, {}
+    for i, (loc, code) in enumerate(handlers.items()):
+        files[f"h{i}.rb"] = code
+        scripts[loc] = f"h{i}.rb"
+    if kind == "apache":
+        conf = ["<Location /metrics>\n    SetHandler mruby-metrics\n"
+                "</Location>"]
+        conf += [f"<Location {loc}>\n    mrubyHandlerMiddle {{dir}}/{f}\n"
+                 "</Location>" for loc, f in scripts.items()]
+        s = apache("\n".join(conf), files=files)
+    else:
+        locs = ["location /metrics { mruby_metrics; }"]
+        locs += [f"location {loc} {{ mruby_content_handler {{dir}}/{f}; }}"
+                 for loc, f in scripts.items()]
+        s = nginx("server {\n    listen 127.0.0.1:{port};\n"
+                  + "\n".join(locs) + "\n}", workers=2, files=files)
+    return s, {loc: os.path.join(s.dir, f) for loc, f in scripts.items()}
+
+
+def phase_of(kind):
+    return "handler" if kind == "apache" else "content"
+
+
+def samples(server):
+    """{(name, labels as a sorted tuple): value} of the exposition."""
+    r = server.get("/metrics")
+    assert r.status_code == 200, server.error_log()[-2000:]
+    assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    out = {}
+    for family in text_string_to_metric_families(r.text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def value(smp, name, **labels):
+    return smp.get((name, tuple(sorted(labels.items()))), 0)
+
+
+def hit(server, path, n, status):
+    """n GETs on new connections, so that they spread over the workers."""
+    for _ in range(n):
+        r = server.get(path, headers={"Connection": "close"})
+        assert r.status_code == status
+
+
+@pytest.mark.parametrize("kind", ["apache", "nginx"])
+def test_runs_and_exceptions_are_summed_over_workers(kind, apache, nginx):
+    s, script = metrics_server(kind, apache, nginx, {"/raise": RAISES})
+    assert len(s.worker_pids()) == 2
+    hit(s, "/raise", 40, 500)
+
+    smp = samples(s)
+    labels = dict(server=kind, script=script["/raise"], phase=phase_of(kind))
+    assert value(smp, "mruby_runs_total", **labels) == 40
+    assert value(smp, "mruby_exceptions_total", **labels,
+                 **{"class": "ArgumentError"}) == 40
+    assert value(smp, "mruby_responses_5xx_total", **labels) == 40
+
+
+@pytest.mark.parametrize("kind", ["apache", "nginx"])
+def test_killed_worker_keeps_the_others_counts(kind, apache, nginx):
+    s, script = metrics_server(kind, apache, nginx, {"/raise": RAISES})
+    hit(s, "/raise", 30, 500)
+    labels = dict(server=kind, script=script["/raise"], phase=phase_of(kind))
+    exc = dict(labels, **{"class": "ArgumentError"})
+
+    victim = s.worker_pids()[0]
+    os.kill(victim, signal.SIGKILL)
+    for _ in range(100):
+        if victim not in s.worker_pids() and len(s.worker_pids()) == 2:
+            break
+        time.sleep(0.1)
+
+    # what the dead worker counted stays: a counter never goes down
+    smp = samples(s)
+    assert value(smp, "mruby_runs_total", **labels) == 30
+    assert value(smp, "mruby_exceptions_total", **exc) == 30
+
+    hit(s, "/raise", 10, 500)
+    smp = samples(s)
+    assert value(smp, "mruby_runs_total", **labels) == 40
+    assert value(smp, "mruby_exceptions_total", **exc) == 40
+
+
+@pytest.mark.parametrize("kind", ["apache", "nginx"])
+def test_exposition_parses_and_histogram_adds_up(kind, apache, nginx):
+    s, script = metrics_server(kind, apache, nginx, {
+        "/hello": HELLO, "/raise": RAISES, "/busy": STATUS})
+    hit(s, "/hello", 12, 200)
+    hit(s, "/raise", 3, 500)
+    hit(s, "/busy", 2, 503)
+
+    r = s.get("/metrics")
+    families = {f.name: f for f in text_string_to_metric_families(r.text)}
+    assert families["mruby_run_seconds"].type == "histogram"
+    assert families["mruby_runs"].type == "counter"
+
+    for loc, runs, fails in (("/hello", 12, 0), ("/raise", 3, 3),
+                             ("/busy", 2, 2)):
+        labels = dict(server=kind, script=script[loc], phase=phase_of(kind))
+        buckets = sorted(
+            (float(x.labels["le"]), x.value)
+            for x in families["mruby_run_seconds"].samples
+            if x.name == "mruby_run_seconds_bucket"
+            and all(x.labels[k] == v for k, v in labels.items()))
+        counts = [c for _, c in buckets]
+        assert buckets[-1][0] == float("inf")
+        assert counts == sorted(counts), "buckets are cumulative"
+        assert counts[-1] == runs
+        count = [x.value for x in families["mruby_run_seconds"].samples
+                 if x.name == "mruby_run_seconds_count"
+                 and x.labels == labels]
+        assert count == [runs]
+        smp = samples(s)
+        assert value(smp, "mruby_responses_5xx_total", **labels) == fails
+
+
+@pytest.mark.parametrize("kind", ["apache", "nginx"])
+def test_json_has_the_same_figures(kind, apache, nginx):
+    s, script = metrics_server(kind, apache, nginx, {"/raise": RAISES})
+    hit(s, "/raise", 5, 500)
+
+    r = s.get("/metrics?format=json")
+    assert r.status_code == 200
+    assert r.headers["Content-Type"] == "application/json"
+    doc = json.loads(r.text)
+    assert doc["server"] == kind
+    row, = [x for x in doc["scripts"] if x["script"] == script["/raise"]]
+    assert row["phase"] == phase_of(kind)
+    assert row["runs"] == 5
+    assert row["exceptions"] == {"ArgumentError": 5}
+    assert row["run_seconds_buckets"][-1][1] <= 5
+
+
+@pytest.mark.parametrize("kind", ["apache", "nginx"])
+def test_metrics_refuses_post(kind, apache, nginx):
+    s, _ = metrics_server(kind, apache, nginx, {})
+    assert s.post("/metrics", data="x").status_code == 405
