@@ -541,6 +541,23 @@ buf_seconds(metrics_buf *b, uint64_t ns)
 }
 
 
+/* A bucket's bound in seconds as Prometheus' clients write it: "0.0025",
+ * "1", "10". */
+static void
+buf_bound(metrics_buf *b, uint64_t ns)
+{
+    char    frac[10];
+    int     n;
+
+    n = snprintf(frac, sizeof(frac), "%09" PRIu64, ns % 1000000000);
+    while (n > 0 && frac[n - 1] == '0') {
+        frac[--n] = '\0';
+    }
+
+    buf_printf(b, "%" PRIu64 "%s%s", ns / 1000000000, n > 0 ? "." : "", frac);
+}
+
+
 /* A row's counts summed over the slots ever taken; count is then the
  * row's runs. */
 static void
@@ -677,7 +694,7 @@ prom_family_write(metrics_buf *b, const char *server, prom_family f)
                 buf_printf(b, "mruby_run_seconds_bucket");
                 prom_labels(b, server, r);
                 buf_printf(b, ",le=\"");
-                buf_seconds(b, metrics_bounds[k]);
+                buf_bound(b, metrics_bounds[k]);
                 buf_printf(b, "\"} %" PRIu64 "\n", cumulative);
             }
             buf_printf(b, "mruby_run_seconds_bucket");
@@ -725,7 +742,7 @@ json_row(metrics_buf *b, uint32_t i, const metrics_row *r, int *first)
     for (k = 0, cumulative = 0; k < METRICS_NBUCKETS; k++) {
         cumulative += sum.buckets[k];
         buf_printf(b, "%s[", k ? ", " : "");
-        buf_seconds(b, metrics_bounds[k]);
+        buf_bound(b, metrics_bounds[k]);
         buf_printf(b, ", %" PRIu64 "]", cumulative);
     }
     buf_printf(b, "],\n   \"exceptions\": {");

@@ -158,3 +158,24 @@ def test_json_has_the_same_figures(kind, apache, nginx):
 def test_metrics_refuses_post(kind, apache, nginx):
     s, _ = metrics_server(kind, apache, nginx, {})
     assert s.post("/metrics", data="x").status_code == 405
+
+
+# 150 ms suspended, then a little Ruby
+SLEEPS = 'S = get_server_class; S::Async.sleep 150; S.rputs "woke"\n'
+
+
+@pytest.mark.parametrize("kind", ["apache", "nginx"])
+def test_time_waiting_is_counted_in_the_run_and_apart(kind, apache, nginx):
+    s, script = metrics_server(kind, apache, nginx, {"/sleep": SLEEPS})
+    hit(s, "/sleep", 2, 200)
+
+    smp = samples(s)
+    labels = dict(server=kind, script=script["/sleep"], phase=phase_of(kind))
+    waited = value(smp, "mruby_wait_seconds_total", **labels)
+    took = value(smp, "mruby_run_seconds_sum", **labels)
+    assert 0.3 <= waited <= took
+    # both runs took over 100 ms: none in the buckets up to 0.1
+    assert (("mruby_run_seconds_bucket",
+             tuple(sorted(dict(labels, le="0.1").items()))) in smp)
+    assert value(smp, "mruby_run_seconds_bucket", **labels, le="0.1") == 0
+    assert value(smp, "mruby_run_seconds_bucket", **labels, le="+Inf") == 2
