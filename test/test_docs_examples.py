@@ -194,6 +194,13 @@ def run_nginx_metrics_location(apache, nginx, redis_server):
         "content")
 
 
+@runs("nginx-slow-log")
+def run_nginx_slow_log(apache, nginx, redis_server):
+    n = nginx(example("nginx-slow-log"))
+    assert n.get("/api").text == "late"
+    n.wait_log("ms waiting), over the slow-run log's 50 ms")
+
+
 @runs("apache-metrics-location")
 def run_apache_metrics_location(apache, nginx, redis_server):
     metrics_counts_one_run(apache(

@@ -93,6 +93,7 @@ typedef struct {
     int          cache_policy;        /* mrubyCodeCache, an mrb_cache_policy */
     apr_off_t    body_limit;          /* mrubyRequestBodyLimit; 0: none */
     apr_off_t    filter_limit;        /* mrubyOutputFilterLimit; 0: none */
+    apr_int64_t  slow_ns;             /* mrubySlowLog; 0: off */
 } ap_mrb_dir_conf;
 
 /* Per-server configuration. */

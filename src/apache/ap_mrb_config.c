@@ -61,6 +61,7 @@ ap_mrb_create_dir_conf(apr_pool_t *p, char *dir)
     conf->cache_policy = AP_MRB_UNSET;
     conf->body_limit = AP_MRB_UNSET;
     conf->filter_limit = AP_MRB_UNSET;
+    conf->slow_ns = AP_MRB_UNSET;
     return conf;
 }
 
@@ -97,6 +98,7 @@ ap_mrb_dir_conf_combine(apr_pool_t *p, const ap_mrb_dir_conf *base,
     AP_MRB_MERGE_FLAG(cache_policy);
     AP_MRB_MERGE_FLAG(body_limit);
     AP_MRB_MERGE_FLAG(filter_limit);
+    AP_MRB_MERGE_FLAG(slow_ns);
 
 #undef AP_MRB_MERGE_PTR
 #undef AP_MRB_MERGE_FLAG
@@ -452,6 +454,26 @@ ap_mrb_cmd_limit(cmd_parms *cmd, void *mconfig, const char *arg)
 }
 
 
+/* mrubySlowLog 50ms: a time as Apache's Timeout directives take it, a
+ * bare number in milliseconds; 0 turns the log off. */
+static const char *
+ap_mrb_cmd_slow_log(cmd_parms *cmd, void *mconfig, const char *arg)
+{
+    ap_mrb_dir_conf       *dconf = mconfig;
+    apr_interval_time_t    t;
+
+    if (ap_timeout_parameter_parse(arg, &t, "ms") != APR_SUCCESS || t < 0) {
+        return apr_psprintf(cmd->pool, "%s: expected a time such as 50ms, "
+                            "2s or 0 (off), not \"%s\"", cmd->cmd->name,
+                            arg);
+    }
+
+    dconf->slow_ns = (apr_int64_t) t * 1000;
+    dconf->used = 1;
+    return NULL;
+}
+
+
 apr_off_t
 ap_mrb_body_limit(request_rec *r)
 {
@@ -656,6 +678,9 @@ const command_rec ap_mrb_cmds[] = {
         (void *) APR_OFFSETOF(ap_mrb_dir_conf, filter_limit), AP_MRB_WHERE,
         "the most response body bytes mrubyOutputFilter holds for its "
         "script; a larger response is answered with 500"),
+    AP_INIT_TAKE1("mrubySlowLog", ap_mrb_cmd_slow_log, NULL, AP_MRB_WHERE,
+        "a time (50ms, 2s): a script run longer logs one line with its "
+        "time in Ruby and its time waiting; 0: off (the default)"),
     AP_INIT_TAKE1("mrubyCodeCache", ap_mrb_cmd_code_cache, NULL, AP_MRB_WHERE,
         "stat, forever or never: how file scripts declared after it are "
         "cached"),

@@ -210,6 +210,7 @@ ap_mrb_run(request_rec *r, mrb_script *script, void *data,
     mrb_run_rec       run;
     int               rc;
     ap_mrb_srv_conf  *sconf;
+    ap_mrb_dir_conf  *dconf;
 
     interp = ap_mrb_interp_take(r);
     if (interp == NULL) {
@@ -217,10 +218,12 @@ ap_mrb_run(request_rec *r, mrb_script *script, void *data,
     }
 
     sconf = ap_get_module_config(r->server->module_config, &mruby_module);
+    dconf = ap_get_module_config(r->per_dir_config, &mruby_module);
 
     mrb_run_init(&run, r, default_result);
     run.data = data;
     run.phase = phase;
+    run.slow_ns = dconf->slow_ns > 0 ? dconf->slow_ns : 0;
     run.stat_on_error_fail = sconf->stat_on_error_fail == 1;
     run.may_wait = (flags & AP_MRB_RUN_MAY_WAIT) && ap_mrb_wait_possible(r);
 

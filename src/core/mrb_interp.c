@@ -816,6 +816,10 @@ mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run_rec *run)
         rc = -1;
     }
 
+    if (run->metrics_row != 0) {
+        mrb_metrics_run_end(interp, run, rc);
+    }
+
     interp->head.run = run->prev;
     if (what != 0) {
         mrb_toplevel_run_end(interp->toplevel, what);
@@ -839,10 +843,6 @@ mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run_rec *run)
     if (rc == 0 && run->want_value) {
         run->value = ret;
         mrb_gc_protect(mrb, ret);
-    }
-
-    if (run->metrics_row != 0) {
-        mrb_metrics_run_end(run, rc);
     }
 
     return rc;

@@ -116,9 +116,11 @@ struct mrb_run_rec_s {
     const char  *phase;       /* the adapter's name of the phase, a static
                                  string; NULL: the run is not counted
                                  (mrb_metrics.h) */
-    uint32_t     metrics_row; /* set by mrb_metrics_run_begin, for the */
+    uint32_t     metrics_row; /* set by mrb_script_run, for the */
     int64_t      began_ns;    /* run's end: its row, when it began */
     int64_t      waited_ns;   /* and how long it has been suspended */
+    int64_t      slow_ns;     /* a run longer logs one line (the slow-run
+                                 log, mrb_metrics.h); 0: none */
     mrb_value    value;       /* with want_value, after a run that succeeded:
                                  the last value, protected in the caller's
                                  GC arena (the caller saves and restores it) */
@@ -143,8 +145,8 @@ mrb_run_init(mrb_run_rec *run, void *request, mrb_int default_result)
     run->stat_on_error_fail = 0;
     run->may_wait = 0;
     run->phase = NULL;
-    run->metrics_row = 0;
     run->waited_ns = 0;
+    run->slow_ns = 0;
     run->waiting = NULL;
     run->value = mrb_nil_value();
     run->prev = NULL;

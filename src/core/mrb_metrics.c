@@ -370,9 +370,15 @@ metrics_counts_of(uint32_t row)
 }
 
 
-/* What few runs have: a wait, a 5xx answer, an exception. */
+/* Nanoseconds as milliseconds with one decimal, for the log: "12.3". */
+#define METRICS_MS(ns)  (long) ((ns) / 1000000), \
+                        (int) ((ns) / 100000 % 10)
+
+
+/* What few runs have: a wait, a 5xx answer, an exception, a slow run. */
 static MRB_NOINLINE void
-metrics_count_rest(mrb_run_rec *run, int rc, metrics_counts *c)
+metrics_count_rest(mrb_interp *interp, mrb_run_rec *run, int rc,
+    metrics_counts *c, uint64_t t)
 {
     metrics_row  *r = &metrics->rows[run->metrics_row - 1];
     char          cls[METRICS_CLASS_LEN];
@@ -381,6 +387,15 @@ metrics_count_rest(mrb_run_rec *run, int rc, metrics_counts *c)
     if (run->waited_ns != 0) {
         atomic_fetch_add_explicit(&c->wait_ns, (uint64_t) run->waited_ns,
                                   memory_order_relaxed);
+    }
+
+    if (run->slow_ns != 0 && t > (uint64_t) run->slow_ns) {
+        mrb_interp_log(interp, MRB_LOG_WARN, "mruby: slow run of %s in %s: "
+                       "%ld.%d ms (%ld.%d ms in Ruby, %ld.%d ms waiting), "
+                       "over the slow-run log's %ld ms", r->script, r->phase,
+                       METRICS_MS(t), METRICS_MS(t - run->waited_ns),
+                       METRICS_MS(run->waited_ns),
+                       (long) (run->slow_ns / 1000000));
     }
 
     if (rc == 0 && (uint64_t) (run->result - 500) >= 100) {
@@ -405,7 +420,7 @@ metrics_count_rest(mrb_run_rec *run, int rc, metrics_counts *c)
 
 /* Kept short, with the rest out of line: every run ends here. */
 void
-mrb_metrics_run_end(mrb_run_rec *run, int rc)
+mrb_metrics_run_end(mrb_interp *interp, mrb_run_rec *run, int rc)
 {
     metrics_counts  *c;
     uint64_t         t;
@@ -423,20 +438,22 @@ mrb_metrics_run_end(mrb_run_rec *run, int rc)
 
     atomic_fetch_add_explicit(&c->buckets[b], 1, memory_order_relaxed);
 
+    /* slow_ns - 1: 0 (no slow-run log) wraps to the largest */
     if (rc != 0 || run->waited_ns != 0
-        || (uint64_t) (run->result - 500) < 100)
+        || (uint64_t) (run->result - 500) < 100
+        || t > (uint64_t) run->slow_ns - 1)
     {
-        metrics_count_rest(run, rc, c);
+        metrics_count_rest(interp, run, rc, c, t);
     }
 }
 
 
 void
-mrb_metrics_run_failed(mrb_run_rec *run)
+mrb_metrics_run_failed(mrb_interp *interp, mrb_run_rec *run)
 {
     if (run->metrics_row != 0) {
         mrb_metrics_run_start(run);
-        mrb_metrics_run_end(run, -1);
+        mrb_metrics_run_end(interp, run, -1);
     }
 }
 

@@ -98,7 +98,10 @@ mrb_metrics_run_begin(mrb_run_rec *run, const char *script,
  * run->began_ns), and ends with rc (0, or -1 with run->error), which
  * counts it, with run->waited_ns of its time spent suspended.  Both in
  * mrb_interp_exec, on the stack the script runs on: a run that waits ends
- * there too, when it is resumed for the last time.
+ * there too, when it is resumed for the last time, while it is still the
+ * interpreter's current run.  A run over run->slow_ns logs one line
+ * through interp, at warn: "mruby: slow run of SCRIPT in PHASE: T ms
+ * (R ms in Ruby, W ms waiting), over the slow-run log's N ms".
  */
 static inline void
 mrb_metrics_run_start(mrb_run_rec *run)
@@ -106,11 +109,11 @@ mrb_metrics_run_start(mrb_run_rec *run)
     run->began_ns = mrb_metrics_now();
 }
 
-void mrb_metrics_run_end(mrb_run_rec *run, int rc);
+void mrb_metrics_run_end(mrb_interp *interp, mrb_run_rec *run, int rc);
 
 /* A run with a row that failed before its script began: counted, with no
  * time (its script did not compile, could not be read, had no stack). */
-void mrb_metrics_run_failed(mrb_run_rec *run);
+void mrb_metrics_run_failed(mrb_interp *interp, mrb_run_rec *run);
 
 /* What mrb_metrics_format writes. */
 typedef enum {

@@ -1188,7 +1188,7 @@ script_run_loading(mrb_interp *interp, mrb_script *script, mrb_run_rec *run)
     if (proc != NULL) {
         rc = script_exec(interp, proc, run);
     } else {
-        mrb_metrics_run_failed(run);
+        mrb_metrics_run_failed(interp, run);
         rc = -1;
     }
 

@@ -925,7 +925,7 @@ mrb_wait_exec(mrb_interp *interp, struct RProc *proc, mrb_run_rec *run)
         mrb_gc_arena_restore(mrb, ai);
         snprintf(run->error, sizeof(run->error),
                  "out of memory for the run's coroutine");
-        mrb_metrics_run_failed(run);
+        mrb_metrics_run_failed(interp, run);
         return -1;
     }
 
@@ -936,7 +936,7 @@ mrb_wait_exec(mrb_interp *interp, struct RProc *proc, mrb_run_rec *run)
         snprintf(run->error, sizeof(run->error),
                  "cannot map a stack for the run's coroutine: %s",
                  strerror(errno));
-        mrb_metrics_run_failed(run);
+        mrb_metrics_run_failed(interp, run);
         return -1;
     }
 

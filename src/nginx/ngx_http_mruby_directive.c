@@ -140,6 +140,13 @@ ngx_command_t  ngx_http_mruby_commands[] = {
       offsetof(ngx_http_mruby_loc_conf_t, read_body),
       NULL },
 
+    { ngx_string("mruby_slow_log"),
+      NGX_HTTP_MRUBY_ANY_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_mruby_loc_conf_t, slow_log),
+      NULL },
+
     { ngx_string("mruby_request_body_limit"),
       NGX_HTTP_MRUBY_ANY_CONF|NGX_CONF_TAKE1,
       ngx_conf_set_off_slot,

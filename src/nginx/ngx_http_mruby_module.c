@@ -251,6 +251,7 @@ ngx_http_mruby_create_loc_conf(ngx_conf_t *cf)
     mlcf->add_handler = NGX_CONF_UNSET;
     mlcf->body_limit = NGX_CONF_UNSET;
     mlcf->filter_limit = NGX_CONF_UNSET;
+    mlcf->slow_log = NGX_CONF_UNSET_MSEC;
 
     return mlcf;
 }
@@ -276,6 +277,8 @@ ngx_http_mruby_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
                              MRB_HTTP_BODY_LIMIT_DEFAULT);
     ngx_conf_merge_off_value(conf->filter_limit, prev->filter_limit,
                              MRB_HTTP_FILTER_BODY_LIMIT_DEFAULT);
+    ngx_conf_merge_msec_value(conf->slow_log, prev->slow_log, 0);
+    conf->slow_ns = (int64_t) conf->slow_log * 1000000;
 
     rv = ngx_http_mruby_merge_handlers(cf, prev, conf);
     if (rv != NGX_CONF_OK) {
@@ -385,6 +388,7 @@ ngx_http_mruby_run(ngx_http_request_t *r, ngx_mruby_script_t *s,
     mrb_run_init(run, r, dflt);
     run->data = data;
     run->phase = ngx_http_mruby_phase_names[data->phase];
+    run->slow_ns = mlcf->slow_ns;
     run->stat_on_error_fail = mlcf->stat_on_error
                               == NGX_MRUBY_STAT_ON_ERROR_FAIL;
 

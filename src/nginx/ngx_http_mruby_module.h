@@ -79,6 +79,8 @@ typedef struct {
     ngx_flag_t            add_handler;
     off_t                 body_limit;     /* 0: only client_max_body_size */
     off_t                 filter_limit;   /* the body filter's; 0: none */
+    ngx_msec_t            slow_log;       /* mruby_slow_log; 0: off */
+    int64_t               slow_ns;        /* the same, for mrb_run_rec */
 } ngx_http_mruby_loc_conf_t;
 
 

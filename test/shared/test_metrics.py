@@ -4,6 +4,7 @@ that Prometheus' own Python parser reads (prometheus_client)."""
 
 import json
 import os
+import re
 import signal
 import time
 
@@ -16,9 +17,10 @@ HELLO = 'get_server_class.rputs "hello"\n'
 STATUS = 'get_server_class.return get_server_class::HTTP_SERVICE_UNAVAILABLE\n'
 
 
-def metrics_server(kind, apache, nginx, handlers):
+def metrics_server(kind, apache, nginx, handlers, slow_log=None):
     """A server with /metrics and one content handler file per location
-    ({"/path": "ruby code"}); returns it and {path: script file}."""
+    ({"/path": "ruby code"}), the slow-run log at slow_log if given;
+    returns it and {path: script file}."""
     files, scripts = {}, {}
     for i, (loc, code) in enumerate(handlers.items()):
         files[f"h{i}.rb"] = code
@@ -28,11 +30,15 @@ def metrics_server(kind, apache, nginx, handlers):
                 "</Location>"]
         conf += [f"<Location {loc}>\n    mrubyHandlerMiddle {{dir}}/{f}\n"
                  "</Location>" for loc, f in scripts.items()]
+        if slow_log:
+            conf.append(f"mrubySlowLog {slow_log}")
         s = apache("\n".join(conf), files=files)
     else:
         locs = ["location /metrics { mruby_metrics; }"]
         locs += [f"location {loc} {{ mruby_content_handler {{dir}}/{f}; }}"
                  for loc, f in scripts.items()]
+        if slow_log:
+            locs.append(f"mruby_slow_log {slow_log};")
         s = nginx("server {\n    listen 127.0.0.1:{port};\n"
                   + "\n".join(locs) + "\n}", workers=2, files=files)
     return s, {loc: os.path.join(s.dir, f) for loc, f in scripts.items()}
@@ -179,3 +185,39 @@ def test_time_waiting_is_counted_in_the_run_and_apart(kind, apache, nginx):
              tuple(sorted(dict(labels, le="0.1").items()))) in smp)
     assert value(smp, "mruby_run_seconds_bucket", **labels, le="0.1") == 0
     assert value(smp, "mruby_run_seconds_bucket", **labels, le="+Inf") == 2
+
+
+# 80 ms of Ruby, then 100 ms suspended
+BUSY_THEN_SLEEPS = """S = get_server_class
+t = Time.now
+while Time.now - t < 0.08
+end
+S::Async.sleep 100
+S.rputs "done"
+"""
+
+
+@pytest.mark.parametrize("kind", ["apache", "nginx"])
+def test_slow_runs_are_logged_once_each(kind, apache, nginx):
+    s, script = metrics_server(kind, apache, nginx, {
+        "/slow": BUSY_THEN_SLEEPS, "/hello": HELLO}, slow_log="50ms")
+    hit(s, "/slow", 3, 200)
+    hit(s, "/hello", 5, 200)
+
+    pattern = re.compile(
+        r"mruby: slow run of (\S+) in (\w+): ([\d.]+) ms "
+        r"\(([\d.]+) ms in Ruby, ([\d.]+) ms waiting\), "
+        r"over the slow-run log's 50 ms")
+    for _ in range(50):
+        lines = [m for m in map(pattern.search, s.error_log().splitlines())
+                 if m]
+        if len(lines) >= 3:
+            break
+        time.sleep(0.1)
+    assert len(lines) == 3, s.error_log()[-3000:]
+    for m in lines:
+        assert m.group(1) == script["/slow"]
+        assert m.group(2) == phase_of(kind)
+        took, ruby, waited = (float(m.group(i)) for i in (3, 4, 5))
+        assert ruby >= 80 and waited >= 100
+        assert abs(took - ruby - waited) <= 0.2

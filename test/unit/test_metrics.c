@@ -33,7 +33,7 @@ metrics_one_run(const char *script, _Atomic uint64_t *cache, int rc,
     mrb_metrics_run_start(&run);
     run.result = result;
     snprintf(run.error, sizeof(run.error), "%s", error);
-    mrb_metrics_run_end(&run, rc);
+    mrb_metrics_run_end(NULL, &run, rc);
 }
 
 
