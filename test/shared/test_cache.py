@@ -2,8 +2,8 @@
 that any worker process makes or opens, at any phase (a request, a child's
 startup, nginx's mruby_set), shared by every process that opens the same
 namespace or file; where the files go and who owns them; names refused;
-and the access limiter's older revision as published, whose child_init
-script opens its Cache."""
+and a limiter in the manner of the published access limiter's older
+revision, whose child_init script opens its Cache and empties it."""
 
 import concurrent.futures
 import os
@@ -17,6 +17,7 @@ import pytest
 import requests
 
 import harness
+import limiter_scripts
 
 PID = harness.PID_RB
 
@@ -357,119 +358,6 @@ def test_existing_store_keeps_its_size(kind, apache, nginx):
     assert s.get("/s").text == '[2097152, "v", true, true, 1]'
 
 
-# The access limiter's older revision as its author published it (the
-# access_limitter/ folder of http-access-limiter): post_config defines the
-# class and a global Mutex; each child's init script opens the Cache by its
-# namespace, clears it and keeps it in Userdata.
-LIMITTER_INIT = r'''Userdata.new.shared_mutex = Mutex.new :global => true
-
-class AccessLimitter
-  def initialize r, c, config
-    @r = r
-    @cache = c
-    @config = config
-    if config[:target].nil?
-      raise "config[:target] is nil"
-    end
-    @counter_key = config[:target].to_s
-  end
-  def current
-    @cache[@counter_key].to_i
-  end
-  def increment
-    @cache[@counter_key] = (@cache[@counter_key].to_i + 1).to_s
-  end
-  def decrement
-    cur = @cache[@counter_key]
-    cnt = cur.to_i - 1
-    if cnt < 1
-      unless cur.nil?
-        @cache.delete @counter_key
-      end
-    else
-      @cache[@counter_key] = cnt.to_s
-    end
-  end
-end
-'''
-
-LIMITTER_WORKER_INIT = r'''config = {:namespace =>"aceess_limitter"}
-
-c = Cache.new config
-c.clear
-
-Userdata.new.shared_cache = c
-'''
-
-LIMITTER = r'''####
-threshold = 2
-####
-
-Server = get_server_class
-r = Server::Request.new
-cache = Userdata.new.shared_cache
-global_mutex = Userdata.new.shared_mutex
-
-file = r.filename
-
-config = {
-  # access limmiter by target
-  :target => file,
-}
-
-# ngx_mruby doesn't have sub_request method
-#unless r.sub_request?
-  limit = AccessLimitter.new r, cache, config
-  # process-shared lock
-  timeout = global_mutex.try_lock_loop(50000) do
-    begin
-      limit.increment
-      Server.errlogger Server::LOG_NOTICE, "access_limitter: file:#{r.filename} counter:#{limit.current}"
-      if limit.current > threshold
-        Server.errlogger Server::LOG_NOTICE, "access_limitter: file:#{r.filename} reached threshold: #{threshold}: return #{Server::HTTP_SERVICE_UNAVAILABLE}"
-        Server.return Server::HTTP_SERVICE_UNAVAILABLE
-      end
-    rescue => e
-      raise "AccessLimitter failed: #{e}"
-    ensure
-      global_mutex.unlock
-    end
-  end
-  if timeout
-    Server.errlogger Server::LOG_NOTICE, "access_limitter: get timeout lock, #{r.filename}"
-  end
-#end
-'''
-
-LIMITTER_END = r'''Server = get_server_class
-r = Server::Request.new
-cache = Userdata.new.shared_cache
-global_mutex = Userdata.new.shared_mutex
-
-file = r.filename
-
-config = {
-  # access limmiter by target
-  :target => file,
-}
-
-# ngx_mruby doesn't have sub_request method
-#unless r.sub_request?
-  limit = AccessLimitter.new r, cache, config
-  # process-shared lock
-  global_mutex.try_lock_loop(50000) do
-    begin
-      limit.decrement
-      Server.errlogger Server::LOG_NOTICE, "access_limitter_end: #{r.filename} #{limit.current}"
-    rescue => e
-      raise "AccessLimitter failed: #{e}"
-    ensure
-      global_mutex.unlock
-    end
-  end
-#end
-'''
-
 # The slow page (mod_php's place): waits for the test's gate.
 SLOW = r'''
 Apache.sleep 0.01 until File.exist?("{dir}/gate")
@@ -480,8 +368,9 @@ READY = r'''
 Apache.errlogger Apache::LOG_NOTICE, "child ready"
 '''
 
-# Twelve children from the start and no more: each new child's init clears
-# the Cache, as the published script does.
+# Twelve children from the start and no more: each new child's init empties
+# the Cache, so one started in the middle of the burst would wipe the counts
+# of the requests already in.
 PREFORK_TWELVE = """\
 StartServers 12
 MinSpareServers 1
@@ -492,29 +381,30 @@ MaxConnectionsPerChild 0
 """
 
 
-def test_access_limitter_older_revision_prefork(apache):
-    """Threshold 2, ten requests at once to a slow .php: two load, eight
-    get 503, and the count goes back to nothing."""
+def test_limiter_emptying_its_cache_in_child_init_prefork(apache):
+    """The limiter of limiter_scripts.py with its Cache opened and emptied
+    in child_init, as the published limiter's older revision does it.
+    Threshold 2, ten requests at once to a slow .php: two load, eight get
+    503, and the count goes back to nothing."""
     a = apache("""
-mrubyPostConfigMiddle         {dir}/access_limitter/access_limitter_init.rb cache
-mrubyChildInitMiddle          {dir}/access_limitter/access_limitter_worker_init.rb cache
+mrubyPostConfigMiddle         {dir}/limiter/post_config.rb cache
+mrubyChildInitMiddle          {dir}/limiter/child_init.rb cache
 mrubyChildInitLast            {dir}/ready.rb
 <FilesMatch ^.*\\.php$>
-  mrubyAccessCheckerMiddle      {dir}/access_limitter/access_limitter.rb cache
-  mrubyLogTransactionMiddle     {dir}/access_limitter/access_limitter_end.rb cache
+  mrubyAccessCheckerMiddle      {dir}/limiter/access.rb cache
+  mrubyLogTransactionMiddle     {dir}/limiter/log.rb cache
   mrubyHandlerMiddle            {dir}/slow.rb
 </FilesMatch>
 <Location /count>
   mrubyHandlerMiddle {dir}/count.rb
 </Location>
 """, mpm="prefork", mpm_conf=PREFORK_TWELVE, files={
-        "access_limitter/access_limitter_init.rb": LIMITTER_INIT,
-        "access_limitter/access_limitter_worker_init.rb": LIMITTER_WORKER_INIT,
-        "access_limitter/access_limitter.rb": LIMITTER,
-        "access_limitter/access_limitter_end.rb": LIMITTER_END,
+        "limiter/post_config.rb": limiter_scripts.POST_CONFIG,
+        "limiter/child_init.rb": limiter_scripts.CHILD_INIT,
+        "limiter/access.rb": limiter_scripts.ACCESS,
+        "limiter/log.rb": limiter_scripts.LOG,
         "ready.rb": READY,
-        "count.rb": 'Apache.rputs Cache.new(:namespace => "aceess_limitter")'
-                    '[Apache::Request.new.args].inspect'}, start=False)
+        "count.rb": limiter_scripts.COUNT}, start=False)
     a.write("slow.rb", a.subst(SLOW))
     a.start()
     deadline = time.monotonic() + 30
@@ -537,11 +427,10 @@ mrubyChildInitLast            {dir}/ready.rb
         rs = [f.result() for f in futures]
     assert sorted(r.status_code for r in rs) == [200] * 2 + [503] * 8
     log = a.error_log()
-    assert "get timeout lock" not in log
+    assert "taken over" not in log
     for n in range(1, 4):
-        assert f"access_limitter: file:{page} counter:{n}" in log
-    assert log.count(f"access_limitter: file:{page} reached threshold: 2: "
-                     "return 503") == 8
+        assert f"in_flight: {page} now {n}" in log
+    assert log.count(f"in_flight: {page} over 2, answered 503") == 8
     deadline = time.monotonic() + 10
     while a.get("/count?" + page).text != "nil":
         assert time.monotonic() < deadline, a.error_log()[-3000:]

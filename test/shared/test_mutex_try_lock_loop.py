@@ -3,16 +3,17 @@ limiter and DoS detector count under: try_lock_loop(retry_us = 100000,
 timeout_us = 5000000) { ... } tries the lock every retry_us microseconds,
 runs the block with the lock held (self the Mutex; the block unlocks) and
 answers false; a global lock still held by another after timeout_us is
-taken from it, and true answered.  And the limiter's shape as its author
-published it: post_config defines the class and keeps a global Mutex and
-a Cache in Userdata; the access phase counts in under try_lock_loop(50000)
-and answers 503 above the threshold; the log phase counts out."""
+taken from it, and true answered.  And a limiter in the manner of the
+published one (limiter_scripts.py), its Cache opened once in post_config:
+it limits under event as under prefork."""
 
 import concurrent.futures
 import os
 import time
 
 import pytest
+
+import limiter_scripts
 
 # The block runs with the lock held and self the Mutex; the answer is
 # false when nobody had to be robbed of the lock.
@@ -76,77 +77,6 @@ def test_try_lock_loop_runs_its_block_with_the_lock(kind, apache, nginx):
     assert s.get("/parent").text == "true true false"
 
 
-# The published limiter's scripts, as their shape is (the Cache's
-# namespace, the global Mutex in Userdata, the class in post_config).
-INIT = r'''
-Userdata.new.shared_mutex = Mutex.new :global => true
-Userdata.new.shared_cache = Cache.new :namespace => "access_limiter"
-
-class AccessLimiter
-  def initialize(r, cache, config)
-    @cache = cache
-    @counter_key = config[:target].to_s
-  end
-
-  def current
-    @cache[@counter_key].to_i
-  end
-
-  def increment
-    @cache[@counter_key] = (current + 1).to_s
-  end
-
-  def decrement
-    cnt = current - 1
-    if cnt < 1
-      @cache.delete @counter_key
-    else
-      @cache[@counter_key] = cnt.to_s
-    end
-  end
-end
-'''
-
-CHECK = r'''
-threshold = 2
-Server = get_server_class
-r = Server::Request.new
-cache = Userdata.new.shared_cache
-global_mutex = Userdata.new.shared_mutex
-file = r.filename
-limit = AccessLimiter.new r, cache, :target => file
-timeout = global_mutex.try_lock_loop(50000) do
-  begin
-    limit.increment
-    current = limit.current
-    Server.errlogger Server::LOG_NOTICE, "access_limiter: file:#{file} counter:#{current}"
-    if current > threshold
-      Server.errlogger Server::LOG_NOTICE, "access_limiter: file:#{file} reached threshold: #{threshold}: return 503"
-      Server.return Server::HTTP_SERVICE_UNAVAILABLE
-    end
-  ensure
-    global_mutex.unlock
-  end
-end
-if timeout
-  Server.errlogger Server::LOG_NOTICE, "access_limiter: get timeout lock, #{file}"
-end
-'''
-
-END = r'''
-Server = get_server_class
-r = Server::Request.new
-global_mutex = Userdata.new.shared_mutex
-limit = AccessLimiter.new r, Userdata.new.shared_cache, :target => r.filename
-global_mutex.try_lock_loop(50000) do
-  begin
-    limit.decrement
-  ensure
-    global_mutex.unlock
-  end
-end
-'''
-
 # the slow page: waits for the test's gate, 30 s at most
 SLOW = r'''
 gate = Apache::Server.new.document_root + "/gate"
@@ -155,16 +85,12 @@ Apache.sleep 0.02 until File.exist?(gate) || Time.now > t
 Apache.rputs "loaded"
 '''
 
-COUNT = r'''
-Apache.rputs Cache.new(:namespace => "access_limiter")[Apache::Request.new.args].inspect
-'''
-
 
 @pytest.mark.parametrize("mpm", ["event", "prefork"])
-def test_published_limiter_limits(apache, mpm):
+def test_limiter_counts_under_try_lock_loop(apache, mpm):
     """Threshold 2, eight requests at once to the slow page: two load, six
-    get 503 (each logged as the published script logs it), and the count
-    is back to nothing once they are done."""
+    get 503 (each logged), and the count is back to nothing once they are
+    done."""
     a = apache("""
 mrubyPostConfigMiddle {dir}/init.rb cache
 <FilesMatch ^.*\\.php$>
@@ -175,8 +101,11 @@ mrubyPostConfigMiddle {dir}/init.rb cache
 <Location /count>
     mrubyHandlerMiddle {dir}/count.rb
 </Location>
-""", mpm=mpm, files={"init.rb": INIT, "check.rb": CHECK, "end.rb": END,
-                     "slow.rb": SLOW, "count.rb": COUNT},
+""", mpm=mpm, files={
+        "init.rb": limiter_scripts.POST_CONFIG
+        + limiter_scripts.OPEN_IN_POST_CONFIG,
+        "check.rb": limiter_scripts.ACCESS, "end.rb": limiter_scripts.LOG,
+        "slow.rb": SLOW, "count.rb": limiter_scripts.COUNT},
         docs={"sleep.php": "<?php sleep(3); ?>"})
     page = os.path.join(a.docroot, "sleep.php")
 
@@ -193,8 +122,8 @@ mrubyPostConfigMiddle {dir}/init.rb cache
         statuses = sorted(f.result().status_code for f in futures)
     assert statuses == [200] * 2 + [503] * 6, a.error_log()[-3000:]
     log = a.error_log()
-    assert log.count(f"file:{page} reached threshold: 2: return 503") == 6
-    assert "get timeout lock" not in log
+    assert log.count(f"in_flight: {page} over 2, answered 503") == 6
+    assert "taken over" not in log
     deadline = time.monotonic() + 5
     while a.get("/count?" + page).text != "nil":
         assert time.monotonic() < deadline, "the count did not go back"
