@@ -201,6 +201,24 @@ def run_nginx_slow_log(apache, nginx, redis_server):
     n.wait_log("ms waiting), over the slow-run log's 50 ms")
 
 
+@runs("metrics-from-a-script")
+def run_metrics_from_a_script(apache, nginx, redis_server):
+    script, checks = with_value_checks(example("metrics-from-a-script"))
+    work = ('raise ArgumentError if get_server_class::Request.new.args == '
+            '"fail"\n')
+    a = apache("<Location /doc>\n    mrubyHandlerMiddle {dir}/doc.rb\n"
+               "</Location>\n<Location /work>\n"
+               "    mrubyHandlerMiddle {dir}/work.rb\n</Location>\n",
+               files={"doc.rb": script, "work.rb": work})
+    n = nginx("location /doc { mruby_content_handler {dir}/doc.rb; }\n"
+              "location /work { mruby_content_handler {dir}/work.rb; }\n",
+              files={"doc.rb": script, "work.rb": work})
+    for s in (a, n):
+        for args in ("", "fail", ""):
+            s.get("/work?" + args)
+        run_checked(s.get, checks)
+
+
 @runs("apache-metrics-location")
 def run_apache_metrics_location(apache, nginx, redis_server):
     metrics_counts_one_run(apache(

@@ -40,7 +40,7 @@
 #include "mrb_metrics.h"
 #include "mrb_shdict.h"
 
-#define METRICS_SCRIPT_LEN  256
+#define METRICS_SCRIPT_LEN  MRB_METRICS_NAME_LEN
 #define METRICS_PHASE_LEN   32
 #define METRICS_CLASS_LEN   96
 
@@ -67,6 +67,9 @@ static const uint64_t  metrics_bounds[] = {
 };
 
 #define METRICS_NBUCKETS  (sizeof(metrics_bounds) / sizeof(metrics_bounds[0]))
+
+_Static_assert(METRICS_NBUCKETS == MRB_METRICS_NBUCKETS,
+               "mrb_metrics.h counts the buckets");
 
 /*
  * One row's counts in one slot.  The runs of a row are count plus the
@@ -731,55 +734,108 @@ prom_family_write(metrics_buf *b, const char *server, prom_family f)
 }
 
 
-static void
-json_row(metrics_buf *b, uint32_t i, const metrics_row *r, int *first)
+int
+mrb_metrics_script_next(uint32_t *cursor, mrb_metrics_script *out)
 {
-    metrics_counts      sum, exc;
-    const metrics_row  *e;
-    uint64_t            cumulative;
-    uint32_t            j;
-    size_t              k;
-    int                 first_exc = 1;
+    metrics_counts  sum;
+    metrics_row    *r;
+    uint64_t        cumulative = 0;
+    uint32_t        i;
+    size_t          k;
 
-    metrics_sum(i, &sum);
-
-    buf_printf(b, "%s\n  {\"script\": ", *first ? "" : ",");
-    *first = 0;
-    buf_quoted(b, r->script, 1);
-    buf_printf(b, ", \"phase\": ");
-    buf_quoted(b, r->phase, 1);
-    buf_printf(b, ", \"runs\": %" PRIu64 ", \"responses_5xx\": %" PRIu64
-               ", \"run_seconds\": ", sum.count, sum.status_5xx);
-    buf_seconds(b, sum.run_ns);
-    buf_printf(b, ", \"wait_seconds\": ");
-    buf_seconds(b, sum.wait_ns);
-
-    /* le: count, cumulative, as Prometheus' buckets */
-    buf_printf(b, ",\n   \"run_seconds_buckets\": [");
-    for (k = 0, cumulative = 0; k < METRICS_NBUCKETS; k++) {
-        cumulative += sum.buckets[k];
-        buf_printf(b, "%s[", k ? ", " : "");
-        buf_bound(b, metrics_bounds[k]);
-        buf_printf(b, ", %" PRIu64 "]", cumulative);
-    }
-    buf_printf(b, "],\n   \"exceptions\": {");
-
-    for (j = 0; j < MRB_METRICS_ROWS; j++) {
-        e = &metrics->rows[j];
-        if (atomic_load_explicit((_Atomic uint32_t *) &e->kind,
-                                 memory_order_acquire)
-                != METRICS_ROW_EXCEPTION
-            || strcmp(e->script, r->script) != 0
-            || strcmp(e->phase, r->phase) != 0)
+    for (i = *cursor; metrics != NULL && i < MRB_METRICS_ROWS; i++) {
+        r = &metrics->rows[i];
+        if (atomic_load_explicit(&r->kind, memory_order_acquire)
+            != METRICS_ROW_RUN)
         {
             continue;
         }
 
-        metrics_sum(j, &exc);
-        buf_printf(b, "%s", first_exc ? "" : ", ");
-        first_exc = 0;
-        buf_quoted(b, e->cls, 1);
-        buf_printf(b, ": %" PRIu64, exc.count);
+        metrics_sum(i, &sum);
+        memcpy(out->script, r->script, sizeof(out->script));
+        memcpy(out->phase, r->phase, sizeof(out->phase));
+        out->runs = sum.count;
+        out->status_5xx = sum.status_5xx;
+        out->run_ns = sum.run_ns;
+        out->wait_ns = sum.wait_ns;
+        for (k = 0; k < METRICS_NBUCKETS; k++) {
+            cumulative += sum.buckets[k];
+            out->le_ns[k] = metrics_bounds[k];
+            out->buckets[k] = cumulative;
+        }
+        out->row = i;
+
+        *cursor = i + 1;
+        return 1;
+    }
+
+    return 0;
+}
+
+
+int
+mrb_metrics_exception_next(const mrb_metrics_script *of, uint32_t *cursor,
+    char *cls, size_t len, uint64_t *count)
+{
+    metrics_counts  sum;
+    metrics_row    *r;
+    uint32_t        i;
+
+    for (i = *cursor; metrics != NULL && i < MRB_METRICS_ROWS; i++) {
+        r = &metrics->rows[i];
+        if (atomic_load_explicit(&r->kind, memory_order_acquire)
+                != METRICS_ROW_EXCEPTION
+            || strcmp(r->script, of->script) != 0
+            || strcmp(r->phase, of->phase) != 0)
+        {
+            continue;
+        }
+
+        metrics_sum(i, &sum);
+        snprintf(cls, len, "%s", r->cls);
+        *count = sum.count;
+
+        *cursor = i + 1;
+        return 1;
+    }
+
+    return 0;
+}
+
+
+static void
+json_script(metrics_buf *b, const mrb_metrics_script *m)
+{
+    uint32_t  cursor = 0;
+    uint64_t  count;
+    size_t    k;
+    char      cls[METRICS_CLASS_LEN];
+
+    buf_printf(b, "\n  {\"script\": ");
+    buf_quoted(b, m->script, 1);
+    buf_printf(b, ", \"phase\": ");
+    buf_quoted(b, m->phase, 1);
+    buf_printf(b, ", \"runs\": %" PRIu64 ", \"responses_5xx\": %" PRIu64
+               ", \"run_seconds\": ", m->runs, m->status_5xx);
+    buf_seconds(b, m->run_ns);
+    buf_printf(b, ", \"wait_seconds\": ");
+    buf_seconds(b, m->wait_ns);
+
+    /* [le, runs up to it]: Prometheus' buckets */
+    buf_printf(b, ",\n   \"run_seconds_buckets\": [");
+    for (k = 0; k < METRICS_NBUCKETS; k++) {
+        buf_printf(b, "%s[", k ? ", " : "");
+        buf_bound(b, m->le_ns[k]);
+        buf_printf(b, ", %" PRIu64 "]", m->buckets[k]);
+    }
+    buf_printf(b, "],\n   \"exceptions\": {");
+
+    for (k = 0; mrb_metrics_exception_next(m, &cursor, cls, sizeof(cls),
+                                           &count); k++)
+    {
+        buf_printf(b, "%s", k ? ", " : "");
+        buf_quoted(b, cls, 1);
+        buf_printf(b, ": %" PRIu64, count);
     }
 
     buf_printf(b, "}}");
@@ -814,10 +870,10 @@ int
 mrb_metrics_format(mrb_metrics_format_e format, const char *server,
     char **out, size_t *len, char *err, size_t errlen)
 {
-    metrics_buf   b = { NULL, 0, 0, 0 };
-    metrics_row  *r;
-    uint32_t      i;
-    int           first = 1;
+    metrics_buf          b = { NULL, 0, 0, 0 };
+    mrb_metrics_script   m;
+    uint32_t             cursor = 0;
+    int                  first = 1;
 
     if (metrics == NULL) {
         snprintf(err, errlen, "metrics: the table is not mapped");
@@ -836,13 +892,10 @@ mrb_metrics_format(mrb_metrics_format_e format, const char *server,
         buf_quoted(&b, server, 1);
         buf_printf(&b, ", \"scripts\": [");
 
-        for (i = 0; i < MRB_METRICS_ROWS; i++) {
-            r = &metrics->rows[i];
-            if (atomic_load_explicit(&r->kind, memory_order_acquire)
-                == METRICS_ROW_RUN)
-            {
-                json_row(&b, i, r, &first);
-            }
+        while (mrb_metrics_script_next(&cursor, &m)) {
+            buf_printf(&b, "%s", first ? "" : ",");
+            first = 0;
+            json_script(&b, &m);
         }
 
         buf_printf(&b, "\n]}\n");

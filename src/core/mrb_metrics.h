@@ -115,6 +115,39 @@ void mrb_metrics_run_end(mrb_interp *interp, mrb_run_rec *run, int rc);
  * time (its script did not compile, could not be read, had no stack). */
 void mrb_metrics_run_failed(mrb_interp *interp, mrb_run_rec *run);
 
+/* A script in a phase, its counts summed over the worker slots. */
+#define MRB_METRICS_NAME_LEN  256
+#define MRB_METRICS_NBUCKETS  13
+
+typedef struct {
+    char      script[MRB_METRICS_NAME_LEN];
+    char      phase[32];
+    uint64_t  runs;
+    uint64_t  status_5xx;
+    uint64_t  run_ns;              /* waits included */
+    uint64_t  wait_ns;
+    uint64_t  le_ns[MRB_METRICS_NBUCKETS];     /* the buckets' bounds */
+    uint64_t  buckets[MRB_METRICS_NBUCKETS];   /* runs up to each bound
+                                                  (cumulative) */
+    uint32_t  row;                 /* for mrb_metrics_exception_next */
+} mrb_metrics_script;
+
+/*
+ * The next script and phase from *cursor on (0: the first), copied into
+ * *out: 1, with *cursor moved past it; 0 when there is none (or the table
+ * is not mapped).  Reads without a lock: a run counted meanwhile may be
+ * in one figure and not yet in another.
+ */
+int mrb_metrics_script_next(uint32_t *cursor, mrb_metrics_script *out);
+
+/* The next exception class of script *of from *cursor on (0: the first):
+ * 1 with its name in cls (len bytes) and its runs in *count, or 0. */
+int mrb_metrics_exception_next(const mrb_metrics_script *of,
+    uint32_t *cursor, char *cls, size_t len, uint64_t *count);
+
+/* Defines Server.metrics (mrb_metrics_class.c). */
+void mrb_metrics_define(mrb_state *mrb, struct RClass *server_class);
+
 /* What mrb_metrics_format writes. */
 typedef enum {
     MRB_METRICS_PROMETHEUS = 0,   /* text exposition format 0.0.4 */

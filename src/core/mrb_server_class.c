@@ -16,6 +16,7 @@
 
 #include "mrb_api.h"
 #include "mrb_interp_core.h"
+#include "mrb_metrics.h"
 #include "mrb_script.h"
 #include "mrb_wait_core.h"
 #include "mrb_shdict.h"
@@ -265,6 +266,7 @@ mrb_server_class_define(mrb_state *mrb, const mrb_server *server)
 
     mrb_http_status_define(mrb, c);
     mrb_shdict_define(mrb, c);
+    mrb_metrics_define(mrb, c);
     mrb_wait_define(mrb, c);
 
     if (server->define != NULL) {

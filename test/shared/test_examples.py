@@ -143,3 +143,25 @@ def test_stat_status(both):
             lambda t: t == "all stat scripts current\n")
         assert answer == "version 2\n"
         assert status == "all stat scripts current\n"
+
+
+def test_metrics_status(both):
+    """The page counts every run of work.rb, with its exceptions and a
+    plot whose rows add up to the runs; /metrics_status/metrics is
+    Prometheus' format."""
+    a, n = both("metrics_status")
+    for s in (a, n):
+        for args, status in (("", 200), ("fail", 500), ("slow", 200),
+                             ("fail", 500), ("", 200)):
+            assert s.get("/metrics_status/work?" + args).status_code \
+                == status, s.name
+        page = s.get("/metrics_status/").text
+        work = os.path.join(s.dir, "examples", "metrics_status", "work.rb")
+        head, = [line for line in page.splitlines()
+                 if line.startswith(work + " (")]
+        assert ": 5 runs, 2 5xx, mean " in head, page
+        assert "  raised ArgumentError: 2" in page
+        rows = page[page.index(head):].splitlines()[2:16]
+        assert sum(int(r.split()[-2] if r.rstrip().endswith("#")
+                       else r.split()[-1]) for r in rows) == 5, page
+        assert "mruby_runs_total{" in s.get("/metrics_status/metrics").text
