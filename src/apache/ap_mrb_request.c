@@ -609,7 +609,17 @@ static const mrb_api_attr  ap_mrb_request_attrs[] = {
 };
 
 
+/* Apache::Request.new: a handle, to nothing but the current request. */
+static mrb_value
+ap_mrb_request_initialize(mrb_state *mrb, mrb_value self)
+{
+    mrb_api_no_args(mrb);
+    return self;
+}
+
+
 static const mrb_api_method  ap_mrb_request_methods[] = {
+    { "initialize", ap_mrb_request_initialize, MRB_ARGS_NONE() },
     { "main?", ap_mrb_is_main, MRB_ARGS_NONE() },
     { "sub_request?", ap_mrb_is_sub_request, MRB_ARGS_NONE() },
     { "prev?", ap_mrb_is_internal_redirect, MRB_ARGS_NONE() },
@@ -634,6 +644,7 @@ ap_mrb_define_request(mrb_state *mrb, struct RClass *apache)
                              ap_mrb_request_methods);
     mrb_api_define_fields(mrb, c, ap_mrb_request_fields);
     mrb_api_define_attrs(mrb, c, ap_mrb_request_attrs);
+    mrb_api_define_new(mrb, c, ap_mrb_request_initialize);
 
     for (i = 0; i < sizeof(ap_mrb_request_objects)
                     / sizeof(ap_mrb_request_objects[0]); i++)

@@ -110,6 +110,72 @@ mrb_api_no_args(mrb_state *mrb)
 }
 
 
+/* new's environment: init, the symbol initialize (interning it on each
+ * call would cost as much as the rest) and Class#new. */
+enum { MRB_API_NEW_INIT, MRB_API_NEW_SYM, MRB_API_NEW_CLASS_NEW,
+       MRB_API_NEW_N };
+
+
+static mrb_value
+mrb_api_new(mrb_state *mrb, mrb_value self)
+{
+    mrb_func_t       init;
+    mrb_method_t     m;
+    struct RClass   *c = mrb_class_ptr(self), *found = c;
+    enum mrb_vtype   tt = MRB_INSTANCE_TT(c);
+    mrb_value        obj;
+
+    init = (mrb_func_t) mrb_cptr(mrb_proc_cfunc_env_get(mrb,
+                                                        MRB_API_NEW_INIT));
+    m = mrb_method_search_vm(mrb, &found, mrb_symbol(
+            mrb_proc_cfunc_env_get(mrb, MRB_API_NEW_SYM)));
+
+    if (c->tt == MRB_TT_SCLASS || MRB_METHOD_UNDEF_P(m)
+        || !MRB_METHOD_CFUNC_P(m) || MRB_METHOD_CFUNC(m) != init)
+    {
+        /* a subclass's own initialize, or no instance to make: Class#new
+         * in this call, which keeps its arguments (keywords included) */
+        return mrb_exec_irep(mrb, self, mrb_proc_ptr(
+                   mrb_proc_cfunc_env_get(mrb, MRB_API_NEW_CLASS_NEW)));
+    }
+
+    obj = mrb_obj_value(mrb_obj_alloc(mrb, tt != 0 ? tt : MRB_TT_OBJECT, c));
+    init(mrb, obj);
+
+    return obj;
+}
+
+
+void
+mrb_api_define_new(mrb_state *mrb, struct RClass *c, mrb_func_t init)
+{
+    int             ai;
+    mrb_sym         new_sym;
+    mrb_value       env[MRB_API_NEW_N];
+    mrb_method_t    m;
+    struct RClass  *class_class = mrb->class_class;
+    struct RProc   *p;
+
+    ai = mrb_gc_arena_save(mrb);
+    new_sym = mrb_intern_lit(mrb, "new");
+
+    m = mrb_method_search_vm(mrb, &class_class, new_sym);
+    p = MRB_METHOD_PROC_P(m) ? MRB_METHOD_PROC(m)
+                             : mrb_proc_new_cfunc(mrb, MRB_METHOD_FUNC(m));
+
+    env[MRB_API_NEW_INIT] = mrb_cptr_value(mrb, (void *) init);
+    env[MRB_API_NEW_SYM] = mrb_symbol_value(mrb_intern_lit(mrb,
+                                                           "initialize"));
+    env[MRB_API_NEW_CLASS_NEW] = mrb_obj_value(p);
+
+    p = mrb_proc_new_cfunc_with_env(mrb, mrb_api_new, MRB_API_NEW_N, env);
+    MRB_METHOD_FROM_PROC(m, p);
+    mrb_define_method_raw(mrb, mrb_class_ptr(mrb_singleton_class(mrb,
+                              mrb_obj_value(c))), new_sym, m);
+    mrb_gc_arena_restore(mrb, ai);
+}
+
+
 /* Each getter is a method with the field's offset as its value. */
 void
 mrb_api_define_fields(mrb_state *mrb, struct RClass *c,

@@ -90,6 +90,17 @@ void mrb_api_define_method_with(mrb_state *mrb, struct RClass *c,
 mrb_value mrb_api_method_value(mrb_state *mrb);
 
 /*
+ * c.new made in C, for a class whose objects scripts make on every
+ * request (Server::Request, SharedDict), c's initialize being init:
+ * mruby 3.1's Class#new is bytecode that packs the arguments into an
+ * Array and a Hash and calls initialize through the VM.  While the
+ * class's initialize is still init, init runs in new's own call (it reads
+ * the same arguments; a backtrace names new); otherwise (a subclass with
+ * an initialize of its own) Class#new runs, as if there were no other.
+ */
+void mrb_api_define_new(mrb_state *mrb, struct RClass *c, mrb_func_t init);
+
+/*
  * The number of positional arguments of the current call, or
  * ArgumentError when it is not within min..max, as mrb_get_args would
  * raise (keywords given to such a method count as one more argument);

@@ -40,6 +40,14 @@
 #include <mruby/internal.h>
 #endif
 
+/* mrb_exec_irep(), MRB_API in libmruby.a, is declared by 3.1 in no
+ * installed header */
+#if MRUBY_RELEASE_NO < 30200
+#include <mruby.h>
+MRB_API mrb_value mrb_exec_irep(mrb_state *mrb, mrb_value self,
+    struct RProc *p);
+#endif
+
 /*
  * mrb_env_unshare() took a third argument in 3.2: whether it may raise
  * (out of memory copying the frame's values).  Ours never may: at the end

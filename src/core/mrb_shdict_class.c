@@ -749,6 +749,7 @@ mrb_shdict_define(mrb_state *mrb, struct RClass *server_class)
                              shd_methods);
     MRB_SET_INSTANCE_TT(c, MRB_TT_DATA);
     mrb_api_define_class_methods(mrb, c, shd_class_methods);
+    mrb_api_define_new(mrb, c, shd_initialize);
 
     error = mrb_api_define_class(mrb, c, "Error", mrb->eStandardError_class,
                                  NULL);

@@ -498,7 +498,17 @@ ngx_http_mruby_request_internal(mrb_state *mrb, mrb_value self)
 }
 
 
+/* Nginx::Request.new: a handle, to nothing but the current request. */
+static mrb_value
+ngx_http_mruby_request_initialize(mrb_state *mrb, mrb_value self)
+{
+    mrb_api_no_args(mrb);
+    return self;
+}
+
+
 static const mrb_api_method  ngx_http_mruby_request_methods[] = {
+    { "initialize", ngx_http_mruby_request_initialize, MRB_ARGS_NONE() },
     { "uri", ngx_http_mruby_request_uri, MRB_ARGS_NONE() },
     { "uri=", ngx_http_mruby_request_set_uri, MRB_ARGS_REQ(1) },
     { "args", ngx_http_mruby_request_args, MRB_ARGS_NONE() },
@@ -558,6 +568,7 @@ ngx_http_mruby_request_define(mrb_state *mrb, struct RClass *nginx)
 
     c = mrb_api_define_class(mrb, nginx, "Request", NULL,
                              ngx_http_mruby_request_methods);
+    mrb_api_define_new(mrb, c, ngx_http_mruby_request_initialize);
 
     for (i = 0; i < sizeof(ngx_http_mruby_request_objects)
                     / sizeof(ngx_http_mruby_request_objects[0]); i++)

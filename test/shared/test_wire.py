@@ -3,8 +3,9 @@
 statuses, redirect targets, URIs and query strings with CR, LF, NUL or
 another control character raise ArgumentError naming the header, and
 nothing of them reaches the client or a backend.  Also the Rack helper's
-repeated headers, the nginx setters that read a Ruby value twice, and the
-arguments the header tables take."""
+repeated headers, the nginx setters that read a Ruby value twice, the
+arguments the header tables take, and Request.new and SharedDict.new
+(made in C) with subclasses of their own."""
 
 
 import pytest
@@ -379,6 +380,19 @@ def test_apache_vlist_validator_is_checked_as_the_etag(apache):
     assert b"X-Injected" not in head
 
 
+# The end of a script whose lambdas `tries` each answer a line: its value,
+# or the class and message of what it raised.
+TRY_EACH = r'''
+Server.rputs(tries.map do |try|
+  begin
+    try.call
+  rescue => e
+    "#{e.class}: #{e.message}"
+  end
+end.join("\n"))
+'''
+
+
 # The header tables read their arguments themselves, without mrb_get_args:
 # a name in any case, one longer than the lower-cased copy nginx's []
 # compares with (64 bytes), and the errors mrb_get_args gave.
@@ -392,14 +406,7 @@ tries = [
   -> { i["a", "b"] }, -> { i["Host", x: 1] },
   -> { r.headers_out["X-A", x: 1] = "1" }, -> { i[:host] },
 ]
-Server.rputs(tries.map do |try|
-  begin
-    try.call
-  rescue => e
-    "#{e.class}: #{e.message}"
-  end
-end.join("\n"))
-'''
+''' + TRY_EACH
 
 
 @pytest.mark.parametrize("kind", SERVERS)
@@ -416,4 +423,54 @@ def test_header_table_arguments(kind, apache, nginx):
         "ArgumentError: wrong number of arguments (given 2, expected 1)",
         "ArgumentError: wrong number of arguments (given 3, expected 2)",
         "TypeError: Symbol cannot be converted to String",
+    ]
+
+
+# Request.new and SharedDict.new are made in C: a subclass's own
+# initialize still runs (with its arguments and block), and the errors of
+# Class#new stay.
+NEW_SCRIPT = r'''
+Server = get_server_class
+class Req < Server::Request
+  def initialize(tag, &b)
+    super()
+    @tag = b.call(tag)
+  end
+  attr_reader :tag
+end
+class Dict < Server::SharedDict
+  def initialize(name, start:)
+    super(name)
+    set("n", start)
+  end
+end
+tries = [
+  -> { r = Req.new("t") { |t| t * 2 }; [r.class, r.tag, r.uri].inspect },
+  -> { d = Dict.new("cache", start: 7); [d.class, d.incr("n")].inspect },
+  -> { Server::Request.new.class },
+  -> { Server::Request.new(1) }, -> { Server::SharedDict.new },
+  -> { Server::SharedDict.singleton_class.new },
+]
+''' + TRY_EACH
+
+
+@pytest.mark.parametrize("kind", SERVERS)
+def test_request_and_shared_dict_new(kind, apache, nginx):
+    if kind == "nginx":
+        s = nginx("mruby_shared_dict cache 1m;\nserver {\n    listen "
+                  "127.0.0.1:{port};\n    location /t { "
+                  "mruby_content_handler {dir}/t.rb; }\n}",
+                  files={"t.rb": NEW_SCRIPT})
+    else:
+        s = content(kind, apache, nginx, NEW_SCRIPT,
+                    "mrubySharedDict cache 1m\n")
+    r = s.get("/t/x")
+    assert r.status_code == 200, s.error_log()[-2000:]
+    assert r.text.split("\n") == [
+        '[Req, "tt", "/t/x"]',
+        "[Dict, 8]",
+        f"{'Apache' if kind == 'apache' else 'Nginx'}::Request",
+        "ArgumentError: wrong number of arguments (given 1, expected 0)",
+        "ArgumentError: wrong number of arguments (given 0, expected 1)",
+        "TypeError: can't create instance of singleton class",
     ]
