@@ -71,6 +71,11 @@ static const uint64_t  metrics_bounds[] = {
 _Static_assert(METRICS_NBUCKETS == MRB_METRICS_NBUCKETS,
                "mrb_metrics.h counts the buckets");
 
+const char *const  mrb_metrics_event_names[MRB_METRICS_NEVENTS] = {
+    "compiles", "compile_failures", "reloads", "kept_last_good",
+    "redis_commands", "redis_errors"
+};
+
 /*
  * One row's counts in one slot.  The runs of a row are count plus the
  * sum of its buckets: a run row counts its runs in the buckets only (one
@@ -86,6 +91,7 @@ typedef struct {
     _Atomic uint64_t  count;
     _Atomic uint64_t  status_5xx;     /* runs that failed or gave 500-599 */
     _Atomic uint64_t  wait_ns;        /* of run_ns, waiting */
+    _Atomic uint64_t  events[MRB_METRICS_NEVENTS];
 } metrics_counts;
 
 typedef struct {
@@ -452,6 +458,17 @@ mrb_metrics_run_end(mrb_interp *interp, mrb_run_rec *run, int rc)
 
 
 void
+mrb_metrics_count(uint32_t row, mrb_metrics_event event, uint64_t n)
+{
+    /* a row is cached, and given to runs, only where there is a slot */
+    if (row != 0 && n != 0) {
+        atomic_fetch_add_explicit(&metrics_counts_of(row)->events[event], n,
+                                  memory_order_relaxed);
+    }
+}
+
+
+void
 mrb_metrics_run_failed(mrb_interp *interp, mrb_run_rec *run)
 {
     if (run->metrics_row != 0) {
@@ -604,6 +621,9 @@ metrics_sum(uint32_t i, metrics_counts *sum)
         for (b = 0; b <= METRICS_NBUCKETS; b++) {
             METRICS_ADD(buckets[b]);
         }
+        for (b = 0; b < MRB_METRICS_NEVENTS; b++) {
+            METRICS_ADD(events[b]);
+        }
 #undef METRICS_ADD
     }
 
@@ -641,7 +661,8 @@ typedef enum {
     PROM_EXCEPTIONS,
     PROM_5XX,
     PROM_WAIT,
-    PROM_RUN_SECONDS
+    PROM_RUN_SECONDS,
+    PROM_EVENTS                 /* one family per mrb_metrics_event */
 } prom_family;
 
 static const struct {
@@ -659,12 +680,28 @@ static const struct {
       "Seconds the runs spent suspended, waiting (sleep, Redis, "
       "sub-requests)." },
     { "mruby_run_seconds", "histogram",
-      "Seconds from the start to the end of each run, waits included." }
+      "Seconds from the start to the end of each run, waits included." },
+
+    /* by mrb_metrics_event */
+    { "mruby_compiles_total", "counter",
+      "Compiles of the script in a worker process." },
+    { "mruby_compile_failures_total", "counter",
+      "Compiles of the script that failed (syntax error, unreadable file)." },
+    { "mruby_reloads_total", "counter",
+      "Live edits of the script that a worker process put in use." },
+    { "mruby_kept_last_good_total", "counter",
+      "Changes of the script that do not run, while a worker serves the "
+      "last version that compiled." },
+    { "mruby_redis_commands_total", "counter",
+      "Redis commands the script sent." },
+    { "mruby_redis_errors_total", "counter",
+      "Redis commands of the script that got an error reply or were lost "
+      "with their connection." }
 };
 
 
 static void
-prom_family_write(metrics_buf *b, const char *server, prom_family f)
+prom_family_write(metrics_buf *b, const char *server, unsigned f)
 {
     metrics_counts  sum;
     metrics_row    *r;
@@ -697,6 +734,12 @@ prom_family_write(metrics_buf *b, const char *server, prom_family f)
             prom_labels(b, server, r);
             buf_printf(b, "} %" PRIu64 "\n",
                        f == PROM_5XX ? sum.status_5xx : sum.count);
+            break;
+
+        default:
+            buf_printf(b, "%s", prom_families[f].name);
+            prom_labels(b, server, r);
+            buf_printf(b, "} %" PRIu64 "\n", sum.events[f - PROM_EVENTS]);
             break;
 
         case PROM_WAIT:
@@ -763,6 +806,9 @@ mrb_metrics_script_next(uint32_t *cursor, mrb_metrics_script *out)
             out->le_ns[k] = metrics_bounds[k];
             out->buckets[k] = cumulative;
         }
+        for (k = 0; k < MRB_METRICS_NEVENTS; k++) {
+            out->events[k] = sum.events[k];
+        }
         out->row = i;
 
         *cursor = i + 1;
@@ -821,6 +867,11 @@ json_script(metrics_buf *b, const mrb_metrics_script *m)
     buf_printf(b, ", \"wait_seconds\": ");
     buf_seconds(b, m->wait_ns);
 
+    for (k = 0; k < MRB_METRICS_NEVENTS; k++) {
+        buf_printf(b, ", \"%s\": %" PRIu64, mrb_metrics_event_names[k],
+                   m->events[k]);
+    }
+
     /* [le, runs up to it]: Prometheus' buckets */
     buf_printf(b, ",\n   \"run_seconds_buckets\": [");
     for (k = 0; k < METRICS_NBUCKETS; k++) {
@@ -873,6 +924,7 @@ mrb_metrics_format(mrb_metrics_format_e format, const char *server,
     metrics_buf          b = { NULL, 0, 0, 0 };
     mrb_metrics_script   m;
     uint32_t             cursor = 0;
+    unsigned             f;
     int                  first = 1;
 
     if (metrics == NULL) {
@@ -881,11 +933,9 @@ mrb_metrics_format(mrb_metrics_format_e format, const char *server,
     }
 
     if (format == MRB_METRICS_PROMETHEUS) {
-        prom_family_write(&b, server, PROM_RUNS);
-        prom_family_write(&b, server, PROM_EXCEPTIONS);
-        prom_family_write(&b, server, PROM_5XX);
-        prom_family_write(&b, server, PROM_WAIT);
-        prom_family_write(&b, server, PROM_RUN_SECONDS);
+        for (f = 0; f < PROM_EVENTS + MRB_METRICS_NEVENTS; f++) {
+            prom_family_write(&b, server, f);
+        }
 
     } else {
         buf_printf(&b, "{\"server\": ");

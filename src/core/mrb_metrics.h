@@ -115,6 +115,32 @@ void mrb_metrics_run_end(mrb_interp *interp, mrb_run_rec *run, int rc);
  * time (its script did not compile, could not be read, had no stack). */
 void mrb_metrics_run_failed(mrb_interp *interp, mrb_run_rec *run);
 
+/* What else happens to a script, counted in the row it last ran in. */
+typedef enum {
+    MRB_METRICS_COMPILES = 0,       /* compiled in a worker (`stat` after a
+                                       change, `never` on every run) */
+    MRB_METRICS_COMPILE_FAILURES,   /* did not compile or could not be read */
+    MRB_METRICS_RELOADS,            /* a live edit of a `stat` file took */
+    MRB_METRICS_KEPT_LAST_GOOD,     /* a change that does not run, while the
+                                       last version that compiled serves */
+    MRB_METRICS_REDIS_COMMANDS,     /* sent by the script */
+    MRB_METRICS_REDIS_ERRORS,       /* error replies and failed sends */
+    MRB_METRICS_NEVENTS
+} mrb_metrics_event;
+
+/* Their names in the JSON and in Server.metrics ("compiles", ...). */
+extern const char *const  mrb_metrics_event_names[MRB_METRICS_NEVENTS];
+
+/* Adds n to event of row (a run's metrics_row, or the one a script's row
+ * cache keeps: mrb_metrics_row_of); row 0: nothing. */
+void mrb_metrics_count(uint32_t row, mrb_metrics_event event, uint64_t n);
+
+static inline uint32_t
+mrb_metrics_row_of(_Atomic uint64_t *row_cache)
+{
+    return (uint32_t) atomic_load_explicit(row_cache, memory_order_relaxed);
+}
+
 /* A script in a phase, its counts summed over the worker slots. */
 #define MRB_METRICS_NAME_LEN  256
 #define MRB_METRICS_NBUCKETS  13
@@ -129,6 +155,7 @@ typedef struct {
     uint64_t  le_ns[MRB_METRICS_NBUCKETS];     /* the buckets' bounds */
     uint64_t  buckets[MRB_METRICS_NBUCKETS];   /* runs up to each bound
                                                   (cumulative) */
+    uint64_t  events[MRB_METRICS_NEVENTS];
     uint32_t  row;                 /* for mrb_metrics_exception_next */
 } mrb_metrics_script;
 

@@ -50,7 +50,7 @@ metrics_script_hash(mrb_state *mrb, const mrb_metrics_script *m)
                      metrics_count(mrb, count));
     }
 
-    h = mrb_hash_new_capa(mrb, 8);
+    h = mrb_hash_new_capa(mrb, 8 + MRB_METRICS_NEVENTS);
     mrb_hash_set(mrb, h, mrb_str_new_lit(mrb, "script"),
                  mrb_str_new_cstr(mrb, m->script));
     mrb_hash_set(mrb, h, mrb_str_new_lit(mrb, "phase"),
@@ -66,6 +66,12 @@ metrics_script_hash(mrb_state *mrb, const mrb_metrics_script *m)
     mrb_hash_set(mrb, h, mrb_str_new_lit(mrb, "run_seconds_buckets"),
                  buckets);
     mrb_hash_set(mrb, h, mrb_str_new_lit(mrb, "exceptions"), exceptions);
+
+    for (k = 0; k < MRB_METRICS_NEVENTS; k++) {
+        mrb_hash_set(mrb, h, mrb_str_new_cstr(mrb, mrb_metrics_event_names[k]),
+                     metrics_count(mrb, m->events[k]));
+    }
+
     return h;
 }
 

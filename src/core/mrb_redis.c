@@ -38,6 +38,7 @@
 #include <mruby/string.h>
 #include <mruby/variable.h>
 #include "mrb_api.h"
+#include "mrb_metrics.h"
 #include "mrb_redis.h"
 #include "mrb_redis_conn.h"
 #include "mrb_interp_core.h"
@@ -727,6 +728,28 @@ static const mrb_data_type  redis_replies_type = { "Redis replies",
                                                    redis_replies_free };
 
 
+/* The current run's Redis commands and errors (mrb_metrics.h): n sent,
+ * and of them the error replies, or all n when replies is NULL (lost with
+ * the connection). */
+static void
+redis_count(mrb_state *mrb, size_t n, redisReply **replies)
+{
+    mrb_run_rec  *run = mrb_interp_run(mrb);
+    size_t        i, errors = 0;
+
+    if (run == NULL) {
+        return;
+    }
+
+    for (i = 0; i < n; i++) {
+        errors += replies == NULL || replies[i]->type == REDIS_REPLY_ERROR;
+    }
+
+    mrb_metrics_count(run->metrics_row, MRB_METRICS_REDIS_COMMANDS, n);
+    mrb_metrics_count(run->metrics_row, MRB_METRICS_REDIS_ERRORS, errors);
+}
+
+
 /*
  * Sends batch b on r's connection and returns the replies as an Array,
  * each made as how says (REDIS_STATUS_SYMBOL), a HGETALL's a Hash when
@@ -774,6 +797,8 @@ redis_flush(mrb_state *mrb, redis_obj *r, redis_batch *b,
     st = mrb_redis_conn_exec(r->conn, &caller, sent.buf, sent.len, n,
                              rs->replies);
     free(sent.buf);
+
+    redis_count(mrb, n, st == MRB_REDIS_OK ? rs->replies : NULL);
 
     if (st != MRB_REDIS_OK) {
         redis_raise_status(mrb, r->conn, st);

@@ -630,6 +630,8 @@ script_fail_locked(mrb_interp *interp, mrb_script *script, int unread,
         if (keep && script->generation != 0) {
             mrb_interp_log(interp, MRB_LOG_ERR, "%s; the previous version "
                            "is still served", err);
+            mrb_metrics_count(mrb_metrics_row_of(&script->metrics_row),
+                              MRB_METRICS_KEPT_LAST_GOOD, 1);
         }
     }
 
@@ -679,9 +681,10 @@ script_refresh_locked(mrb_interp *interp, mrb_script *script,
     int                   settle = epoch == 0;
     mrb_file_id  id;
     uint64_t     hash, now;
+    uint32_t     row;
     char        *src;
     size_t       len;
-    int          known, rc;
+    int          known, reload, rc;
 
     known = script->generation != 0 || script->failure != NULL;
 
@@ -741,13 +744,20 @@ script_refresh_locked(mrb_interp *interp, mrb_script *script,
 
     script->file_id = id;
     script->source_hash = hash;
+    reload = script->generation != 0;
     rc = script_compile_locked(script, src, len, err, errlen);
     free(src);
 
+    row = mrb_metrics_row_of(&script->metrics_row);
     if (rc != 0) {
+        mrb_metrics_count(row, MRB_METRICS_COMPILE_FAILURES, 1);
+
         /* remembered, so that the broken version is not parsed again */
         return script_fail_locked(interp, script, 0, keep, err, errlen);
     }
+
+    mrb_metrics_count(row, MRB_METRICS_COMPILES, 1);
+    mrb_metrics_count(row, MRB_METRICS_RELOADS, reload);
 
     free(script->failure);
     script->failure = NULL;
@@ -1092,6 +1102,10 @@ script_proc_uncached(mrb_interp *interp, mrb_script *script, char *err,
     proc = mrb_script_parse(mrb_interp_state(interp), src, len, script->name,
                             1, err, errlen);
     free(src);
+
+    mrb_metrics_count(mrb_metrics_row_of(&script->metrics_row),
+                      proc != NULL ? MRB_METRICS_COMPILES
+                                   : MRB_METRICS_COMPILE_FAILURES, 1);
 
     if (proc != NULL) {
         script_proc_toplevel(mrb_interp_state(interp), proc);

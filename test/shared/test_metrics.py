@@ -221,3 +221,79 @@ def test_slow_runs_are_logged_once_each(kind, apache, nginx):
         took, ruby, waited = (float(m.group(i)) for i in (3, 4, 5))
         assert ruby >= 80 and waited >= 100
         assert abs(took - ruby - waited) <= 0.2
+
+
+REDIS = """S = get_server_class
+r = Redis.new("127.0.0.1", S::Request.new.args.to_i, timeout: 2)
+r.set("k", "a string")
+begin
+  r.incr("k")
+rescue Redis::ReplyError
+end
+S.rputs r.get("k")
+"""
+
+
+@pytest.mark.parametrize("kind", ["apache", "nginx"])
+def test_redis_commands_and_errors_are_counted(kind, apache, nginx,
+                                               redis_server):
+    s, script = metrics_server(kind, apache, nginx, {"/redis": REDIS})
+    for _ in range(4):
+        r = s.get(f"/redis?{redis_server.port}")
+        assert r.text == "a string", s.error_log()[-2000:]
+
+    smp = samples(s)
+    labels = dict(server=kind, script=script["/redis"], phase=phase_of(kind))
+    assert value(smp, "mruby_redis_commands_total", **labels) == 12
+    assert value(smp, "mruby_redis_errors_total", **labels) == 4
+
+
+ONE_CHILD = """\
+StartServers 1
+ServerLimit 1
+ThreadsPerChild 64
+ThreadLimit 64
+MinSpareThreads 1
+MaxSpareThreads 128
+MaxRequestWorkers 64
+"""
+
+
+@pytest.mark.parametrize("kind", ["apache", "nginx"])
+def test_live_edits_are_counted(kind, apache, nginx):
+    """One worker process: the version compiled at startup is not a
+    compile of the worker's; an edit is a compile and a reload; a syntax
+    error a failed compile, and the last good version keeps serving."""
+    if kind == "apache":
+        s = apache("<Location /metrics>\n    SetHandler mruby-metrics\n"
+                   "</Location>\n<Location /live>\n"
+                   "    mrubyHandlerMiddle {dir}/live.rb\n</Location>",
+                   mpm_conf=ONE_CHILD,
+                   files={"live.rb": 'get_server_class.rputs "v1"\n'})
+    else:
+        s = nginx("location /metrics { mruby_metrics; }\n"
+                  "location /live { mruby_content_handler {dir}/live.rb; }",
+                  files={"live.rb": 'get_server_class.rputs "v1"\n'})
+    labels = dict(server=kind, script=os.path.join(s.dir, "live.rb"),
+                  phase=phase_of(kind))
+
+    def counts():
+        smp = samples(s)
+        return [value(smp, f"mruby_{name}_total", **labels)
+                for name in ("compiles", "reloads", "compile_failures",
+                             "kept_last_good")]
+
+    assert s.get("/live").text == "v1"
+    assert counts() == [0, 0, 0, 0]
+
+    s.write("live.rb", 'get_server_class.rputs "v2"\n')
+    assert s.get_edited("/live", "v2").text == "v2"
+    assert counts() == [1, 1, 0, 0]
+
+    s.write("live.rb", 'get_server_class.rputs "v3" +\n')
+    for _ in range(100):     # until a run has seen the change
+        assert s.get("/live").text == "v2"
+        if "the previous version is still served" in s.error_log():
+            break
+        time.sleep(0.05)
+    assert counts() == [1, 1, 1, 1]
