@@ -50,11 +50,15 @@ def run_one(which, n):
         wall = time.monotonic() - t0
         assert s.worker_pids() == pids, "a worker was replaced"
         cpu = cpu_s(pids) - cpu0
+        cpu1 = cpu_s(pids)
+        watch_scale.request_all(s, n)
+        again = cpu_s(pids) - cpu1
     finally:
         s.stop()
     print(f"{which} N={n}: {cpu:.2f} s of worker CPU "
           f"({cpu / n * 1e6:.0f} us a script), {wall:.1f} s wall clock, "
-          f"{len(pids)} worker(s)", flush=True)
+          f"{len(pids)} worker(s); the same requests again: {again:.2f} s "
+          f"({again / n * 1e6:.0f} us)", flush=True)
 
 
 def main():

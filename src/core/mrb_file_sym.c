@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include <mruby.h>
+#include <mruby/error.h>
 
 #include "mrb_file_sym.h"
 #include "mrb_mruby_version.h"
@@ -316,4 +317,40 @@ usual:
     }
 
     return sym;
+}
+
+
+typedef struct {
+    mrb_file_syms  *fs;
+    const char     *name;
+} file_sym_job;
+
+
+static mrb_value
+file_sym_body(mrb_state *mrb, void *arg)
+{
+    file_sym_job  *job = arg;
+
+    return mrb_symbol_value(job->fs != NULL
+                            ? mrb_file_sym(mrb, job->fs, job->name)
+                            : mrb_intern_cstr(mrb, job->name));
+}
+
+
+int
+mrb_file_sym_protected(mrb_state *mrb, mrb_file_syms *fs, const char *name,
+    mrb_sym *sym)
+{
+    file_sym_job  job = { fs, name };
+    mrb_value     v;
+    mrb_bool      failed;
+
+    v = mrb_protect_error(mrb, file_sym_body, &job, &failed);
+    if (failed) {
+        mrb->exc = NULL;
+        return -1;
+    }
+
+    *sym = mrb_symbol(v);
+    return 0;
 }

@@ -19,4 +19,9 @@ void mrb_file_syms_free(mrb_file_syms *fs);
  * it; fs is mrb's own.  May raise (out of memory). */
 mrb_sym mrb_file_sym(mrb_state *mrb, mrb_file_syms *fs, const char *name);
 
+/* The same outside any run (where a raise would abort): fs may be NULL
+ * (then mruby's own lookup).  Returns 0 with *sym, or -1 out of memory. */
+int mrb_file_sym_protected(mrb_state *mrb, mrb_file_syms *fs,
+    const char *name, mrb_sym *sym);
+
 #endif /* MRB_FILE_SYM_H */

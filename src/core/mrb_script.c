@@ -783,25 +783,6 @@ script_proc_toplevel(mrb_state *mrb, struct RProc *proc)
 }
 
 
-typedef struct {
-    mrb_file_syms  *syms;
-    const char     *name;
-} script_name_job;
-
-
-/* Through the interpreter's index when it has one: the usual lookup of a
- * new name scans the whole table (mrb_file_sym.c). */
-static mrb_value
-script_intern_name(mrb_state *mrb, void *arg)
-{
-    script_name_job  *job = arg;
-
-    return mrb_symbol_value(job->syms != NULL
-                            ? mrb_file_sym(mrb, job->syms, job->name)
-                            : mrb_intern_cstr(mrb, job->name));
-}
-
-
 /*
  * Gives a proc loaded from the script's bytecode the interpreter's symbol
  * for the script's name (mrb_script_compile.h): the one of the version it
@@ -815,19 +796,15 @@ script_proc_name_file(mrb_interp *interp, mrb_script *script,
     mrb_state        *mrb = mrb_interp_state(interp);
     struct RProc     *last = mrb_interp_proc_any(interp, script->id);
     mrb_sym           file = last != NULL ? mrb_script_file_get(last) : 0;
-    mrb_value         v;
-    mrb_bool          failed;
-    script_name_job   job;
 
-    if (file == 0) {
-        job.syms = mrb_interp_file_syms(interp);
-        job.name = script->name;
-        v = mrb_protect_error(mrb, script_intern_name, &job, &failed);
-        if (failed) {
-            mrb->exc = NULL;
-            return -1;
-        }
-        file = mrb_symbol(v);
+    /* through the interpreter's index: mruby's own lookup of a new name
+     * scans the whole table (mrb_file_sym.c) */
+    if (file == 0
+        && mrb_file_sym_protected(mrb, mrb_interp_file_syms(interp),
+                                  script->name, &file)
+           != 0)
+    {
+        return -1;
     }
 
     mrb_script_file_set(proc, file);

@@ -587,6 +587,38 @@ TEST(script_compile_of_many_names_keeps_the_compiler)
 }
 
 
+/*
+ * A compile adds its file's name to the compiler's table through an index
+ * of that table (mrb_file_sym.c), so the parser's and the code generator's
+ * lookups of the name find it: none scans the table as a lookup of a new
+ * name does.  Fails with their own lookups: 1 miss.
+ */
+TEST(script_compile_adds_the_file_name_without_a_scan)
+{
+    static const char  src[] = "def f\n  1\nend\nf\n";
+    mrb_state         *mrb;
+    uint8_t           *bin;
+    size_t             bin_len;
+    char               err[256];
+
+    REQUIRE(mrb_script_compile(src, sizeof(src) - 1, "scan_first.rb", 0,
+                               &bin, &bin_len, err, sizeof(err)) == 0);
+    free(bin);
+
+    /* the state the next compile uses (opened again here if it was due) */
+    mrb = mrb_script_compiler_get();
+    REQUIRE(mrb != NULL);
+    unit_intern_watch(mrb, "scan_second.rb");
+    REQUIRE(mrb_script_compile(src, sizeof(src) - 1, "scan_second.rb", 0,
+                               &bin, &bin_len, err, sizeof(err)) == 0);
+    free(bin);
+    CHECK(unit_intern_count() > 0);
+    CHECK_EQ(unit_intern_misses(), 0);
+    unit_intern_watch(NULL, NULL);
+    CHECK(mrb_intern_check_cstr(mrb, "scan_second.rb") != 0);
+}
+
+
 TEST(script_forever_ignores_edits_never_sees_them)
 {
     const char   *path = tmp_path("policy.rb");

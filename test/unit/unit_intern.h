@@ -16,4 +16,8 @@ void unit_intern_watch(mrb_state *mrb, const char *name);
 /* The lookups of the watched name since unit_intern_watch. */
 unsigned unit_intern_count(void);
 
+/* Those of them that did not find it and added it: in mruby 3.1 and 3.3,
+ * a lookup that does not find a name has scanned every older one. */
+unsigned unit_intern_misses(void);
+
 #endif /* UNIT_INTERN_H */
