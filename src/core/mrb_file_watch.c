@@ -21,6 +21,16 @@
  * is shared by every path that goes through its directory and is removed
  * when the last one leaves.
  *
+ * Why a path's directories are not always walked: scripts share their
+ * directories, and a walk costs three system calls a directory (statfs,
+ * inotify_add_watch, lstat).  The names the last walk needed are kept with
+ * the length of each directory it went through; the next path that starts
+ * with the same directories takes their names and walks only the rest.
+ * They are what a walk would find as long as no event about any of them
+ * was read and none was freed since (watch.walks counts both): an event
+ * that is queued but not read yet reaches the new path too, as it holds
+ * the same names, and it is watched again when the event is read.
+ *
  * Why every epoch carries the pid: no value trusted in one process can be
  * trusted in a process forked from it.
  */
@@ -127,6 +137,19 @@ typedef struct {
     watch_name      *name[WATCH_MAX_STEPS];
 } watch_steps;
 
+/* The last walk of a path (not of a link's target): for each directory it
+ * looked a name up in, the length of that directory's prefix of the path
+ * ("/a/b/") and how many of the names came before.  Each directory costs
+ * a name, so there are at most WATCH_MAX_STEPS. */
+typedef struct {
+    uint64_t         walks;        /* watch.walks when it was made */
+    size_t           dirs;
+    size_t           prefix[WATCH_MAX_STEPS];
+    size_t           before[WATCH_MAX_STEPS];
+    watch_steps      steps;
+    char             path[PATH_MAX];
+} watch_walk;
+
 struct mrb_file_watch_path_s {
     mrb_file_watch_path_head  head;        /* first: the inline epoch */
     watch_path               *hash_next;
@@ -165,6 +188,8 @@ typedef struct {
     size_t            resync_bucket; /* where the next slice starts */
     unsigned          failed:1;    /* it could not start, or stopped */
     uint32_t          changes;     /* the low half of every epoch */
+    uint64_t          walks;       /* bumps when the last walk may be
+                                      stale (see the opening comment) */
 
     watch_table       paths;       /* by name */
     watch_table       nodes;       /* by wd */
@@ -182,6 +207,9 @@ static mrb_file_watch  watch = {
 };
 
 static pthread_once_t  watch_atfork_once = PTHREAD_ONCE_INIT;
+
+/* Guarded by watch.lock. */
+static watch_walk      watch_last_walk;
 
 /* Why the last path could not be watched, and why this process has no
  * watch if so; guarded by watch.lock. */
@@ -465,6 +493,7 @@ watch_name_release_locked(watch_name *k)
     }
 
     watch_table_unlink(&watch.names, k, k->hash);
+    watch.walks++;
     if (k->node_prev != NULL) {
         k->node_prev->node_next = k->node_next;
     } else {
@@ -607,13 +636,51 @@ watch_interests_drop_locked(watch_interests *a)
 
 
 /*
- * Watches each directory the lookup of path goes through, for the name it
- * looks up there, and what the symbolic links met on the way point to.
- * A missing component ends the walk: its directory, watched for its name,
- * tells when it appears.  Returns 0, or -1 if a change could go unseen.
+ * The directories path shares with the last walk (see the opening
+ * comment): the names looked up on the way to the deepest of them go in
+ * steps, its node in *known.  Returns the length of its prefix of path
+ * ("/a/b/"), or 1 (only "/" is known, and not its node) when there is none.
+ */
+static size_t
+watch_walk_reuse_locked(watch_walk *walk, watch_steps *steps,
+    const char *path, watch_node **known)
+{
+    size_t  i, len;
+
+    if (walk->walks != watch.walks) {
+        return 1;
+    }
+
+    for (i = walk->dirs; i-- > 0; ) {
+        len = walk->prefix[i];
+        if (strncmp(path, walk->path, len) == 0 && path[len] != '\0'
+            && path[len] != '/')
+        {
+            memcpy(steps->name, walk->steps.name,
+                   walk->before[i] * sizeof(watch_name *));
+            steps->count = walk->before[i];
+            *known = walk->steps.name[walk->before[i]]->node;
+            walk->dirs = i;
+            return len;
+        }
+    }
+
+    return 1;
+}
+
+
+/*
+ * Watches each directory the lookup of path goes through from its offset
+ * `from`, for the name it looks up there, and what the symbolic links met
+ * on the way point to.  The directory that ends at `from` is known's when
+ * known is not NULL.  A missing component ends the walk: its directory,
+ * watched for its name, tells when it appears.  walk (NULL within a link's
+ * target) records the directories.  Returns 0, or -1 if a change could go
+ * unseen.
  */
 static int
-watch_lookup_locked(watch_steps *steps, const char *path, int links)
+watch_lookup_locked(watch_steps *steps, const char *path, size_t from,
+    watch_node *known, watch_walk *walk, int links)
 {
     char         dir[PATH_MAX], target[PATH_MAX];
     const char  *name, *end;
@@ -626,7 +693,7 @@ watch_lookup_locked(watch_steps *steps, const char *path, int links)
         return watch_fail_locked("not an absolute path: %s", path);
     }
 
-    for (name = path + 1; *name != '\0'; name = end + (*end == '/')) {
+    for (name = path + from; *name != '\0'; name = end + (*end == '/')) {
         end = strchr(name, '/');
         if (end == NULL) {
             end = name + strlen(name);
@@ -639,25 +706,37 @@ watch_lookup_locked(watch_steps *steps, const char *path, int links)
         memcpy(dir, path, dirlen);
         dir[dirlen > 1 ? dirlen - 1 : 1] = '\0';
 
-        if (!watch_fs_is_local(dir)) {
-            return watch_fail_locked("%s is not on a local file system",
-                                     dir);
-        }
+        if (known != NULL) {
+            wd = known->wd;
+            known = NULL;
 
-        wd = inotify_add_watch(watch.fd, dir, WATCH_DIR_MASK);
-        if (wd < 0) {
-            return (errno == ENOENT || errno == ENOTDIR)
-                   ? 0 : watch_fail_locked("inotify_add_watch %s: %s%s", dir,
-                                           strerror(errno),
-                                           errno == ENOSPC
-                                           ? " (fs.inotify.max_user_watches)"
-                                           : "");
+        } else {
+            if (!watch_fs_is_local(dir)) {
+                return watch_fail_locked("%s is not on a local file system",
+                                         dir);
+            }
+
+            wd = inotify_add_watch(watch.fd, dir, WATCH_DIR_MASK);
+            if (wd < 0) {
+                return (errno == ENOENT || errno == ENOTDIR)
+                       ? 0 : watch_fail_locked("inotify_add_watch %s: %s%s",
+                                               dir, strerror(errno),
+                                               errno == ENOSPC
+                                               ? " (fs.inotify."
+                                                 "max_user_watches)"
+                                               : "");
+            }
         }
 
         memcpy(target, name, end - name);
         target[end - name] = '\0';
         if (watch_step_add_locked(steps, wd, dir, target) != 0) {
             return -1;
+        }
+        if (walk != NULL) {
+            walk->prefix[walk->dirs] = dirlen;
+            walk->before[walk->dirs] = steps->count - 1;
+            walk->dirs++;
         }
 
         memcpy(dir, path, end - path);
@@ -691,11 +770,45 @@ watch_lookup_locked(watch_steps *steps, const char *path, int links)
             memcpy(target, path, dirlen);
         }
 
-        if (watch_lookup_locked(steps, target, links + 1) != 0) {
+        if (watch_lookup_locked(steps, target, 1, NULL, NULL, links + 1)
+            != 0)
+        {
             return -1;
         }
     }
 
+    return 0;
+}
+
+
+/* Walks path's lookup into steps (empty), from the directories it shares
+ * with the last walk, which it then replaces.  Returns 0, or -1. */
+static int
+watch_walk_locked(watch_steps *steps, const char *path)
+{
+    watch_walk  *walk = &watch_last_walk;
+    watch_node  *known = NULL;
+    size_t       from;
+
+    if (strlen(path) >= sizeof(walk->path)) {
+        return watch_fail_locked("not an absolute path: %s", path);
+    }
+
+    from = watch_walk_reuse_locked(walk, steps, path, &known);
+    if (from == 1) {
+        walk->dirs = 0;
+    }
+
+    if (watch_lookup_locked(steps, path, from, known, walk, 0) != 0) {
+        walk->dirs = 0;
+        return -1;
+    }
+
+    memcpy(walk->steps.name, steps->name,
+           steps->count * sizeof(watch_name *));
+    walk->steps.count = steps->count;
+    strcpy(walk->path, path);
+    walk->walks = watch.walks;
     return 0;
 }
 
@@ -717,7 +830,7 @@ watch_path_locked(watch_path *p)
     p->interests = NULL;
     p->resync = 0;
 
-    if (watch_lookup_locked(&steps, p->name, 0) != 0) {
+    if (watch_walk_locked(&steps, p->name) != 0) {
         goto failed;
     }
 
@@ -840,6 +953,8 @@ static void
 watch_note_locked(watch_path *p, int what, uint64_t now,
     watch_path **touched)
 {
+    watch.walks++;
+
     if (!p->touched) {
         p->touched = 1;
         p->touched_next = *touched;
@@ -1031,6 +1146,7 @@ watch_resync_all_locked(void)
     }
 
     watch.resync_bucket = 0;
+    watch.walks++;
     atomic_store_explicit(&watch.resyncing, 1, memory_order_release);
 }
 

@@ -167,6 +167,46 @@ TEST(file_watch_sees_edits_renames_and_link_switches)
 }
 
 
+/*
+ * A path in a directory another path's walk went through is watched with
+ * that walk's names (mrb_file_watch.c): it must still see its directory
+ * switched, whether the switch was read before it was added or is still
+ * queued when it is, and then watch the new directory.  (None of the files
+ * exists: watched again, a path then needs the same names, and none is
+ * freed.)
+ */
+TEST(file_watch_a_path_that_shares_a_walk_sees_its_directory_switched)
+{
+    uint64_t  e;
+
+    REQUIRE(watch_setup() == 0);
+    REQUIRE(mkdir(watch_file("d"), 0755) == 0);
+    REQUIRE(watch_add(watch_file("d/a.rb")) == 0);
+    CHECK(watch_epoch() != 0);
+
+    /* switched, and read before the next path is added */
+    REQUIRE(rename(watch_file("d"), watch_file("d.1")) == 0);
+    REQUIRE(mkdir(watch_file("d"), 0755) == 0);
+    CHECK(watch_epoch() != 0);
+    REQUIRE(watch_add(watch_file("d/b.rb")) == 0);
+    e = watch_epoch();
+    CHECK(e != 0);
+    watch_write("d/b.rb", "b", "w");
+    CHECK(watch_epoch() != e);
+
+    /* switched again, still queued when the next path is added */
+    REQUIRE(rename(watch_file("d"), watch_file("d.2")) == 0);
+    REQUIRE(mkdir(watch_file("d"), 0755) == 0);
+    REQUIRE(watch_add(watch_file("d/c.rb")) == 0);
+    e = watch_epoch();
+    CHECK(e != 0);
+    watch_write("d/c.rb", "c", "w");
+    CHECK(watch_epoch() != e);
+
+    watch_teardown();
+}
+
+
 TEST(file_watch_ignores_what_the_path_does_not_depend_on)
 {
     uint64_t  e;
