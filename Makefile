@@ -11,6 +11,7 @@ SHELL := /bin/bash
 #   make run        install, build, start Apache (:8080) and nginx (:8081)
 #   make bench      install, build, benchmark; results in docs/benchmarks.md
 #   make bench-watch  the file watch with up to 100,000 stat scripts
+#   make bench-first-pass  the first request of 100,000 stat scripts
 #   make install    install the Apache module for a2enmod and the nginx one
 #   make deb        Debian packages of both (dpkg-buildpackage) in build/deb/
 #   make test-deb   build, lintian, install, serve, upgrade, purge them (root)
@@ -72,7 +73,7 @@ NGINX_STREAM_ENABLED := 60-mod-stream-mruby.conf
 VENV       := build/venv
 PYTHON     := $(VENV)/bin/python
 
-.PHONY: all deps apache nginx test test-unit test-unit-core test-unit-asan test-asan test-faults test-deb test-dist fuzz run bench bench-watch install deb clean venv
+.PHONY: all deps apache nginx test test-unit test-unit-core test-unit-asan test-asan test-faults test-deb test-dist fuzz run bench bench-watch bench-first-pass install deb clean venv
 
 all: apache nginx
 
@@ -263,6 +264,12 @@ bench: deps
 bench-watch: deps
 	$(MAKE) all venv
 	WATCH_SCALES=$${WATCH_SCALES:-1000,10000,100000} $(PYTHON) bench/watch_scale.py
+
+# the first request of each of 10,000 and 100,000 stat scripts: the
+# workers' CPU (bench/first_pass.py)
+bench-first-pass: deps
+	$(MAKE) all venv
+	$(PYTHON) bench/first_pass.py
 
 install: all
 	install -m 644 $(BUILD)/mod_mruby.so $(shell $(APXS) -q LIBEXECDIR)/mod_mruby.so

@@ -136,13 +136,18 @@ def request_all(s, n):
             if r.status_code != 200:
                 errors.append((i, r.status_code))
 
+    in_clients(run)
+    if errors:
+        raise RuntimeError(f"requests failed: {errors[:5]}")
+
+
+def in_clients(run):
+    """run(k) for each client k, CLIENTS threads at once."""
     threads = [threading.Thread(target=run, args=(k,)) for k in range(CLIENTS)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    if errors:
-        raise RuntimeError(f"requests failed: {errors[:5]}")
 
 
 def timed_get(session, url):
