@@ -47,6 +47,7 @@ APACHE_MODULES = "/usr/lib/apache2/modules"
 NGINX_BIN = "/usr/sbin/nginx"
 NGINX_MODULES = "/usr/lib/nginx/modules"
 REDIS_BIN = "/usr/bin/redis-server"
+REDIS_CLI_BIN = "/usr/bin/redis-cli"
 
 
 def nginx_version():
@@ -904,20 +905,22 @@ http {{
 
 
 class Redis:
-    """redis-server on 127.0.0.1:<free port>, no persistence."""
+    """redis-server on 127.0.0.1:<free port>, no persistence; args: more
+    of redis-server's options; dir: its directory (made if not given)."""
 
-    def __init__(self, name=None):
-        self.dir = make_www_dir(f"mruby-{name or 'redis'}-")
+    def __init__(self, name=None, args=(), dir=None):
+        self.dir = dir or make_www_dir(f"mruby-{name or 'redis'}-")
         self.host = "127.0.0.1"
         self.port = free_port()
         self.proc = None
         self.log_path = os.path.join(self.dir, "redis.log")
+        self.args = list(args)
 
     def start(self):
         args = [REDIS_BIN, "--bind", self.host, "--port", str(self.port),
                 "--save", "", "--appendonly", "no", "--daemonize", "no",
                 "--dir", self.dir, "--logfile", self.log_path,
-                "--protected-mode", "no"]
+                "--protected-mode", "no"] + self.args
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL,
                                      stderr=subprocess.STDOUT,
@@ -990,3 +993,97 @@ class Redis:
     def __exit__(self, *exc):
         self.stop()
         return False
+
+
+class RedisCluster:
+    """A Redis Cluster of six redis-server on 127.0.0.1 (three masters,
+    a replica each), made by `redis-cli --cluster create`, each node in a
+    directory of its own under .dir.  .nodes are harness.Redis objects."""
+
+    SIZE = 6
+
+    def __init__(self, name="cluster"):
+        self.dir = make_www_dir(f"mruby-{name}-")
+        self.nodes = []
+        for i in range(self.SIZE):
+            d = os.path.join(self.dir, f"node{i}")
+            os.mkdir(d)
+            node = Redis(args=[], dir=d)
+            node.args = ["--cluster-enabled", "yes", "--cluster-config-file",
+                         f"nodes-{node.port}.conf",
+                         "--cluster-node-timeout", "5000"]
+            self.nodes.append(node)
+
+    def seeds(self):
+        return [f"{n.host}:{n.port}" for n in self.nodes]
+
+    def start(self):
+        try:
+            for n in self.nodes:
+                n.start()
+            made = subprocess.run(
+                [REDIS_CLI_BIN, "--cluster", "create", *self.seeds(),
+                 "--cluster-replicas", "1", "--cluster-yes"],
+                stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                timeout=60)
+            if made.returncode != 0:
+                raise HarnessError(f"redis-cli --cluster create failed\n"
+                                   f"{made.stdout}{made.stderr}")
+            deadline = time.monotonic() + 60
+            while not self._ready():
+                if time.monotonic() > deadline:
+                    raise HarnessError("the Redis Cluster did not reach "
+                                       "cluster_state:ok on every node")
+                time.sleep(0.1)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _ready(self):
+        for n in self.nodes:
+            if "cluster_state:ok" not in n.command("CLUSTER", "INFO"):
+                return False
+        return len(self.masters()) == self.SIZE // 2
+
+    def cli(self, node, *args):
+        """A command on node through redis-cli (the whole reply, as
+        text)."""
+        out = subprocess.run([REDIS_CLI_BIN, "-h", node.host, "-p",
+                              str(node.port), *map(str, args)],
+                             stdin=subprocess.DEVNULL, capture_output=True,
+                             text=True, timeout=STOP_TIMEOUT)
+        return out.stdout.strip()
+
+    def masters(self):
+        """{node id: harness.Redis} of the masters that serve slots, as
+        the first node sees them."""
+        by_port = {n.port: n for n in self.nodes}
+        found = {}
+        for line in self.nodes[0].command("CLUSTER", "NODES").splitlines():
+            f = line.split()
+            if len(f) > 8 and "master" in f[2].split(","):
+                port = int(f[1].split("@")[0].rsplit(":", 1)[1])
+                found[f[0]] = by_port[port]
+        return found
+
+    def node_of_slot(self, slot):
+        """(node id, harness.Redis) of the master serving slot."""
+        by_port = {n.port: n for n in self.nodes}
+        for line in self.nodes[0].command("CLUSTER", "NODES").splitlines():
+            f = line.split()
+            if "master" not in f[2].split(","):
+                continue
+            for r in f[8:]:
+                lo, _, hi = r.partition("-")
+                if r[0] != "[" and int(lo) <= slot <= int(hi or lo):
+                    port = int(f[1].split("@")[0].rsplit(":", 1)[1])
+                    return f[0], by_port[port]
+        raise HarnessError(f"no master serves slot {slot}")
+
+    def stop(self):
+        for n in self.nodes:
+            n.stop()
+
+    def remove(self):
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -518,6 +518,24 @@ def run_redis_api(apache, nginx, redis_server):
     run_checked(n.get, checks)
 
 
+@runs("redis-cluster-api")
+def run_redis_cluster_api(apache, nginx, redis_server):
+    cluster = harness.RedisCluster("cluster-doc").start()
+    try:
+        seeds = cluster.seeds()
+        script, checks = with_value_checks(
+            example("redis-cluster-api")
+            .replace("127.0.0.1:7000", seeds[0])
+            .replace("127.0.0.1:7001", seeds[1]))
+        assert checks >= 5
+        a, n = both_servers(apache, nginx, script)
+        run_checked(a.get, checks)
+        run_checked(n.get, checks)
+    finally:
+        cluster.stop()
+    cluster.remove()
+
+
 def runner_ids():
     """Each test once, named by the examples it runs."""
     by_fn = {}

@@ -40,6 +40,7 @@
 #include "mrb_api.h"
 #include "mrb_metrics.h"
 #include "mrb_redis.h"
+#include "mrb_redis_cluster.h"
 #include "mrb_redis_conn.h"
 #include "mrb_interp_core.h"
 #include "mrb_stack.h"
@@ -1384,6 +1385,7 @@ redis_define(mrb_state *mrb)
     mrb_api_define_class(mrb, c, "AuthError", reply_error, NULL);
     mrb_api_define_class(mrb, c, "ClosedError", base, NULL);
     mrb_api_define_class_methods(mrb, c, redis_class_methods);
+    mrb_redis_cluster_define(mrb, c, base, redis_command_methods);
 
     /* holds a kept connection; not for scripts */
     conn = mrb_api_define_class(mrb, c, "Connection", NULL, NULL);

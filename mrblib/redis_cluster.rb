@@ -1,0 +1,209 @@
+# Redis::Cluster: the Redis API over a Redis Cluster.  Each command goes
+# to the master of its keys' slot (Redis::Cluster.__command_slot, in C:
+# src/core/mrb_redis_cluster.c) through that node's ::Redis object, so it
+# waits as ::Redis does and uses the interpreter's connection to the node.
+#
+# The slot map is read with CLUSTER SLOTS at the first command and kept
+# in the class (Cluster.__map_for), out of reach of the cleanup that undoes
+# a run's top-level changes: every later request of the interpreter uses
+# it.  A MOVED reply changes the map's entry for its slot, once, and the
+# command goes to the named node; ASK sends ASKING and the command to the
+# named node, the map unchanged; TRYAGAIN and CLUSTERDOWN are retried,
+# with growing pauses, until the command's timeout.  A lost connection
+# makes the next command read the map again.
+class Redis
+  class Cluster
+    class_eval(&CONVERTING_METHODS)
+
+    SLOTS = 16384
+    REDIRECTS_MAX = 5
+    RETRY_PAUSE = 0.01     # s, doubled at each TRYAGAIN or CLUSTERDOWN
+    DEFAULT_TIMEOUT = 1.0  # s, as ::Redis's
+
+    @maps = {}
+
+    # The map of the cluster that seeds name, for this interpreter; made
+    # once per seed list and timeout (the seeds checked then).
+    def self.__map_for(seeds, timeout)
+      unless seeds.is_a?(Array)
+        raise ArgumentError, "Redis::Cluster.new: the nodes are an Array " \
+                             "of \"host:port\" Strings"
+      end
+      key = "#{seeds.join(",")} #{timeout}"
+      @maps[key] || (@maps[key] = SlotMap.new(seeds, timeout))
+    end
+
+    # Redis::Cluster.new(["127.0.0.1:7000", ...], timeout: 1.0)
+    def initialize(seeds, timeout: nil)
+      @map = Cluster.__map_for(seeds, timeout)
+    end
+
+    def call(*args)
+      map = @map
+      raise ClosedError, "connection is already closed" if map.nil?
+      map.__call(Cluster.__command_slot(args), args)
+    end
+
+    def [](key)
+      call("GET", key)
+    end
+
+    def []=(key, value)
+      call("SET", key, value)
+      value
+    end
+
+    # This object's commands raise Redis::ClosedError from now on; the
+    # connections stay, for the interpreter's next Redis::Cluster.
+    def close
+      @map = nil
+    end
+
+    def connected?
+      !@map.nil?
+    end
+
+    %w(pipelined queue commit reply bulk_reply).each do |name|
+      define_method(name) do |*|
+        raise ClusterError, "Redis::Cluster: #{name} is not supported on a " \
+                            "cluster yet (commands go one at a time)"
+      end
+    end
+
+    # The slots' masters, and a ::Redis object for each node.
+    class SlotMap
+      def self.__address?(s)
+        i = s.is_a?(String) && s.rindex(":")
+        i && i > 0 && s[i + 1..-1].to_i.to_s == s[i + 1..-1]
+      end
+
+      def initialize(seeds, timeout)
+        if seeds.empty? || !seeds.all? { |s| SlotMap.__address?(s) }
+          raise ArgumentError, "Redis::Cluster.new: the nodes are an " \
+                               "Array of \"host:port\" Strings, not " \
+                               "#{seeds.inspect}"
+        end
+        if !timeout.nil? && !(timeout.is_a?(Numeric) && timeout > 0)
+          raise ArgumentError, "timeout must be between 0 and 3600 seconds"
+        end
+        @seeds = seeds
+        @timeout = timeout
+        @timeout_s = (timeout || DEFAULT_TIMEOUT).to_f
+        @nodes = {}    # "host:port" => Redis
+        @slots = nil   # SLOTS "host:port"s of masters, nil until read
+      end
+
+      def __call(slot, args)
+        slots = @slots || __load_slots
+        addr = slot.nil? ? (slots[0] || @seeds[0]) : slots[slot]
+        if addr.nil?
+          raise ClusterError, "Redis::Cluster: no node serves slot #{slot}"
+        end
+        begin
+          __node(addr).call(*args)
+        rescue ReplyError => e
+          __redirected(slot, args, e)
+        rescue ConnectionError
+          @slots = nil
+          raise
+        end
+      end
+
+      def __node(addr)
+        @nodes[addr] || begin
+          i = addr.rindex(":")
+          @nodes[addr] = Redis.new(addr[0, i], addr[i + 1..-1].to_i,
+                                   timeout: @timeout)
+        end
+      end
+
+      # The slots' masters from the first node that answers CLUSTER SLOTS.
+      def __load_slots
+        failures = []
+        (@seeds + @nodes.keys).uniq.each do |addr|
+          begin
+            reply = __node(addr).call("CLUSTER", "SLOTS")
+          rescue BaseError => e
+            failures << "#{addr}: #{e.message}"
+            next
+          end
+          return @slots = __slots_from(reply, addr)
+        end
+        raise ConnectionError, "Redis::Cluster: no node answered CLUSTER " \
+                               "SLOTS (#{failures.join("; ")})"
+      end
+
+      # A node announced without a host (an empty String) is on the host
+      # that answered.
+      def __slots_from(reply, addr)
+        slots = Array.new(SLOTS)
+        reply.each do |range|
+          first, last, master = range
+          host = master[0].to_s
+          host = addr[0, addr.rindex(":")] if host.empty?
+          owner = "#{host}:#{master[1]}"
+          i = first
+          while i <= last
+            slots[i] = owner
+            i += 1
+          end
+        end
+        slots
+      end
+
+      # The command after its first error reply e: redirected by MOVED or
+      # ASK, retried after TRYAGAIN or CLUSTERDOWN, else e raised.
+      def __redirected(slot, args, e)
+        redirects = 0
+        pause = RETRY_PAUSE
+        deadline = nil
+        addr = nil
+        asking = false
+        while true
+          words = e.message.split(" ")
+          case words[0]
+          when "MOVED", "ASK"
+            redirects += 1
+            if redirects > REDIRECTS_MAX
+              raise ClusterError, "Redis::Cluster: #{args[0]}: more than " \
+                                  "#{REDIRECTS_MAX} redirections (the last: " \
+                                  "#{e.message})"
+            end
+            asking = words[0] == "ASK"
+            addr = words[2]
+            @slots[words[1].to_i] = addr if !asking && @slots
+          when "TRYAGAIN", "CLUSTERDOWN"
+            deadline ||= Time.now.to_f + @timeout_s
+            raise e if Time.now.to_f + pause > deadline
+            sleep pause
+            pause *= 2
+            addr ||= (@slots || __load_slots)[slot || 0] || @seeds[0]
+          else
+            raise e
+          end
+          begin
+            return asking ? __ask(addr, args) : __node(addr).call(*args)
+          rescue ReplyError => again
+            e = again
+          end
+        end
+      end
+
+      # ASKING and the command on one link: a pipeline of an object of
+      # this run's own (on the node's connection).
+      def __ask(addr, args)
+        i = addr.rindex(":")
+        r = Redis.new(addr[0, i], addr[i + 1..-1].to_i, timeout: @timeout)
+        reply = r.pipelined { |p| p.asking; p.call(*args) }[1]
+        return reply unless args[0].to_s.downcase == "hgetall"
+        h = {}
+        i = 0
+        while i + 1 < reply.size
+          h[reply[i]] = reply[i + 1]
+          i += 2
+        end
+        h
+      end
+    end
+  end
+end

@@ -1,0 +1,376 @@
+/*
+ * Redis::Cluster's C half: which of the cluster's 16384 slots a command
+ * goes to, and the commands as methods.  The routing (the slot map, MOVED,
+ * ASK, TRYAGAIN) is Ruby, in mrblib/redis_cluster.rb, over one ::Redis
+ * object per node, so that every wait is a ::Redis wait (on nginx, on the
+ * event loop).
+ *
+ * A key's slot is CRC16 (XMODEM: polynomial 0x1021, initial 0) of the key,
+ * or of its hash tag (what is between the first "{" and the next "}" after
+ * it, when not empty), modulo 16384: Redis's own keyHashSlot
+ * (src/cluster.c).  A command's slot is the slot of its keys, found by
+ * its name in redis_cluster_keys; keys in different slots are refused
+ * here, before anything is sent, with a message that says what to do.
+ */
+
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <mruby.h>
+#include <mruby/array.h>
+#include <mruby/class.h>
+#include <mruby/string.h>
+#include <mruby/variable.h>
+#include "mrb_api.h"
+#include "mrb_redis_cluster.h"
+
+#define REDIS_CLUSTER_SLOTS     16384
+#define REDIS_CLUSTER_NAME_MAX  32     /* longest command name we look up */
+
+
+static const uint16_t  redis_crc16_table[256] = {
+    0x0000, 0x1021, 0x2042, 0x3063, 0x4084, 0x50a5, 0x60c6, 0x70e7,
+    0x8108, 0x9129, 0xa14a, 0xb16b, 0xc18c, 0xd1ad, 0xe1ce, 0xf1ef,
+    0x1231, 0x0210, 0x3273, 0x2252, 0x52b5, 0x4294, 0x72f7, 0x62d6,
+    0x9339, 0x8318, 0xb37b, 0xa35a, 0xd3bd, 0xc39c, 0xf3ff, 0xe3de,
+    0x2462, 0x3443, 0x0420, 0x1401, 0x64e6, 0x74c7, 0x44a4, 0x5485,
+    0xa56a, 0xb54b, 0x8528, 0x9509, 0xe5ee, 0xf5cf, 0xc5ac, 0xd58d,
+    0x3653, 0x2672, 0x1611, 0x0630, 0x76d7, 0x66f6, 0x5695, 0x46b4,
+    0xb75b, 0xa77a, 0x9719, 0x8738, 0xf7df, 0xe7fe, 0xd79d, 0xc7bc,
+    0x48c4, 0x58e5, 0x6886, 0x78a7, 0x0840, 0x1861, 0x2802, 0x3823,
+    0xc9cc, 0xd9ed, 0xe98e, 0xf9af, 0x8948, 0x9969, 0xa90a, 0xb92b,
+    0x5af5, 0x4ad4, 0x7ab7, 0x6a96, 0x1a71, 0x0a50, 0x3a33, 0x2a12,
+    0xdbfd, 0xcbdc, 0xfbbf, 0xeb9e, 0x9b79, 0x8b58, 0xbb3b, 0xab1a,
+    0x6ca6, 0x7c87, 0x4ce4, 0x5cc5, 0x2c22, 0x3c03, 0x0c60, 0x1c41,
+    0xedae, 0xfd8f, 0xcdec, 0xddcd, 0xad2a, 0xbd0b, 0x8d68, 0x9d49,
+    0x7e97, 0x6eb6, 0x5ed5, 0x4ef4, 0x3e13, 0x2e32, 0x1e51, 0x0e70,
+    0xff9f, 0xefbe, 0xdfdd, 0xcffc, 0xbf1b, 0xaf3a, 0x9f59, 0x8f78,
+    0x9188, 0x81a9, 0xb1ca, 0xa1eb, 0xd10c, 0xc12d, 0xf14e, 0xe16f,
+    0x1080, 0x00a1, 0x30c2, 0x20e3, 0x5004, 0x4025, 0x7046, 0x6067,
+    0x83b9, 0x9398, 0xa3fb, 0xb3da, 0xc33d, 0xd31c, 0xe37f, 0xf35e,
+    0x02b1, 0x1290, 0x22f3, 0x32d2, 0x4235, 0x5214, 0x6277, 0x7256,
+    0xb5ea, 0xa5cb, 0x95a8, 0x8589, 0xf56e, 0xe54f, 0xd52c, 0xc50d,
+    0x34e2, 0x24c3, 0x14a0, 0x0481, 0x7466, 0x6447, 0x5424, 0x4405,
+    0xa7db, 0xb7fa, 0x8799, 0x97b8, 0xe75f, 0xf77e, 0xc71d, 0xd73c,
+    0x26d3, 0x36f2, 0x0691, 0x16b0, 0x6657, 0x7676, 0x4615, 0x5634,
+    0xd94c, 0xc96d, 0xf90e, 0xe92f, 0x99c8, 0x89e9, 0xb98a, 0xa9ab,
+    0x5844, 0x4865, 0x7806, 0x6827, 0x18c0, 0x08e1, 0x3882, 0x28a3,
+    0xcb7d, 0xdb5c, 0xeb3f, 0xfb1e, 0x8bf9, 0x9bd8, 0xabbb, 0xbb9a,
+    0x4a75, 0x5a54, 0x6a37, 0x7a16, 0x0af1, 0x1ad0, 0x2ab3, 0x3a92,
+    0xfd2e, 0xed0f, 0xdd6c, 0xcd4d, 0xbdaa, 0xad8b, 0x9de8, 0x8dc9,
+    0x7c26, 0x6c07, 0x5c64, 0x4c45, 0x3ca2, 0x2c83, 0x1ce0, 0x0cc1,
+    0xef1f, 0xff3e, 0xcf5d, 0xdf7c, 0xaf9b, 0xbfba, 0x8fd9, 0x9ff8,
+    0x6e17, 0x7e36, 0x4e55, 0x5e74, 0x2e93, 0x3eb2, 0x0ed1, 0x1ef0
+};
+
+
+static uint16_t
+redis_crc16(const char *p, size_t len)
+{
+    size_t    i;
+    uint16_t  crc = 0;
+
+    for (i = 0; i < len; i++) {
+        crc = (uint16_t) (crc << 8)
+              ^ redis_crc16_table[((crc >> 8) ^ (unsigned char) p[i]) & 0xff];
+    }
+
+    return crc;
+}
+
+
+unsigned
+mrb_redis_cluster_key_slot(const char *key, size_t len)
+{
+    const char  *open, *close;
+
+    open = memchr(key, '{', len);
+
+    if (open != NULL) {
+        close = memchr(open + 1, '}', len - (size_t) (open + 1 - key));
+
+        if (close != NULL && close != open + 1) {
+            key = open + 1;
+            len = (size_t) (close - key);
+        }
+    }
+
+    return redis_crc16(key, len) & (REDIS_CLUSTER_SLOTS - 1);
+}
+
+
+/*
+ * Where a command's keys are, by its name (lower case, sorted for
+ * bsearch).  first: the index of the first key in the command's Array
+ * (the name is 0); last: of the last, counted from the end when negative
+ * (-1 the last argument); step between keys; numkeys: the keys' count is
+ * the argument before the first (EVAL).  A command not listed has its key
+ * at 1, when it has arguments.  first 0: no key (any node answers);
+ * REDIS_CLUSTER_REFUSED: not routable to one node yet.
+ */
+#define REDIS_CLUSTER_REFUSED  (-1)
+
+typedef struct {
+    const char  *name;
+    int          first;
+    int          last;
+    int          step;
+    int          numkeys;
+} redis_cluster_keys_t;
+
+static const redis_cluster_keys_t  redis_cluster_keys[] = {
+    { "auth", REDIS_CLUSTER_REFUSED, 0, 0, 0 },
+    { "bitop", 2, -1, 1, 0 },
+    { "blmove", 1, 2, 1, 0 },
+    { "blpop", 1, -2, 1, 0 },
+    { "brpop", 1, -2, 1, 0 },
+    { "brpoplpush", 1, 2, 1, 0 },
+    { "bzpopmax", 1, -2, 1, 0 },
+    { "bzpopmin", 1, -2, 1, 0 },
+    { "client", 0, 0, 0, 0 },
+    { "cluster", 0, 0, 0, 0 },
+    { "command", 0, 0, 0, 0 },
+    { "config", 0, 0, 0, 0 },
+    { "dbsize", 0, 0, 0, 0 },
+    { "del", 1, -1, 1, 0 },
+    { "discard", REDIS_CLUSTER_REFUSED, 0, 0, 0 },
+    { "echo", 0, 0, 0, 0 },
+    { "eval", 3, -1, 1, 1 },
+    { "eval_ro", 3, -1, 1, 1 },
+    { "evalsha", 3, -1, 1, 1 },
+    { "evalsha_ro", 3, -1, 1, 1 },
+    { "exec", REDIS_CLUSTER_REFUSED, 0, 0, 0 },
+    { "exists", 1, -1, 1, 0 },
+    { "fcall", 3, -1, 1, 1 },
+    { "fcall_ro", 3, -1, 1, 1 },
+    { "flushall", REDIS_CLUSTER_REFUSED, 0, 0, 0 },
+    { "flushdb", REDIS_CLUSTER_REFUSED, 0, 0, 0 },
+    { "hello", REDIS_CLUSTER_REFUSED, 0, 0, 0 },
+    { "info", 0, 0, 0, 0 },
+    { "keys", REDIS_CLUSTER_REFUSED, 0, 0, 0 },
+    { "lmove", 1, 2, 1, 0 },
+    { "mget", 1, -1, 1, 0 },
+    { "monitor", REDIS_CLUSTER_REFUSED, 0, 0, 0 },
+    { "mset", 1, -1, 2, 0 },
+    { "msetnx", 1, -1, 2, 0 },
+    { "multi", REDIS_CLUSTER_REFUSED, 0, 0, 0 },
+    { "pfcount", 1, -1, 1, 0 },
+    { "pfmerge", 1, -1, 1, 0 },
+    { "ping", 0, 0, 0, 0 },
+    { "psubscribe", REDIS_CLUSTER_REFUSED, 0, 0, 0 },
+    { "publish", 0, 0, 0, 0 },
+    { "randomkey", REDIS_CLUSTER_REFUSED, 0, 0, 0 },
+    { "rename", 1, 2, 1, 0 },
+    { "renamenx", 1, 2, 1, 0 },
+    { "rpoplpush", 1, 2, 1, 0 },
+    { "scan", REDIS_CLUSTER_REFUSED, 0, 0, 0 },
+    { "sdiff", 1, -1, 1, 0 },
+    { "sdiffstore", 1, -1, 1, 0 },
+    { "select", REDIS_CLUSTER_REFUSED, 0, 0, 0 },
+    { "sinter", 1, -1, 1, 0 },
+    { "sinterstore", 1, -1, 1, 0 },
+    { "smove", 1, 2, 1, 0 },
+    { "subscribe", REDIS_CLUSTER_REFUSED, 0, 0, 0 },
+    { "sunion", 1, -1, 1, 0 },
+    { "sunionstore", 1, -1, 1, 0 },
+    { "time", 0, 0, 0, 0 },
+    { "touch", 1, -1, 1, 0 },
+    { "unlink", 1, -1, 1, 0 },
+    { "unwatch", REDIS_CLUSTER_REFUSED, 0, 0, 0 },
+    { "watch", REDIS_CLUSTER_REFUSED, 0, 0, 0 },
+};
+
+static const redis_cluster_keys_t  redis_cluster_one_key = { "", 1, 1, 1, 0 };
+
+
+static int
+redis_cluster_keys_cmp(const void *name, const void *entry)
+{
+    return strcmp(name, ((const redis_cluster_keys_t *) entry)->name);
+}
+
+
+/* The entry of a command name (a String or a Symbol, any case). */
+static const redis_cluster_keys_t *
+redis_cluster_keys_of(mrb_state *mrb, mrb_value name)
+{
+    char                        lower[REDIS_CLUSTER_NAME_MAX + 1];
+    mrb_int                     len, i;
+    const char                 *p;
+    const redis_cluster_keys_t *k;
+
+    if (mrb_symbol_p(name)) {
+        p = mrb_sym_name_len(mrb, mrb_symbol(name), &len);
+
+    } else if (mrb_string_p(name)) {
+        p = RSTRING_PTR(name);
+        len = RSTRING_LEN(name);
+
+    } else {
+        mrb_raisef(mrb, E_ARGUMENT_ERROR, "Redis::Cluster: a command name "
+                   "is a String or a Symbol, not %C", mrb_obj_class(mrb, name));
+    }
+
+    if (len > REDIS_CLUSTER_NAME_MAX) {
+        return &redis_cluster_one_key;
+    }
+
+    for (i = 0; i < len; i++) {
+        lower[i] = (char) tolower((unsigned char) p[i]);
+    }
+    lower[len] = '\0';
+
+    k = bsearch(lower, redis_cluster_keys,
+                sizeof(redis_cluster_keys) / sizeof(redis_cluster_keys[0]),
+                sizeof(redis_cluster_keys_t), redis_cluster_keys_cmp);
+
+    return k != NULL ? k : &redis_cluster_one_key;
+}
+
+
+/* The slot of argument i of args, made a String as the command sends it. */
+static unsigned
+redis_cluster_arg_slot(mrb_state *mrb, mrb_value args, mrb_int i)
+{
+    mrb_value  key = RARRAY_PTR(args)[i];
+
+    if (mrb_symbol_p(key)) {
+        key = mrb_sym_str(mrb, mrb_symbol(key));
+    } else if (!mrb_string_p(key)) {
+        key = mrb_obj_as_string(mrb, key);
+    }
+
+    return mrb_redis_cluster_key_slot(RSTRING_PTR(key),
+                                      (size_t) RSTRING_LEN(key));
+}
+
+
+/*
+ * Redis::Cluster.__command_slot(["MGET", "a", "b"]): the slot of the
+ * command's keys, nil when it has none; raises Redis::ClusterError when
+ * they are in different slots or the command cannot go to one node.
+ */
+static mrb_value
+redis_cluster_command_slot(mrb_state *mrb, mrb_value self)
+{
+    mrb_value                    args;
+    mrb_int                      argc, first, last, i, n;
+    unsigned                     slot, other;
+    const redis_cluster_keys_t  *k;
+    struct RClass               *error;
+
+    mrb_get_args(mrb, "A", &args);
+    argc = RARRAY_LEN(args);
+    error = mrb_class_ptr(mrb_iv_get(mrb, self,
+                                     mrb_intern_lit(mrb, "__error__")));
+
+    if (argc == 0) {
+        mrb_raise(mrb, E_ARGUMENT_ERROR, "no Redis command given");
+    }
+
+    k = redis_cluster_keys_of(mrb, RARRAY_PTR(args)[0]);
+
+    if (k->first == REDIS_CLUSTER_REFUSED) {
+        mrb_raisef(mrb, error, "Redis::Cluster: %v is not supported on a "
+                   "cluster (it needs one connection, or every node)",
+                   RARRAY_PTR(args)[0]);
+    }
+
+    first = k->first;
+    last = k->last < 0 ? argc + k->last : k->last;
+
+    if (k->numkeys) {
+        if (argc < first) {
+            return mrb_nil_value();
+        }
+        n = mrb_as_int(mrb, RARRAY_PTR(args)[first - 1]);
+        last = first + n - 1;
+    }
+
+    if (first == 0 || first >= argc) {
+        return mrb_nil_value();
+    }
+
+    if (last >= argc) {
+        last = argc - 1;
+    }
+
+    slot = redis_cluster_arg_slot(mrb, args, first);
+
+    for (i = first + k->step; i <= last; i += k->step) {
+        other = redis_cluster_arg_slot(mrb, args, i);
+
+        if (other != slot) {
+            mrb_raisef(mrb, error, "Redis::Cluster: %v's keys are in "
+                       "different slots (\"%v\" in %d, \"%v\" in %d): give them one "
+                       "hash tag, as {tag}a and {tag}b, to keep them in one",
+                       RARRAY_PTR(args)[0], RARRAY_PTR(args)[first],
+                       (int) slot, RARRAY_PTR(args)[i], (int) other);
+        }
+    }
+
+    return mrb_fixnum_value(slot);
+}
+
+
+/* Redis::Cluster.key_slot("{user1}:name") => 8106 */
+static mrb_value
+redis_cluster_key_slot_m(mrb_state *mrb, mrb_value self)
+{
+    char     *p;
+    mrb_int   len;
+
+    mrb_get_args(mrb, "s", &p, &len);
+
+    return mrb_fixnum_value(mrb_redis_cluster_key_slot(p, (size_t) len));
+}
+
+
+/* cluster.get("k"), ...: the method's name is the command, sent by call. */
+static mrb_value
+redis_cluster_named(mrb_state *mrb, mrb_value self)
+{
+    mrb_int           argc, i;
+    mrb_value         argv;
+    const mrb_value  *args;
+
+    mrb_get_args(mrb, "*", &args, &argc);
+
+    argv = mrb_ary_new_capa(mrb, argc + 1);
+    mrb_ary_push(mrb, argv, mrb_sym_str(mrb, mrb_get_mid(mrb)));
+    for (i = 0; i < argc; i++) {
+        mrb_ary_push(mrb, argv, args[i]);
+    }
+
+    return mrb_funcall_argv(mrb, self, mrb_intern_lit(mrb, "call"),
+                            RARRAY_LEN(argv), RARRAY_PTR(argv));
+}
+
+
+static const mrb_api_method  redis_cluster_class_methods[] = {
+    { "__command_slot", redis_cluster_command_slot, MRB_ARGS_REQ(1) },
+    { "key_slot", redis_cluster_key_slot_m, MRB_ARGS_REQ(1) },
+    MRB_API_METHOD_END
+};
+
+
+void
+mrb_redis_cluster_define(mrb_state *mrb, struct RClass *redis,
+    struct RClass *base_error, const mrb_api_method *commands)
+{
+    struct RClass         *c, *error;
+    const mrb_api_method  *m;
+
+    c = mrb_api_define_class(mrb, redis, "Cluster", NULL, NULL);
+    error = mrb_api_define_class(mrb, redis, "ClusterError", base_error,
+                                 NULL);
+    /* where command_slot finds it: a script may reassign the constant */
+    mrb_iv_set(mrb, mrb_obj_value(c), mrb_intern_lit(mrb, "__error__"),
+               mrb_obj_value(error));
+    mrb_api_define_class_methods(mrb, c, redis_cluster_class_methods);
+
+    for (m = commands; m->name != NULL; m++) {
+        mrb_define_method(mrb, c, m->name, redis_cluster_named, m->aspec);
+    }
+}
