@@ -54,8 +54,8 @@ def main():
                                               seeds=seeds))
         cmd = valgrind.one_process(s)
         try:
-            low = callgrind.instructions(s, cmd, 1000)
-            high = callgrind.instructions(s, cmd, 3000)
+            low = callgrind.instructions(s, cmd, 1000, "hello")
+            high = callgrind.instructions(s, cmd, 3000, "hello")
         finally:
             s.remove()
     finally:

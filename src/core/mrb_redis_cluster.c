@@ -229,11 +229,12 @@ redis_cluster_keys_of(mrb_state *mrb, mrb_value name)
 }
 
 
-/* The slot of argument i of args, made a String as the command sends it. */
+/* The slot of argument i of args, made a String as the command sends it
+ * (an earlier argument's to_s may have shortened args: then nil's). */
 static unsigned
 redis_cluster_arg_slot(mrb_state *mrb, mrb_value args, mrb_int i)
 {
-    mrb_value  key = RARRAY_PTR(args)[i];
+    mrb_value  key = mrb_ary_ref(mrb, args, i);
 
     if (mrb_symbol_p(key)) {
         key = mrb_sym_str(mrb, mrb_symbol(key));
@@ -284,7 +285,10 @@ redis_cluster_command_slot(mrb_state *mrb, mrb_value self)
         if (argc < first) {
             return mrb_nil_value();
         }
-        n = mrb_as_int(mrb, RARRAY_PTR(args)[first - 1]);
+        n = mrb_as_int(mrb, mrb_ary_ref(mrb, args, first - 1));
+        if (n <= 0) {
+            return mrb_nil_value();
+        }
         last = first + n - 1;
     }
 
@@ -296,6 +300,9 @@ redis_cluster_command_slot(mrb_state *mrb, mrb_value self)
         last = argc - 1;
     }
 
+    /* from here on the keys' to_s may run Ruby: args is read by index,
+     * its length checked at each read */
+
     slot = redis_cluster_arg_slot(mrb, args, first);
 
     for (i = first + k->step; i <= last; i += k->step) {
@@ -305,8 +312,9 @@ redis_cluster_command_slot(mrb_state *mrb, mrb_value self)
             mrb_raisef(mrb, error, "Redis::Cluster: %v's keys are in "
                        "different slots (\"%v\" in %d, \"%v\" in %d): give them one "
                        "hash tag, as {tag}a and {tag}b, to keep them in one",
-                       RARRAY_PTR(args)[0], RARRAY_PTR(args)[first],
-                       (int) slot, RARRAY_PTR(args)[i], (int) other);
+                       mrb_ary_ref(mrb, args, 0),
+                       mrb_ary_ref(mrb, args, first), (int) slot,
+                       mrb_ary_ref(mrb, args, i), (int) other);
         }
     }
 
