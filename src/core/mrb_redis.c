@@ -906,26 +906,30 @@ redis_queue_of(mrb_state *mrb, mrb_value self, redis_obj *r)
 }
 
 
-/* Whether a command name (a String or a Symbol) is HGETALL, whose reply
- * becomes a Hash. */
+const char *
+mrb_redis_name(mrb_state *mrb, mrb_value name, mrb_int *len)
+{
+    if (mrb_symbol_p(name)) {
+        return mrb_sym_name_len(mrb, mrb_symbol(name), len);
+    }
+
+    if (mrb_string_p(name)) {
+        *len = RSTRING_LEN(name);
+        return RSTRING_PTR(name);
+    }
+
+    return NULL;
+}
+
+
+/* Whether a command name is HGETALL, whose reply becomes a Hash. */
 static int
 redis_is_hgetall(mrb_state *mrb, mrb_value name)
 {
     mrb_int      len;
-    const char  *p;
+    const char  *p = mrb_redis_name(mrb, name, &len);
 
-    if (mrb_symbol_p(name)) {
-        p = mrb_sym_name_len(mrb, mrb_symbol(name), &len);
-
-    } else if (mrb_string_p(name)) {
-        p = RSTRING_PTR(name);
-        len = RSTRING_LEN(name);
-
-    } else {
-        return 0;
-    }
-
-    return len == 7 && strncasecmp(p, "hgetall", 7) == 0;
+    return p != NULL && len == 7 && strncasecmp(p, "hgetall", 7) == 0;
 }
 
 

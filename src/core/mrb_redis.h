@@ -18,4 +18,8 @@
  */
 extern const mrb_part  mrb_redis_part;
 
+/* The bytes of a command name given as a String or a Symbol (*len set);
+ * NULL for another object (which the command sends by its to_s). */
+const char *mrb_redis_name(mrb_state *mrb, mrb_value name, mrb_int *len);
+
 #endif /* MRB_REDIS_H */

@@ -23,6 +23,7 @@
 #include <mruby/string.h>
 #include <mruby/variable.h>
 #include "mrb_api.h"
+#include "mrb_redis.h"
 #include "mrb_redis_cluster.h"
 
 #define REDIS_CLUSTER_SLOTS     16384
@@ -191,7 +192,8 @@ redis_cluster_keys_cmp(const void *name, const void *entry)
 }
 
 
-/* The entry of a command name (a String or a Symbol, any case). */
+/* The entry of a command name (a String or a Symbol, any case; another
+ * object is sent by its to_s, as one key's command). */
 static const redis_cluster_keys_t *
 redis_cluster_keys_of(mrb_state *mrb, mrb_value name)
 {
@@ -200,19 +202,9 @@ redis_cluster_keys_of(mrb_state *mrb, mrb_value name)
     const char                 *p;
     const redis_cluster_keys_t *k;
 
-    if (mrb_symbol_p(name)) {
-        p = mrb_sym_name_len(mrb, mrb_symbol(name), &len);
+    p = mrb_redis_name(mrb, name, &len);
 
-    } else if (mrb_string_p(name)) {
-        p = RSTRING_PTR(name);
-        len = RSTRING_LEN(name);
-
-    } else {
-        mrb_raisef(mrb, E_ARGUMENT_ERROR, "Redis::Cluster: a command name "
-                   "is a String or a Symbol, not %C", mrb_obj_class(mrb, name));
-    }
-
-    if (len > REDIS_CLUSTER_NAME_MAX) {
+    if (p == NULL || len > REDIS_CLUSTER_NAME_MAX) {
         return &redis_cluster_one_key;
     }
 

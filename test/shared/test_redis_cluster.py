@@ -130,12 +130,16 @@ def slots_reads(cluster):
     return sum(calls(cluster.nodes, "cluster|slots"))
 
 
+def answers(kind, apache, nginx, cluster, name, script, expected):
+    """/name?seeds of script answers expected."""
+    s = serve(kind, apache, nginx, name, script)
+    r = s.get(f"/{name}?" + ",".join(cluster.seeds()))
+    assert (r.status_code, r.text) == (200, expected), s.error_log()[-2000:]
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_keys_spread_over_the_masters(kind, apache, nginx, cluster):
-    s = serve(kind, apache, nginx, "spread", SPREAD)
-    r = s.get("/spread?" + ",".join(cluster.seeds()))
-    assert (r.status_code, r.text) == (200, SPREAD_EXPECTED), \
-        s.error_log()[-2000:]
+    answers(kind, apache, nginx, cluster, "spread", SPREAD, SPREAD_EXPECTED)
     # every master holds some of the 60 keys
     sizes = [int(m.command("DBSIZE")[1:])
              for m in cluster.masters().values()]
@@ -146,10 +150,7 @@ def test_keys_spread_over_the_masters(kind, apache, nginx, cluster):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_hash_tags_and_cross_slot_refused(kind, apache, nginx, cluster):
-    s = serve(kind, apache, nginx, "tags", TAGS)
-    r = s.get("/tags?" + ",".join(cluster.seeds()))
-    assert (r.status_code, r.text) == (200, TAGS_EXPECTED), \
-        s.error_log()[-2000:]
+    answers(kind, apache, nginx, cluster, "tags", TAGS, TAGS_EXPECTED)
 
 
 def move_slot(cluster, slot, key, dst_id, dst, finish=True):
