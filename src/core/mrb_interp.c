@@ -74,6 +74,7 @@ struct mrb_interp_s {
     unsigned            parts_dirty;    /* a bit per part in
                                            server->parts: mrb_part_dirty */
     unsigned            startup_leaves:1;   /* mrb_toplevel_startup_leaves */
+    unsigned            counted:1;  /* in its worker's metrics */
 };
 
 
@@ -85,6 +86,11 @@ mrb_interp_seal(mrb_interp *interp)
     mrb_toplevel_free(mrb, interp->toplevel);
     interp->toplevel = mrb_toplevel_record(mrb, interp->server_class,
                                            interp->startup_leaves);
+
+    /* sealed again in a worker that took over its parent's copy */
+    if (!interp->counted) {
+        interp->counted = mrb_metrics_worker_interps(1);
+    }
 
     if (interp->toplevel == NULL) {
         mrb_interp_log(interp, MRB_LOG_ERR,
@@ -232,6 +238,10 @@ mrb_interp_close(mrb_interp *interp)
 {
     if (interp == NULL) {
         return;
+    }
+
+    if (interp->counted) {
+        mrb_metrics_worker_interps(-1);
     }
 
     mrb_toplevel_free(interp->head.mrb, interp->toplevel);

@@ -39,6 +39,7 @@
 #include "mrb_interp_core.h"
 #include "mrb_metrics.h"
 #include "mrb_shdict.h"
+#include "mrb_shdict_zone.h"
 
 #define METRICS_SCRIPT_LEN  MRB_METRICS_NAME_LEN
 #define METRICS_PHASE_LEN   32
@@ -96,6 +97,12 @@ typedef struct {
 
 typedef struct {
     _Atomic pid_t     pid;            /* its process; 0: never taken */
+
+    /* gauges of the process (mrb_metrics_worker_*) */
+    _Atomic int64_t   interps;
+    _Atomic int64_t   coros;
+    _Atomic int64_t   coros_peak;
+
     metrics_counts    rows[MRB_METRICS_ROWS];
 } metrics_slot;
 
@@ -193,6 +200,10 @@ mrb_metrics_attach(char *err, size_t errlen)
             && atomic_compare_exchange_strong(&metrics->slots[i].pid, &old,
                                               self))
         {
+            /* the counts go on; what the gone process had is gone */
+            metrics->slots[i].interps = 0;
+            metrics->slots[i].coros = 0;
+            metrics->slots[i].coros_peak = 0;
             mrb_metrics_own = &metrics->slots[i];
             return 0;
         }
@@ -454,6 +465,44 @@ mrb_metrics_run_end(mrb_interp *interp, mrb_run_rec *run, int rc)
     {
         metrics_count_rest(interp, run, rc, c, t);
     }
+}
+
+
+int
+mrb_metrics_worker_interps(int delta)
+{
+    metrics_slot  *own = mrb_metrics_own;
+
+    if (own == NULL) {
+        return 0;
+    }
+
+    atomic_fetch_add_explicit(&own->interps, delta, memory_order_relaxed);
+    return 1;
+}
+
+
+int
+mrb_metrics_worker_coros(int delta)
+{
+    metrics_slot  *own = mrb_metrics_own;
+    int64_t        now, peak;
+
+    if (own == NULL) {
+        return 0;
+    }
+
+    now = atomic_fetch_add_explicit(&own->coros, delta, memory_order_relaxed)
+          + delta;
+    peak = atomic_load_explicit(&own->coros_peak, memory_order_relaxed);
+
+    while (now > peak
+           && !atomic_compare_exchange_weak(&own->coros_peak, &peak, now))
+    {
+        /* peak is reloaded */
+    }
+
+    return 1;
 }
 
 
@@ -777,6 +826,145 @@ prom_family_write(metrics_buf *b, const char *server, unsigned f)
 }
 
 
+/* The worker processes alive now: their slots, up to MRB_METRICS_SLOTS. */
+static size_t
+metrics_live_slots(metrics_slot **live)
+{
+    metrics_slot  *s;
+    pid_t          pid;
+    size_t         k, n = 0;
+
+    for (k = 0; k < MRB_METRICS_SLOTS; k++) {
+        s = &metrics->slots[k];
+        pid = atomic_load_explicit(&s->pid, memory_order_relaxed);
+        if (pid != 0 && !metrics_pid_gone(pid)) {
+            live[n++] = s;
+        }
+    }
+
+    return n;
+}
+
+
+static const struct {
+    const char  *name;
+    const char  *help;
+} prom_worker_families[] = {
+    { "mruby_worker_interpreters",
+      "Interpreters of the worker process." },
+    { "mruby_worker_coroutines",
+      "Runs of the worker on a coroutine (each on a stack of its own) now." },
+    { "mruby_worker_coroutines_peak",
+      "The most runs of the worker on a coroutine at once since it started." }
+};
+
+
+static int64_t
+metrics_worker_gauge(metrics_slot *s, size_t f)
+{
+    return atomic_load_explicit(f == 0 ? &s->interps
+                                : f == 1 ? &s->coros : &s->coros_peak,
+                                memory_order_relaxed);
+}
+
+
+static void
+prom_workers_write(metrics_buf *b, const char *server)
+{
+    metrics_slot  *live[MRB_METRICS_SLOTS];
+    size_t         n, f, k;
+
+    n = metrics_live_slots(live);
+
+    for (f = 0; f < 3; f++) {
+        buf_printf(b, "# HELP %s %s\n# TYPE %s gauge\n",
+                   prom_worker_families[f].name,
+                   prom_worker_families[f].help,
+                   prom_worker_families[f].name);
+        for (k = 0; k < n; k++) {
+            buf_printf(b, "%s{server=", prom_worker_families[f].name);
+            buf_quoted(b, server, 0);
+            buf_printf(b, ",worker=\"%ld\"} %" PRId64 "\n",
+                       (long) atomic_load(&live[k]->pid),
+                       metrics_worker_gauge(live[k], f));
+        }
+    }
+}
+
+
+/* The shared dictionaries in use: their keys, free bytes and evictions,
+ * each read under its zone's lock. */
+static void
+prom_shared_dicts_write(metrics_buf *b, const char *server)
+{
+    static const struct {
+        const char  *name;
+        const char  *type;
+        const char  *help;
+    } families[] = {
+        { "mruby_shared_dict_keys", "gauge",
+          "Live keys of the shared dictionary." },
+        { "mruby_shared_dict_free_bytes", "gauge",
+          "Bytes of the shared dictionary's free pages." },
+        { "mruby_shared_dict_evictions_total", "counter",
+          "Entries the shared dictionary evicted to make room." }
+    };
+
+    const mrb_shdict_ref  *ref;
+    mrb_shdict_zone       *z;
+    mrb_shdict_stats       st;
+    uint64_t               v;
+    size_t                 f;
+
+    for (f = 0; f < 3; f++) {
+        buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", families[f].name,
+                   families[f].help, families[f].name, families[f].type);
+
+        for (ref = mrb_shdict_ref_next(NULL); ref != NULL;
+             ref = mrb_shdict_ref_next(ref))
+        {
+            z = mrb_shdict_ref_zone(ref);
+            if (z == NULL) {
+                continue;
+            }
+
+            if (f == 0) {
+                v = mrb_shdict_zone_count(z);
+            } else {
+                mrb_shdict_zone_stats(z, &st);
+                v = f == 1 ? (uint64_t) st.free_pages * st.page_size
+                           : st.evictions;
+            }
+
+            buf_printf(b, "%s{server=", families[f].name);
+            buf_quoted(b, server, 0);
+            buf_printf(b, ",dict=");
+            buf_quoted(b, mrb_shdict_ref_name(ref), 0);
+            buf_printf(b, "} %" PRIu64 "\n", v);
+        }
+    }
+}
+
+
+static void
+json_workers(metrics_buf *b)
+{
+    metrics_slot  *live[MRB_METRICS_SLOTS];
+    size_t         n, k;
+
+    n = metrics_live_slots(live);
+
+    for (k = 0; k < n; k++) {
+        buf_printf(b, "%s\n  {\"pid\": %ld, \"interpreters\": %" PRId64
+                   ", \"coroutines\": %" PRId64 ", \"coroutines_peak\": %"
+                   PRId64 "}", k ? "," : "", (long) atomic_load(&live[k]->pid),
+                   metrics_worker_gauge(live[k], 0),
+                   metrics_worker_gauge(live[k], 1),
+                   metrics_worker_gauge(live[k], 2));
+    }
+}
+
+
 int
 mrb_metrics_script_next(uint32_t *cursor, mrb_metrics_script *out)
 {
@@ -936,6 +1124,8 @@ mrb_metrics_format(mrb_metrics_format_e format, const char *server,
         for (f = 0; f < PROM_EVENTS + MRB_METRICS_NEVENTS; f++) {
             prom_family_write(&b, server, f);
         }
+        prom_workers_write(&b, server);
+        prom_shared_dicts_write(&b, server);
 
     } else {
         buf_printf(&b, "{\"server\": ");
@@ -947,6 +1137,9 @@ mrb_metrics_format(mrb_metrics_format_e format, const char *server,
             first = 0;
             json_script(&b, &m);
         }
+
+        buf_printf(&b, "\n], \"workers\": [");
+        json_workers(&b);
 
         buf_printf(&b, "\n]}\n");
     }

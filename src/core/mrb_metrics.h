@@ -141,6 +141,16 @@ mrb_metrics_row_of(_Atomic uint64_t *row_cache)
     return (uint32_t) atomic_load_explicit(row_cache, memory_order_relaxed);
 }
 
+/*
+ * What a worker process has now (gauges of its slot, reset when a new
+ * process takes the slot over): interpreters sealed and not closed, and
+ * runs on a coroutine (each on a stack of its own) with their peak.
+ * Called by mrb_interp.c and mrb_wait.c with +1 and -1.  Each returns 1
+ * when it counted, 0 in a process without a slot.
+ */
+int mrb_metrics_worker_interps(int delta);
+int mrb_metrics_worker_coros(int delta);
+
 /* A script in a phase, its counts summed over the worker slots. */
 #define MRB_METRICS_NAME_LEN  256
 #define MRB_METRICS_NBUCKETS  13

@@ -350,6 +350,13 @@ mrb_shdict_find(const char *name, size_t len)
 }
 
 
+mrb_shdict_ref *
+mrb_shdict_ref_next(const mrb_shdict_ref *prev)
+{
+    return prev != NULL ? prev->next : shd_registry;
+}
+
+
 mrb_shdict_zone *
 mrb_shdict_ref_zone(const mrb_shdict_ref *ref)
 {

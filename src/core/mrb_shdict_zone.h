@@ -176,6 +176,9 @@ mrb_shdict_ref *mrb_shdict_find(const char *name, size_t len);
 mrb_shdict_ref *mrb_shdict_open_default(const char *name, size_t len,
     char *err, size_t errlen);
 mrb_shdict_zone *mrb_shdict_ref_zone(const mrb_shdict_ref *ref);
+
+/* The registry's dictionary after prev (NULL: the first), or NULL. */
+mrb_shdict_ref *mrb_shdict_ref_next(const mrb_shdict_ref *prev);
 const char *mrb_shdict_ref_name(const mrb_shdict_ref *ref);
 size_t mrb_shdict_ref_size(const mrb_shdict_ref *ref);
 

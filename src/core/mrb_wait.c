@@ -103,6 +103,7 @@ struct mrb_wait_slot_s {
                                         (run.metrics_row) */
 
     unsigned             cancelled:1;
+    unsigned             counted:1;  /* in the worker's coroutines */
     unsigned             aside:1;    /* top-level, parts' state in keep */
     unsigned             lost:1;     /* ... could not be kept: exception */
     unsigned             saved:1;    /* arena values in keep */
@@ -569,6 +570,11 @@ wait_slot_give_back(mrb_state *mrb, mrb_wait_state *st, mrb_wait_slot *slot)
     slot->ctx->stbase[1] = mrb_nil_value();
     slot->proc = NULL;
 
+    if (slot->counted) {
+        slot->counted = 0;
+        mrb_metrics_worker_coros(-1);
+    }
+
     if (slot->aside || slot->lost) {
         wait_keep_clear(mrb, slot);
     }
@@ -929,6 +935,7 @@ mrb_wait_exec(mrb_interp *interp, struct RProc *proc, mrb_run_rec *run)
         return -1;
     }
 
+    slot->counted = 0;
     slot->coro = mrb_coro_new(st->pool, wait_main, slot);
     if (slot->coro == NULL) {
         wait_slot_give_back(mrb, st, slot);
@@ -947,6 +954,7 @@ mrb_wait_exec(mrb_interp *interp, struct RProc *proc, mrb_run_rec *run)
     slot->interp = interp;
     slot->proc = proc;
     slot->cancelled = 0;
+    slot->counted = mrb_metrics_worker_coros(1);
     slot->aside = 0;
     slot->lost = 0;
     slot->saved = 0;

@@ -2,6 +2,7 @@
 and 2 Apache children, kept when a worker is killed, and an exposition
 that Prometheus' own Python parser reads (prometheus_client)."""
 
+import concurrent.futures
 import json
 import os
 import re
@@ -17,7 +18,8 @@ HELLO = 'get_server_class.rputs "hello"\n'
 STATUS = 'get_server_class.return get_server_class::HTTP_SERVICE_UNAVAILABLE\n'
 
 
-def metrics_server(kind, apache, nginx, handlers, slow_log=None):
+def metrics_server(kind, apache, nginx, handlers, slow_log=None,
+                   shared_dict=False):
     """A server with /metrics and one content handler file per location
     ({"/path": "ruby code"}), the slow-run log at slow_log if given;
     returns it and {path: script file}."""
@@ -32,6 +34,8 @@ def metrics_server(kind, apache, nginx, handlers, slow_log=None):
                  "</Location>" for loc, f in scripts.items()]
         if slow_log:
             conf.append(f"mrubySlowLog {slow_log}")
+        if shared_dict:
+            conf.append("mrubySharedDict meet 64k")
         s = apache("\n".join(conf), files=files)
     else:
         locs = ["location /metrics { mruby_metrics; }"]
@@ -39,7 +43,8 @@ def metrics_server(kind, apache, nginx, handlers, slow_log=None):
                  for loc, f in scripts.items()]
         if slow_log:
             locs.append(f"mruby_slow_log {slow_log};")
-        s = nginx("server {\n    listen 127.0.0.1:{port};\n"
+        s = nginx(("mruby_shared_dict meet 64k;\n" if shared_dict else "")
+                  + "server {\n    listen 127.0.0.1:{port};\n"
                   + "\n".join(locs) + "\n}", workers=2, files=files)
     return s, {loc: os.path.join(s.dir, f) for loc, f in scripts.items()}
 
@@ -297,3 +302,45 @@ def test_live_edits_are_counted(kind, apache, nginx):
             break
         time.sleep(0.05)
     assert counts() == [1, 1, 1, 1]
+
+
+# Each run waits, on its coroutine, until 4 runs are in (5 s at most).
+MEET = """S = get_server_class
+d = S::SharedDict.new("meet")
+d.incr("in", 1, init: 0)
+100.times { break if d["in"] >= 4; S::Async.sleep 50 }
+S.rputs d["in"].to_s
+"""
+
+
+@pytest.mark.parametrize("kind", ["apache", "nginx"])
+def test_workers_and_shared_dicts_are_reported(kind, apache, nginx):
+    s, _ = metrics_server(kind, apache, nginx, {"/meet": MEET},
+                          shared_dict=True)
+    with concurrent.futures.ThreadPoolExecutor(4) as ex:
+        answers = list(ex.map(
+            lambda _: s.get("/meet", headers={"Connection": "close"}).text,
+            range(4)))
+    assert answers == ["4"] * 4, s.error_log()[-2000:]
+
+    smp = samples(s)
+    pids = {str(p) for p in s.worker_pids()}
+
+    def by_worker(name):
+        return {dict(k[1])["worker"]: v for k, v in smp.items()
+                if k[0] == name}
+
+    interps = by_worker("mruby_worker_interpreters")
+    assert set(interps) == pids
+    assert sum(interps.values()) >= 1
+    assert set(by_worker("mruby_worker_coroutines").values()) == {0}
+    # the 4 runs waited at the same time, wherever they ran
+    assert sum(by_worker("mruby_worker_coroutines_peak").values()) == 4
+
+    doc = json.loads(s.get("/metrics?format=json").text)
+    assert {str(w["pid"]) for w in doc["workers"]} == pids
+
+    meet = dict(server=kind, dict="meet")
+    assert value(smp, "mruby_shared_dict_keys", **meet) == 1
+    assert 0 < value(smp, "mruby_shared_dict_free_bytes", **meet) <= 65536
+    assert value(smp, "mruby_shared_dict_evictions_total", **meet) == 0
