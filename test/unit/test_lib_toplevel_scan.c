@@ -94,8 +94,9 @@ scan_sym_cmp(const void *a, const void *b, void *mrb)
  * receiver: they are in the scan's list of names, so a run that calls
  * them compares the tables.  The others change nothing for their caller:
  * they send a name or run a block their caller gave (Enumerable's,
- * Enumerator's, Proc#curry, catch: a run naming a method of the list
- * gives it such a name, and is flagged for that), or name a method of
+ * Enumerator's, Proc#curry, catch, Mutex#try_lock_loop's instance_eval
+ * of its block: a run naming a method of the list gives it such a name,
+ * and is flagged for that), or name a method of
  * the list on an object of their own (Data's members and send(member),
  * Userdata's to_sym of the key it was called by, Module#include,
  * attr_accessor, prepend: mrblib's own definitions of those methods; Set's
@@ -112,7 +113,8 @@ static const char  *scan_known[] = {
     "delegate_method", "do_not_reverse_lookup=", "downcase", "each",
     "each_pair", "freeze", "include", "inject", "inspect",
     "members", "method_missing", "new", "prepend",
-    "product", "reduce", "select", "to_h", "to_proc", "to_s", "upcase",
+    "product", "reduce", "select", "to_h", "to_proc", "to_s",
+    "try_lock_loop", "upcase",
 #if MRUBY_RELEASE_NO == 30100
     "enumerator_block_call", "new_with_prelude", "singleton_method",
 #else
