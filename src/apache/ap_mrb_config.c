@@ -14,6 +14,7 @@
 #include <http_main.h>
 
 #include "ap_mrb.h"
+#include "mrb_alloc.h"
 #include "mrb_shdict.h"
 
 APLOG_USE_MODULE(mruby);
@@ -62,6 +63,7 @@ ap_mrb_create_dir_conf(apr_pool_t *p, char *dir)
     conf->body_limit = AP_MRB_UNSET;
     conf->filter_limit = AP_MRB_UNSET;
     conf->slow_ns = AP_MRB_UNSET;
+    conf->run_memory = AP_MRB_UNSET;
     return conf;
 }
 
@@ -99,6 +101,7 @@ ap_mrb_dir_conf_combine(apr_pool_t *p, const ap_mrb_dir_conf *base,
     AP_MRB_MERGE_FLAG(body_limit);
     AP_MRB_MERGE_FLAG(filter_limit);
     AP_MRB_MERGE_FLAG(slow_ns);
+    AP_MRB_MERGE_FLAG(run_memory);
 
 #undef AP_MRB_MERGE_PTR
 #undef AP_MRB_MERGE_FLAG
@@ -496,6 +499,17 @@ ap_mrb_filter_limit(request_rec *r)
 }
 
 
+size_t
+ap_mrb_run_memory(request_rec *r)
+{
+    ap_mrb_dir_conf  *dconf = ap_get_module_config(r->per_dir_config,
+                                                   &mruby_module);
+
+    return dconf->run_memory == AP_MRB_UNSET ? MRB_RUN_MEMORY_DEFAULT
+                                             : (size_t) dconf->run_memory;
+}
+
+
 static const char *
 ap_mrb_cmd_code_cache(cmd_parms *cmd, void *mconfig, const char *arg)
 {
@@ -681,6 +695,10 @@ const command_rec ap_mrb_cmds[] = {
     AP_INIT_TAKE1("mrubySlowLog", ap_mrb_cmd_slow_log, NULL, AP_MRB_WHERE,
         "a time (50ms, 2s): a script run longer logs one line with its "
         "time in Ruby and its time waiting; 0: off (the default)"),
+    AP_INIT_TAKE1("mrubyRunMemory", ap_mrb_cmd_limit,
+        (void *) APR_OFFSETOF(ap_mrb_dir_conf, run_memory), AP_MRB_WHERE,
+        "the most bytes a run of a script allocates and keeps; past it "
+        "the script gets NoMemoryError and the request 500"),
     AP_INIT_TAKE1("mrubyCodeCache", ap_mrb_cmd_code_cache, NULL, AP_MRB_WHERE,
         "stat, forever or never: how file scripts declared after it are "
         "cached"),

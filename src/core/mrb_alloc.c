@@ -7,6 +7,13 @@
  * mrb_open_core() asks for the state first (with no mrb_state yet) and
  * mrb_close() frees it last, so they are made and freed with the
  * interpreter, without a call of their own.
+ *
+ * The run in progress (mrb_interp_run) may have a memory budget: each
+ * block it takes is counted at its usable size and each block freed while
+ * it runs is taken off (never below zero: what other runs left and the
+ * collector frees now is no credit), and a block that would take the
+ * count past the budget is refused before malloc is asked.  mruby then
+ * collects all garbage, asks once more and raises NoMemoryError.
  */
 
 #include <malloc.h>
@@ -16,6 +23,7 @@
 #include <string.h>
 
 #include "mrb_alloc.h"
+#include "mrb_interp.h"
 
 #ifdef __SANITIZE_ADDRESS__
 #include <sanitizer/asan_interface.h>
@@ -112,33 +120,84 @@ keep_take(mrb_alloc_keep *keep, size_t size)
 }
 
 
-static MRB_ALLOC_NOINLINE void *
-block_alloc(mrb_alloc_keep *keep, size_t size)
+/* The run whose budget counts mrb's blocks now, or NULL. */
+static mrb_run_rec *
+budget_run(mrb_state *mrb)
 {
-    void  *p;
+    mrb_run_rec  *run = mrb_interp_run(mrb);
+
+    return run != NULL && run->memory_limit != 0 ? run : NULL;
+}
+
+
+/* Whether run may keep more bytes than it does; marks it when not. */
+static int
+budget_allows(mrb_run_rec *run, size_t more)
+{
+    if (more <= run->memory_limit
+        && run->memory_used <= run->memory_limit - more)
+    {
+        return 1;
+    }
+
+    run->memory_exceeded = 1;
+    return 0;
+}
+
+
+static void
+budget_give_back(mrb_run_rec *run, size_t size)
+{
+    run->memory_used -= size < run->memory_used ? size : run->memory_used;
+}
+
+
+static MRB_ALLOC_NOINLINE void *
+block_alloc(mrb_state *mrb, size_t size)
+{
+    mrb_alloc_keep  *keep = keep_of(mrb);
+    mrb_run_rec         *run = budget_run(mrb);
+    void            *p = NULL;
+
+    if (run != NULL && !budget_allows(run, size)) {
+        return NULL;
+    }
 
     if (size >= MRB_ALLOC_KEEP_MIN && keep->count > 0) {
         p = keep_take(keep, size);
-        if (p != NULL) {
-            return p;
-        }
     }
 
-    return malloc(size);
+    if (p == NULL) {
+        p = malloc(size);
+    }
+
+    if (run != NULL && p != NULL) {
+        run->memory_used += malloc_usable_size(p);
+    }
+
+    return p;
 }
 
 
 /* Returns NULL, for interp_allocf's tail call. */
 static MRB_ALLOC_NOINLINE void *
-block_free(mrb_alloc_keep *keep, void *p)
+block_free(mrb_state *mrb, void *p)
 {
-    size_t  size;
+    mrb_alloc_keep  *keep = keep_of(mrb);
+    mrb_run_rec         *run;
+    size_t           size;
 
     if (p == NULL) {
         return NULL;
     }
 
     size = malloc_usable_size(p);
+
+    run = budget_run(mrb);
+    if (run != NULL) {
+        budget_give_back(run, size);
+    }
+
     if (keep_has_room(keep, size)) {
         keep_put(keep, p, size);
     } else {
@@ -154,26 +213,56 @@ block_free(mrb_alloc_keep *keep, void *p)
  * to a small block instead, the large one is kept for the next compile
  * rather than split.
  */
-static MRB_ALLOC_NOINLINE void *
-block_realloc(mrb_alloc_keep *keep, void *p, size_t size)
+static void *
+block_shrink(mrb_alloc_keep *keep, void *p, size_t old, size_t size)
 {
-    size_t  old;
-    void   *q;
+    void  *q;
 
-    if (size < MRB_ALLOC_KEEP_MIN) {
-        old = malloc_usable_size(p);
-        if (keep_has_room(keep, old)) {
-            q = malloc(size);
-            if (q == NULL) {
-                return NULL;
-            }
-            memcpy(q, p, size);
-            keep_put(keep, p, old);
-            return q;
+    if (size < MRB_ALLOC_KEEP_MIN && keep_has_room(keep, old)) {
+        q = malloc(size);
+        if (q == NULL) {
+            return NULL;
         }
+        memcpy(q, p, size);
+        keep_put(keep, p, old);
+        return q;
     }
 
     return realloc(p, size);
+}
+
+
+/*
+ * A block that fails to grow stays as it was, in the budget too.  The GC
+ * arena grows past the budget: mruby raises the arena's capacity before
+ * it asks, and a refusal would leave the next objects written past the
+ * arena's end (docs/security.md).
+ */
+static MRB_ALLOC_NOINLINE void *
+block_realloc(mrb_state *mrb, void *p, size_t size)
+{
+    mrb_run_rec  *run = budget_run(mrb);
+    size_t    old = 0;
+    void     *q;
+
+    if (run != NULL || size < MRB_ALLOC_KEEP_MIN) {
+        old = malloc_usable_size(p);
+    }
+
+    if (run != NULL && size > old && p != (void *) mrb->gc.arena
+        && !budget_allows(run, size - old))
+    {
+        return NULL;
+    }
+
+    q = block_shrink(keep_of(mrb), p, old, size);
+
+    if (run != NULL && q != NULL) {
+        budget_give_back(run, old);
+        run->memory_used += malloc_usable_size(q);
+    }
+
+    return q;
 }
 
 
@@ -216,15 +305,14 @@ static void *
 interp_allocf(mrb_state *mrb, void *p, size_t size, void *ud)
 {
     if (size == 0) {
-        return p == mrb ? state_free(mrb) : block_free(keep_of(mrb), p);
+        return p == mrb ? state_free(mrb) : block_free(mrb, p);
     }
 
     if (p == NULL) {
-        return mrb != NULL ? block_alloc(keep_of(mrb), size)
-                           : state_alloc(size);
+        return mrb != NULL ? block_alloc(mrb, size) : state_alloc(size);
     }
 
-    return block_realloc(keep_of(mrb), p, size);
+    return block_realloc(mrb, p, size);
 }
 
 

@@ -31,6 +31,16 @@
 #define MRB_ALLOC_KEEP_BLOCKS  8
 #define MRB_ALLOC_KEEP_BYTES   (64 * 1024)
 
+/*
+ * A run's memory budget (mrb_run.memory_limit) unless configured: what a
+ * run may allocate and keep through this allocator, counted at the blocks'
+ * usable sizes.  A hello-world run keeps none; the default is eight times
+ * the largest body the servers hand a script whole unless configured (the
+ * output filter's 16 MB), so that a script may copy and convert it, and
+ * still a small part of a machine that runs a few dozen workers.
+ */
+#define MRB_RUN_MEMORY_DEFAULT  ((size_t) 128 * 1024 * 1024)
+
 /* mrb_open() with this allocator; NULL when out of memory. */
 mrb_state *mrb_alloc_open(void);
 

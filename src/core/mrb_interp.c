@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -22,6 +23,7 @@
 #include <mruby/class.h>
 #include <mruby/error.h>
 #include <mruby/irep.h>
+#include <mruby/debug.h>
 #include <mruby/object.h>
 #include <mruby/proc.h>
 #include <mruby/throw.h>
@@ -720,6 +722,42 @@ interp_close_toplevel_env(mrb_state *mrb)
 
 
 /*
+ * After a run that went past its memory budget: what it made and nothing
+ * reaches is collected at once, and glibc gives the pages back to the
+ * system (its heap keeps a freed top below the trim threshold, which grows
+ * with each large block freed).  The failing run pays: a run within its
+ * budget makes no system call here.  The script's registers are left as
+ * they are: clearing them before this GC (as interp_collect_descriptors
+ * does) made the next run on a coroutine crash in Apache's event MPM, for
+ * a reason not found yet; what the script's locals hold is freed once a
+ * later run has reused the registers and the collector has passed.
+ */
+static MRB_NOINLINE void
+interp_collect_memory(mrb_state *mrb)
+{
+    mrb_full_gc(mrb);
+    malloc_trim(0);
+}
+
+
+/* "NoMemoryError: past the run's memory budget of N bytes (script)" */
+static MRB_NOINLINE void
+interp_budget_error(mrb_state *mrb, struct RProc *proc, mrb_run_rec *run,
+    size_t limit)
+{
+    const char  *file = NULL;
+
+    if (!MRB_PROC_CFUNC_P(proc)) {
+        file = mrb_debug_get_filename(mrb, proc->body.irep, 0);
+    }
+
+    snprintf(run->error, sizeof(run->error),
+             "NoMemoryError: past the run's memory budget of %zu bytes (%s)",
+             limit, file != NULL ? file : "no file name");
+}
+
+
+/*
  * After a failed run: if the process is out of file descriptors, a full GC.
  * A script may have left them in File objects nothing reaches (opening
  * files until it failed); only a GC closes those, and none would come
@@ -776,6 +814,7 @@ mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run_rec *run)
     mrb_value            ret;
     int                  ai = mrb_gc_arena_save(mrb);
     int                  rc, what;
+    size_t               memory_limit = run->memory_limit;
 
     if (run->startup && mrb_toplevel_startup_leaves(mrb, proc)) {
         interp->startup_leaves = 1;
@@ -793,6 +832,7 @@ mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run_rec *run)
 
     if (c != mrb->root_c || c->ci != c->cibase) {
         ret = interp_exec_nested(mrb, proc);
+        run->memory_limit = 0;
 
     } else {
         MRB_TRY(&jmp) {
@@ -815,13 +855,22 @@ mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run_rec *run)
         } MRB_END_EXC(&jmp);
 
         mrb->jmp = prev_jmp;
+
+        /* the run is over: what its end allocates (the env's copy, the
+         * error's text) is not counted, and cannot fail for the budget
+         * here, where nothing would catch NoMemoryError */
+        run->memory_limit = 0;
         interp_close_toplevel_env(mrb);
     }
 
     rc = 0;
 
     if (mrb->exc != NULL) {
-        mrb_error_format_run(interp, mrb_obj_value(mrb->exc), run);
+        if (run->memory_exceeded && mrb->exc == mrb->nomem_err) {
+            interp_budget_error(mrb, proc, run, memory_limit);
+        } else {
+            mrb_error_format_run(interp, mrb_obj_value(mrb->exc), run);
+        }
         mrb->exc = NULL;
         rc = -1;
     }
@@ -846,7 +895,9 @@ mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run_rec *run)
 
     mrb_gc_arena_restore(mrb, ai);
 
-    if (rc != 0 && run->prev == NULL) {
+    if (run->memory_exceeded) {
+        interp_collect_memory(mrb);
+    } else if (rc != 0 && run->prev == NULL) {
         interp_collect_descriptors(mrb);
     }
 

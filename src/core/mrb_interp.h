@@ -113,6 +113,12 @@ struct mrb_run_rec_s {
                                  its last version (mrubyStatOnError fail) */
     unsigned     may_wait:1;  /* run on a coroutine: the script may wait
                                  (mrb_wait.h) */
+    unsigned     memory_exceeded:1; /* an allocation was refused for
+                                 memory_limit (mrb_alloc.h) */
+    size_t       memory_limit; /* the bytes the run may allocate and keep
+                                  (mrb_alloc.h); 0: no limit */
+    size_t       memory_used;  /* what it keeps now, counted while
+                                  memory_limit is set */
     const char  *phase;       /* the adapter's name of the phase, a static
                                  string; NULL: the run is not counted
                                  (mrb_metrics.h) */
@@ -144,6 +150,9 @@ mrb_run_init(mrb_run_rec *run, void *request, mrb_int default_result)
     run->wrote = 0;
     run->stat_on_error_fail = 0;
     run->may_wait = 0;
+    run->memory_exceeded = 0;
+    run->memory_limit = 0;
+    run->memory_used = 0;
     run->phase = NULL;
     run->waited_ns = 0;
     run->slow_ns = 0;

@@ -5,6 +5,7 @@
  */
 
 #include "ngx_http_mruby_module.h"
+#include "mrb_alloc.h"
 #include "mrb_metrics.h"
 #include "mrb_shdict.h"
 #include "mrb_wait.h"
@@ -252,6 +253,7 @@ ngx_http_mruby_create_loc_conf(ngx_conf_t *cf)
     mlcf->body_limit = NGX_CONF_UNSET;
     mlcf->filter_limit = NGX_CONF_UNSET;
     mlcf->slow_log = NGX_CONF_UNSET_MSEC;
+    mlcf->run_memory = NGX_CONF_UNSET_SIZE;
 
     return mlcf;
 }
@@ -279,6 +281,8 @@ ngx_http_mruby_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
                              MRB_HTTP_FILTER_BODY_LIMIT_DEFAULT);
     ngx_conf_merge_msec_value(conf->slow_log, prev->slow_log, 0);
     conf->slow_ns = (int64_t) conf->slow_log * 1000000;
+    ngx_conf_merge_size_value(conf->run_memory, prev->run_memory,
+                              MRB_RUN_MEMORY_DEFAULT);
 
     rv = ngx_http_mruby_merge_handlers(cf, prev, conf);
     if (rv != NGX_CONF_OK) {
@@ -391,6 +395,7 @@ ngx_http_mruby_run(ngx_http_request_t *r, ngx_mruby_script_t *s,
     run->slow_ns = mlcf->slow_ns;
     run->stat_on_error_fail = mlcf->stat_on_error
                               == NGX_MRUBY_STAT_ON_ERROR_FAIL;
+    run->memory_limit = mlcf->run_memory;
 
     /* a phase up to content keeps its data in ctx: its script may wait */
     run->may_wait = data->ctx != NULL && data == &data->ctx->data;

@@ -81,6 +81,7 @@ typedef struct {
     off_t                 filter_limit;   /* the body filter's; 0: none */
     ngx_msec_t            slow_log;       /* mruby_slow_log; 0: off */
     int64_t               slow_ns;        /* the same, for mrb_run_rec */
+    size_t                run_memory;     /* mrb_run.memory_limit */
 } ngx_http_mruby_loc_conf_t;
 
 

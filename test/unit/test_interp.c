@@ -153,6 +153,52 @@ TEST(interp_nested_run_error_is_its_own)
 
 
 
+/*
+ * A run past its memory budget fails with the budget and the script's
+ * name, and the next run in the interpreter goes on as before.
+ */
+TEST(interp_run_past_its_memory_budget_fails_and_the_next_runs)
+{
+    static const char  code[] = "a = Array.new(100_000); i = 0\n"
+                                "loop { a[i] = 'x' * 64; i += 1 }";
+    static const char  spends[] = "x = 1; [1].each { x }; 'y' * 1000";
+    mrb_interp  *interp = interp_sealed();
+    char         err[256];
+    mrb_script  *s;
+    mrb_run_rec  run;
+
+    REQUIRE(interp != NULL);
+    /* small blocks up to the budget, and the top level's env (the
+     * block's) to be copied when the run ends */
+    s = mrb_script_from_code(code, strlen(code), "appends", 1, err,
+                             sizeof(err));
+    REQUIRE(s != NULL);
+
+    mrb_run_init(&run, (void *) 1, 0);
+    run.memory_limit = 4 * 1024 * 1024;
+    CHECK_EQ(mrb_script_run(interp, s, &run), -1);
+    CHECK(strncmp(run.error, "NoMemoryError: past the run's memory budget "
+                  "of 4194304 bytes (", 61) == 0);
+    mrb_script_free(s);
+
+    /* a budget spent at once: the run's end (it copies the top level's
+     * env, which the block made) is not counted */
+    s = mrb_script_from_code(spends, strlen(spends), "spends", 1, err,
+                             sizeof(err));
+    REQUIRE(s != NULL);
+    mrb_run_init(&run, (void *) 1, 0);
+    run.memory_limit = 1;
+    CHECK_EQ(mrb_script_run(interp, s, &run), -1);
+    CHECK(strncmp(run.error, "NoMemoryError: past the run's memory budget "
+                  "of 1 bytes (", 54) == 0);
+    mrb_script_free(s);
+
+    CHECK_EQ(interp_run_code(interp, "Apache.rputs 'next' * 2", &run), 0);
+    CHECK(strcmp(interp_out, "nextnext") == 0);
+    mrb_interp_close(interp);
+}
+
+
 /* A server at debug level whose log keeps each line, "LEVEL MESSAGE\n". */
 static char  debug_log[1024];
 
