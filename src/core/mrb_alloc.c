@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "mrb_alloc.h"
-#include "mrb_interp.h"
+#include "mrb_interp_core.h"
 
 #ifdef __SANITIZE_ADDRESS__
 #include <sanitizer/asan_interface.h>
@@ -130,9 +130,26 @@ budget_run(mrb_state *mrb)
 }
 
 
-/* Whether run may keep more bytes than it does; marks it when not. */
+/* The run's error buffer holds where it was refused until the run ends
+ * (mrb_interp_exec makes the log line of it). */
+static MRB_ALLOC_NOINLINE void
+budget_refuse(mrb_state *mrb, mrb_run_rec *run)
+{
+    run->memory_exceeded = 1;
+    mrb_error_where(mrb, run->error, sizeof(run->error));
+}
+
+
+/*
+ * Whether run may keep more bytes than it does; marks it when not.  While
+ * an exception or a break is on its way (mrb->exc set) nothing is refused:
+ * mruby then copies the envs of the frames it pops, and a second raise in
+ * the middle of a pop is not one its VM survives (it goes on unwinding
+ * frames that belong to an outer entry into the VM).  The copies are a few
+ * registers a frame.
+ */
 static int
-budget_allows(mrb_run_rec *run, size_t more)
+budget_allows(mrb_state *mrb, mrb_run_rec *run, size_t more)
 {
     if (more <= run->memory_limit
         && run->memory_used <= run->memory_limit - more)
@@ -140,7 +157,11 @@ budget_allows(mrb_run_rec *run, size_t more)
         return 1;
     }
 
-    run->memory_exceeded = 1;
+    if (mrb->exc != NULL) {
+        return 1;
+    }
+
+    budget_refuse(mrb, run);
     return 0;
 }
 
@@ -159,7 +180,7 @@ block_alloc(mrb_state *mrb, size_t size)
     mrb_run_rec         *run = budget_run(mrb);
     void            *p = NULL;
 
-    if (run != NULL && !budget_allows(run, size)) {
+    if (run != NULL && !budget_allows(mrb, run, size)) {
         return NULL;
     }
 
@@ -250,7 +271,7 @@ block_realloc(mrb_state *mrb, void *p, size_t size)
     }
 
     if (run != NULL && size > old && p != (void *) mrb->gc.arena
-        && !budget_allows(run, size - old))
+        && !budget_allows(mrb, run, size - old))
     {
         return NULL;
     }

@@ -11,6 +11,8 @@
 
 #include <mruby.h>
 #include <mruby/array.h>
+#include <mruby/irep.h>
+#include <mruby/debug.h>
 #include <mruby/error.h>
 #include <mruby/string.h>
 
@@ -205,6 +207,36 @@ void
 mrb_error_format(mrb_state *mrb, mrb_value exc, char *buf, size_t len)
 {
     error_format(mrb, exc, NULL, NULL, buf, len);
+}
+
+
+void
+mrb_error_where(mrb_state *mrb, char *buf, size_t len)
+{
+    struct mrb_context  *c = mrb->c;
+    const mrb_irep      *irep;
+    const mrb_callinfo  *ci;
+    const char          *file;
+    uint32_t             idx;
+    int32_t              line;
+
+    buf[0] = '\0';
+
+    for (ci = c->ci; ci >= c->cibase; ci--) {
+        if (ci->proc == NULL || MRB_PROC_CFUNC_P(ci->proc)
+            || ci->pc == NULL)
+        {
+            continue;
+        }
+
+        /* ci->pc is past the instruction running, as in a backtrace */
+        irep = ci->proc->body.irep;
+        idx = (uint32_t) (ci->pc - irep->iseq - 1);
+        file = mrb_debug_get_filename(mrb, irep, idx);
+        line = mrb_debug_get_line(mrb, irep, idx);
+        snprintf(buf, len, "%s:%d", file != NULL ? file : "-", (int) line);
+        return;
+    }
 }
 
 

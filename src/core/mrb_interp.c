@@ -722,38 +722,69 @@ interp_close_toplevel_env(mrb_state *mrb)
 
 
 /*
- * After a run that went past its memory budget: what it made and nothing
- * reaches is collected at once, and glibc gives the pages back to the
- * system (its heap keeps a freed top below the trim threshold, which grows
- * with each large block freed).  The failing run pays: a run within its
- * budget makes no system call here.  The script's registers are left as
- * they are: clearing them before this GC (as interp_collect_descriptors
- * does) made the next run on a coroutine crash in Apache's event MPM, for
- * a reason not found yet; what the script's locals hold is freed once a
- * later run has reused the registers and the collector has passed.
+ * "NoMemoryError: past the run's memory budget of N bytes (file:line)",
+ * where the allocator refused the last block (mrb_alloc.c left it in
+ * run->error), or the script's file.  mruby keeps no backtrace for
+ * NoMemoryError.
  */
-static MRB_NOINLINE void
-interp_collect_memory(mrb_state *mrb)
-{
-    mrb_full_gc(mrb);
-    malloc_trim(0);
-}
-
-
-/* "NoMemoryError: past the run's memory budget of N bytes (script)" */
 static MRB_NOINLINE void
 interp_budget_error(mrb_state *mrb, struct RProc *proc, mrb_run_rec *run,
     size_t limit)
 {
+    char         where[MRB_ERR_RUN_LEN];
     const char  *file = NULL;
 
-    if (!MRB_PROC_CFUNC_P(proc)) {
-        file = mrb_debug_get_filename(mrb, proc->body.irep, 0);
+    memcpy(where, run->error, sizeof(where));
+
+    if (where[0] == '\0') {
+        if (!MRB_PROC_CFUNC_P(proc)) {
+            file = mrb_debug_get_filename(mrb, proc->body.irep, 0);
+        }
+        snprintf(where, sizeof(where), "%s",
+                 file != NULL ? file : "no file name");
     }
 
     snprintf(run->error, sizeof(run->error),
              "NoMemoryError: past the run's memory budget of %zu bytes (%s)",
-             limit, file != NULL ? file : "no file name");
+             limit, where);
+}
+
+
+/*
+ * The registers of the script that just ran at the top level, cleared:
+ * the GC marks those of the base frame's proc, and the script's locals
+ * would keep their objects alive until a later run reuses them.  (On a
+ * coroutine's context the base frame has no proc, and the GC clears what
+ * is above it itself.)
+ */
+static void
+interp_forget_registers(mrb_state *mrb)
+{
+    struct mrb_context  *c = mrb->c;
+    mrb_value           *reg, *end;
+
+    if (c == mrb->root_c && c->ci == c->cibase && c->stbase != NULL) {
+        end = c->stend;
+        for (reg = c->stbase + 1; reg < end; reg++) {
+            *reg = mrb_nil_value();
+        }
+    }
+}
+
+
+/*
+ * After a run that went past its memory budget: what it made is collected
+ * at once, and glibc gives the pages back to the system (its heap keeps a
+ * freed top below the trim threshold, which grows with each large block
+ * freed).  The failing run pays: a run within its budget makes no system
+ * call here.
+ */
+static MRB_NOINLINE void
+interp_collect_memory(mrb_state *mrb)
+{
+    interp_forget_registers(mrb);
+    mrb_full_gc(mrb);
+    malloc_trim(0);
 }
 
 
@@ -769,9 +800,7 @@ interp_budget_error(mrb_state *mrb, struct RProc *proc, mrb_run_rec *run,
 static MRB_NOINLINE void
 interp_collect_descriptors(mrb_state *mrb)
 {
-    struct mrb_context  *c = mrb->c;
-    mrb_value           *reg, *end;
-    int                  fd = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 0);
+    int  fd = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 0);
 
     if (fd >= 0) {
         close(fd);
@@ -782,15 +811,7 @@ interp_collect_descriptors(mrb_state *mrb)
         return;
     }
 
-    /* the GC marks the registers of the base frame's proc, the script
-     * that just ran: its locals would keep their objects alive */
-    if (c == mrb->root_c && c->ci == c->cibase && c->stbase != NULL) {
-        end = c->stend;
-        for (reg = c->stbase + 1; reg < end; reg++) {
-            *reg = mrb_nil_value();
-        }
-    }
-
+    interp_forget_registers(mrb);
     mrb_full_gc(mrb);
 }
 
@@ -873,6 +894,10 @@ mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run_rec *run)
         }
         mrb->exc = NULL;
         rc = -1;
+
+    } else if (run->memory_exceeded) {
+        /* the script rescued it: no error, nor where it was refused */
+        run->error[0] = '\0';
     }
 
     if (run->metrics_row != 0) {
@@ -895,15 +920,16 @@ mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run_rec *run)
 
     mrb_gc_arena_restore(mrb, ai);
 
+    /* before a collection: the value lives in the caller's arena */
+    if (rc == 0 && run->want_value) {
+        run->value = ret;
+        mrb_gc_protect(mrb, ret);
+    }
+
     if (run->memory_exceeded) {
         interp_collect_memory(mrb);
     } else if (rc != 0 && run->prev == NULL) {
         interp_collect_descriptors(mrb);
-    }
-
-    if (rc == 0 && run->want_value) {
-        run->value = ret;
-        mrb_gc_protect(mrb, ret);
     }
 
     return rc;

@@ -30,6 +30,13 @@ void mrb_http_status_define(mrb_state *mrb, struct RClass *server_class);
 void mrb_error_format(mrb_state *mrb, mrb_value exc, char *buf, size_t len);
 
 /*
+ * "file:line" of the innermost frame running Ruby code in mrb, or "" when
+ * none is: where a C method was called from.  Allocates nothing and
+ * raises nothing (the allocator calls it while refusing a block).
+ */
+void mrb_error_where(mrb_state *mrb, char *buf, size_t len);
+
+/*
  * The error of run (in progress in interp) into run->error, as
  * mrb_error_format; where the server logs at debug, each frame of the
  * backtrace is logged first on a line of its own, "mruby: backtrace I/N:

@@ -70,4 +70,11 @@ MRB_API mrb_value mrb_exec_irep(mrb_state *mrb, mrb_value self,
 #define MRB_PROC_UNALIAS(p)  (p)
 #endif
 
+/*
+ * vm.c's CINFO_SKIP (1 in 3.1.0 and 3.3.0, not in a header): the mark of
+ * a frame where C entered the VM.  An exception that pops such a frame is
+ * thrown to that C caller's jmp instead of unwinding further.
+ */
+#define MRB_CINFO_SKIP  1
+
 #endif /* MRB_MRUBY_VERSION_H */

@@ -424,7 +424,15 @@ wait_trim_due(mrb_interp *interp, mrb_wait_state *st)
 }
 
 
-/* Frames back to the base one: the script's goes above it. */
+/*
+ * Frames back to the base one: the script's goes above it.  The base is
+ * marked as entered from C, so that an exception which pops it is thrown
+ * to the run's protect frame: mruby 3.1 pops a frame before it copies the
+ * frame's env, and a NoMemoryError in that copy (a run at its memory
+ * budget) unwound past the script's own mark down to the context's first
+ * frame, where the VM ends the context and goes on in its previous one,
+ * NULL here (SIGSEGV).
+ */
 static void
 wait_slot_reset(mrb_state *mrb, mrb_wait_slot *slot)
 {
@@ -436,6 +444,8 @@ wait_slot_reset(mrb_state *mrb, mrb_wait_slot *slot)
         c->cibase[i].stack = c->stbase;
         c->cibase[i].u.target_class = mrb->object_class;
     }
+
+    c->cibase[1].cci = MRB_CINFO_SKIP;
 
     c->ci = c->cibase + 1;
     c->status = MRB_FIBER_RUNNING;

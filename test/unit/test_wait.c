@@ -628,6 +628,80 @@ TEST(wait_deep_recursion_on_a_coroutine_is_a_system_stack_error)
 }
 
 
+/*
+ * A run on a coroutine past its memory budget, with the budget set a few
+ * bytes apart each time so that the refusal falls on each kind of block in
+ * turn, also the copy of the script's env that mruby makes as it pops the
+ * script's frame: each run fails with NoMemoryError and where it was, and
+ * the interpreter runs the next script; so does a run that rescued it and
+ * ends at its budget.  Before, a NoMemoryError raised in that copy unwound to the coroutine's first frame, where mruby 3.1 ended
+ * the context and went on in a NULL previous one (SIGSEGV).
+ */
+TEST(wait_a_run_past_its_memory_budget_on_a_coroutine_fails_cleanly)
+{
+    mrb_interp  *interp = wait_interp();
+    mrb_script  *s = wait_script("sleep 0\n"
+                                 "a = []; loop { a << 'x' * 64 }\n");
+    mrb_run_rec  run;
+    size_t       limit;
+    int          rc, failed;
+
+    REQUIRE(interp != NULL && s != NULL);
+
+    for (limit = 256 * 1024; limit < 256 * 1024 + 2048; limit += 8) {
+        mrb_run_init(&run, (void *) 1, 0);
+        run.may_wait = 1;
+        run.memory_limit = limit;
+        rc = mrb_script_run(interp, s, &run);
+        while (rc == MRB_RUN_WAITING) {
+            rc = mrb_wait_resume(interp, run.waiting, &run);
+        }
+        CHECK_EQ(rc, -1);
+        CHECK(strstr(run.error, "NoMemoryError: past the run's memory "
+                     "budget of ") != NULL);
+        CHECK(strstr(run.error, "(script.rb:2)") != NULL);
+    }
+    mrb_script_free(s);
+
+    /* rescued twice, the second time at a block of 24 bytes, the run ends
+     * with fewer left than the copy needs: the copy is refused as the
+     * script's frame returns, and the run fails */
+    s = wait_script("sleep 0\n"
+                    "a = Array.new(20_000); i = 0\n"
+                    "begin\n"
+                    "  loop { a[i] = 'x' * 64; i += 1 }\n"
+                    "rescue NoMemoryError\n"
+                    "  begin\n"
+                    "    loop { a[i] = 'x' * 8; i += 1 }\n"
+                    "  rescue NoMemoryError\n"
+                    "  end\n"
+                    "end\n");
+    REQUIRE(s != NULL);
+    failed = 0;
+    for (limit = 1024 * 1024; limit < 1024 * 1024 + 2048; limit += 8) {
+        mrb_run_init(&run, (void *) 1, 0);
+        run.may_wait = 1;
+        run.memory_limit = limit;
+        rc = mrb_script_run(interp, s, &run);
+        while (rc == MRB_RUN_WAITING) {
+            rc = mrb_wait_resume(interp, run.waiting, &run);
+        }
+        if (rc != 0) {
+            CHECK(strstr(run.error, "NoMemoryError: past the run's memory "
+                         "budget of ") != NULL);
+            failed++;
+        }
+    }
+    CHECK(failed > 0);
+
+    mrb_script_free(s);
+    CHECK_EQ(wait_run_through(interp, "sleep 0; Nginx.rputs 'next'", &run,
+                              &rc), 0);
+    CHECK(strcmp(wait_out, "next") == 0);
+    mrb_interp_close(interp);
+}
+
+
 /* A cancelled run's ensure that waits again gets Cancelled at once: no
  * timer is armed for a request that is going away. */
 TEST(wait_a_cancelled_run_cannot_arm_a_timer_again)
