@@ -17,6 +17,7 @@
 #include <http_request.h>
 
 #include "ap_mrb.h"
+#include "mrb_alloc.h"
 #include "mrb_wait.h"
 
 APLOG_USE_MODULE(mruby);
@@ -281,6 +282,7 @@ ap_mrb_run_startup_scripts(mrb_interp *interp, server_rec *s,
 
         mrb_run_init(&run, NULL, OK);
         run.startup = 1;
+        run.memory_limit = MRB_RUN_STARTUP_MEMORY;
 
         if (mrb_script_run(interp, script, &run) != 0) {
             ap_log_error(APLOG_MARK, APLOG_ERR, 0, s, "%s: %s",

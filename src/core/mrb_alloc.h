@@ -41,6 +41,14 @@
  */
 #define MRB_RUN_MEMORY_DEFAULT  ((size_t) 128 * 1024 * 1024)
 
+/*
+ * A startup script's budget (mruby_init*, mrubyPostConfig*,
+ * mrubyChildInit*, nginx's server-context code), its own: such a script
+ * runs once, under the administrator's eyes, and may build the tables
+ * every later request shares; the budget only stops one that loops.
+ */
+#define MRB_RUN_STARTUP_MEMORY  ((size_t) 1024 * 1024 * 1024)
+
 /* mrb_open() with this allocator; NULL when out of memory. */
 mrb_state *mrb_alloc_open(void);
 

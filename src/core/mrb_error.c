@@ -234,8 +234,13 @@ mrb_error_where(mrb_state *mrb, char *buf, size_t len)
         idx = (uint32_t) (ci->pc - irep->iseq - 1);
         file = mrb_debug_get_filename(mrb, irep, idx);
         line = mrb_debug_get_line(mrb, irep, idx);
-        snprintf(buf, len, "%s:%d", file != NULL ? file : "-", (int) line);
-        return;
+
+        /* mruby's own methods in Ruby (Array#initialize) have no lines:
+         * the script's call of them is where */
+        if (file != NULL && line >= 0) {
+            snprintf(buf, len, "%s:%d", file, (int) line);
+            return;
+        }
     }
 }
 

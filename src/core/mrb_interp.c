@@ -751,11 +751,11 @@ interp_budget_error(mrb_state *mrb, struct RProc *proc, mrb_run_rec *run,
 
 
 /*
- * The registers of the script that just ran at the top level, cleared:
- * the GC marks those of the base frame's proc, and the script's locals
- * would keep their objects alive until a later run reuses them.  (On a
- * coroutine's context the base frame has no proc, and the GC clears what
- * is above it itself.)
+ * The registers of the top-level run that just ended, cleared: the GC
+ * marks those of the context's base frame, which on the thread's context
+ * has the script's proc (all its locals) and on a coroutine's overlaps the
+ * script's self and first local, and they would keep their objects alive
+ * until a later run reuses them.
  */
 static void
 interp_forget_registers(mrb_state *mrb)
@@ -763,11 +763,13 @@ interp_forget_registers(mrb_state *mrb)
     struct mrb_context  *c = mrb->c;
     mrb_value           *reg, *end;
 
-    if (c == mrb->root_c && c->ci == c->cibase && c->stbase != NULL) {
-        end = c->stend;
-        for (reg = c->stbase + 1; reg < end; reg++) {
-            *reg = mrb_nil_value();
-        }
+    if (c->stbase == NULL || (c == mrb->root_c && c->ci != c->cibase)) {
+        return;
+    }
+
+    end = c->stend;
+    for (reg = c->stbase + 1; reg < end; reg++) {
+        *reg = mrb_nil_value();
     }
 }
 
@@ -780,9 +782,11 @@ interp_forget_registers(mrb_state *mrb)
  * call here.
  */
 static MRB_NOINLINE void
-interp_collect_memory(mrb_state *mrb)
+interp_collect_memory(mrb_state *mrb, mrb_run_rec *run)
 {
-    interp_forget_registers(mrb);
+    if (run->prev == NULL) {
+        interp_forget_registers(mrb);
+    }
     mrb_full_gc(mrb);
     malloc_trim(0);
 }
@@ -927,7 +931,7 @@ mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run_rec *run)
     }
 
     if (run->memory_exceeded) {
-        interp_collect_memory(mrb);
+        interp_collect_memory(mrb, run);
     } else if (rc != 0 && run->prev == NULL) {
         interp_collect_descriptors(mrb);
     }

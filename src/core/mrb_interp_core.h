@@ -30,8 +30,8 @@ void mrb_http_status_define(mrb_state *mrb, struct RClass *server_class);
 void mrb_error_format(mrb_state *mrb, mrb_value exc, char *buf, size_t len);
 
 /*
- * "file:line" of the innermost frame running Ruby code in mrb, or "" when
- * none is: where a C method was called from.  Allocates nothing and
+ * "file:line" of the innermost frame running Ruby code that has lines in
+ * mrb, or "" when none does: where a C method was called from.  Allocates nothing and
  * raises nothing (the allocator calls it while refusing a block).
  */
 void mrb_error_where(mrb_state *mrb, char *buf, size_t len);

@@ -4,6 +4,7 @@
  */
 
 #include "ngx_mruby.h"
+#include "mrb_alloc.h"
 
 #include <mruby/hash.h>
 #include <mruby/string.h>
@@ -381,6 +382,7 @@ ngx_mruby_conf_run_code(ngx_conf_t *cf, const mrb_server *server)
 
     mrb_run_init(&run, NULL, 0);
     run.startup = 1;
+    run.memory_limit = MRB_RUN_STARTUP_MEMORY;
 
     ngx_mruby_conf_cf = cf;
     rv = mrb_script_run(interp, s->script, &run) == 0 ? NGX_CONF_OK

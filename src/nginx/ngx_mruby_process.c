@@ -9,6 +9,7 @@
 #include "ngx_mruby.h"
 #include <ngx_event.h>
 
+#include "mrb_alloc.h"
 #include "mrb_script.h"
 #include "mrb_shdict_file.h"
 #include "mrb_wait.h"
@@ -43,6 +44,7 @@ ngx_mruby_run_startup(mrb_interp *interp, ngx_array_t *scripts,
     for (i = 0; i < scripts->nelts; i++) {
         mrb_run_init(&run, NULL, 0);
         run.startup = 1;
+        run.memory_limit = MRB_RUN_STARTUP_MEMORY;
 
         if (mrb_script_run(interp, s[i]->script, &run) != 0) {
             ngx_log_error(NGX_LOG_ERR, log, 0, "mruby: %s: %s",
