@@ -177,7 +177,7 @@ static MRB_ALLOC_NOINLINE void *
 block_alloc(mrb_state *mrb, size_t size)
 {
     mrb_alloc_keep  *keep = keep_of(mrb);
-    mrb_run_rec         *run = budget_run(mrb);
+    mrb_run_rec     *run = budget_run(mrb);
     void            *p = NULL;
 
     if (run != NULL && !budget_allows(mrb, run, size)) {
@@ -205,7 +205,7 @@ static MRB_ALLOC_NOINLINE void *
 block_free(mrb_state *mrb, void *p)
 {
     mrb_alloc_keep  *keep = keep_of(mrb);
-    mrb_run_rec         *run;
+    mrb_run_rec     *run;
     size_t           size;
 
     if (p == NULL) {
@@ -263,8 +263,8 @@ static MRB_ALLOC_NOINLINE void *
 block_realloc(mrb_state *mrb, void *p, size_t size)
 {
     mrb_run_rec  *run = budget_run(mrb);
-    size_t    old = 0;
-    void     *q;
+    size_t        old = 0;
+    void         *q;
 
     if (run != NULL || size < MRB_ALLOC_KEEP_MIN) {
         old = malloc_usable_size(p);

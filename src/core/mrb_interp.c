@@ -731,10 +731,12 @@ static MRB_NOINLINE void
 interp_budget_error(mrb_state *mrb, struct RProc *proc, mrb_run_rec *run,
     size_t limit)
 {
-    char         where[MRB_ERR_RUN_LEN];
+    char         where[MRB_ERR_MSG_LEN];   /* a path and a line */
     const char  *file = NULL;
+    size_t       n = strnlen(run->error, sizeof(where) - 1);
 
-    memcpy(where, run->error, sizeof(where));
+    memcpy(where, run->error, n);
+    where[n] = '\0';
 
     if (where[0] == '\0') {
         if (!MRB_PROC_CFUNC_P(proc)) {
