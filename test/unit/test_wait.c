@@ -628,14 +628,34 @@ TEST(wait_deep_recursion_on_a_coroutine_is_a_system_stack_error)
 }
 
 
+/* Runs s to its end, resuming it each time it waits, with a budget. */
+static int
+wait_run_budget(mrb_interp *interp, mrb_script *s, size_t limit,
+    mrb_run_rec *run)
+{
+    int  rc;
+
+    mrb_run_init(run, (void *) 1, 0);
+    run->may_wait = 1;
+    run->memory_limit = limit;
+    rc = mrb_script_run(interp, s, run);
+    while (rc == MRB_RUN_WAITING) {
+        rc = mrb_wait_resume(interp, run->waiting, run);
+    }
+
+    return rc;
+}
+
+
 /*
  * A run on a coroutine past its memory budget, with the budget set a few
  * bytes apart each time so that the refusal falls on each kind of block in
  * turn, also the copy of the script's env that mruby makes as it pops the
  * script's frame: each run fails with NoMemoryError and where it was, and
  * the interpreter runs the next script; so does a run that rescued it and
- * ends at its budget.  Before, a NoMemoryError raised in that copy unwound to the coroutine's first frame, where mruby 3.1 ended
- * the context and went on in a NULL previous one (SIGSEGV).
+ * ends at its budget.  Before, a NoMemoryError raised in that copy unwound
+ * to the coroutine's first frame, where mruby 3.1 ended the context and
+ * went on in a NULL previous one (SIGSEGV).
  */
 TEST(wait_a_run_past_its_memory_budget_on_a_coroutine_fails_cleanly)
 {
@@ -644,19 +664,12 @@ TEST(wait_a_run_past_its_memory_budget_on_a_coroutine_fails_cleanly)
                                  "a = []; loop { a << 'x' * 64 }\n");
     mrb_run_rec  run;
     size_t       limit;
-    int          rc, failed;
+    int          failed, waits;
 
     REQUIRE(interp != NULL && s != NULL);
 
     for (limit = 256 * 1024; limit < 256 * 1024 + 2048; limit += 8) {
-        mrb_run_init(&run, (void *) 1, 0);
-        run.may_wait = 1;
-        run.memory_limit = limit;
-        rc = mrb_script_run(interp, s, &run);
-        while (rc == MRB_RUN_WAITING) {
-            rc = mrb_wait_resume(interp, run.waiting, &run);
-        }
-        CHECK_EQ(rc, -1);
+        CHECK_EQ(wait_run_budget(interp, s, limit, &run), -1);
         CHECK(strstr(run.error, "NoMemoryError: past the run's memory "
                      "budget of ") != NULL);
         CHECK(strstr(run.error, "(script.rb:2)") != NULL);
@@ -679,14 +692,7 @@ TEST(wait_a_run_past_its_memory_budget_on_a_coroutine_fails_cleanly)
     REQUIRE(s != NULL);
     failed = 0;
     for (limit = 1024 * 1024; limit < 1024 * 1024 + 2048; limit += 8) {
-        mrb_run_init(&run, (void *) 1, 0);
-        run.may_wait = 1;
-        run.memory_limit = limit;
-        rc = mrb_script_run(interp, s, &run);
-        while (rc == MRB_RUN_WAITING) {
-            rc = mrb_wait_resume(interp, run.waiting, &run);
-        }
-        if (rc != 0) {
+        if (wait_run_budget(interp, s, limit, &run) != 0) {
             CHECK(strstr(run.error, "NoMemoryError: past the run's memory "
                          "budget of ") != NULL);
             failed++;
@@ -696,7 +702,7 @@ TEST(wait_a_run_past_its_memory_budget_on_a_coroutine_fails_cleanly)
 
     mrb_script_free(s);
     CHECK_EQ(wait_run_through(interp, "sleep 0; Nginx.rputs 'next'", &run,
-                              &rc), 0);
+                              &waits), 0);
     CHECK(strcmp(wait_out, "next") == 0);
     mrb_interp_close(interp);
 }
