@@ -690,8 +690,12 @@ TEST(wait_a_run_past_its_memory_budget_on_a_coroutine_fails_cleanly)
                     "  end\n"
                     "end\n");
     REQUIRE(s != NULL);
+    /* 256 budgets spread over more than a heap page (about 48 kB), so
+     * that the last refusal falls on a string, not always on the page */
     failed = 0;
-    for (limit = 1024 * 1024; limit < 1024 * 1024 + 2048; limit += 8) {
+    for (limit = 1024 * 1024; limit < 1024 * 1024 + 256 * 264;
+         limit += 264)
+    {
         if (wait_run_budget(interp, s, limit, &run) != 0) {
             CHECK(strstr(run.error, "NoMemoryError: past the run's memory "
                          "budget of ") != NULL);
