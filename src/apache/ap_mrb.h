@@ -95,6 +95,7 @@ typedef struct {
     apr_off_t    filter_limit;        /* mrubyOutputFilterLimit; 0: none */
     apr_int64_t  slow_ns;             /* mrubySlowLog; 0: off */
     apr_off_t    run_memory;          /* mrubyRunMemory; 0: none */
+    long         run_timeout_ms;      /* mrubyRunTimeout; 0: none */
 } ap_mrb_dir_conf;
 
 /* Per-server configuration. */
@@ -151,6 +152,8 @@ apr_off_t ap_mrb_filter_limit(request_rec *r);
 
 /* mrubyRunMemory of r's configuration, or its default: 0 is none. */
 size_t ap_mrb_run_memory(request_rec *r);
+/* mrubyRunTimeout of r's configuration in ms, or its default: 0 is none. */
+uint32_t ap_mrb_run_timeout(request_rec *r);
 mrb_cache_policy ap_mrb_cache_policy(const ap_mrb_dir_conf *dconf,
     server_rec *s);
 /* Gives each virtual host without mrubyStatOnError the main server's. */

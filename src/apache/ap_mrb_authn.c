@@ -60,6 +60,7 @@ ap_mrb_authn_run(request_rec *r, mrb_script *script, ap_mrb_authn_ctx *ctx,
     sconf = ap_get_module_config(r->server->module_config, &mruby_module);
     run.stat_on_error_fail = sconf->stat_on_error_fail == 1;
     run.memory_limit = ap_mrb_run_memory(r);
+    run.timeout_ms = ap_mrb_run_timeout(r);
 
     rc = mrb_script_run(interp, script, &run);
     mrb_interp_give_back(interp);

@@ -8,6 +8,8 @@
  * freed by a cleanup of the configuration pool.
  */
 
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <http_core.h>
@@ -15,6 +17,7 @@
 
 #include "ap_mrb.h"
 #include "mrb_alloc.h"
+#include "mrb_run_budget.h"
 #include "mrb_shdict.h"
 
 APLOG_USE_MODULE(mruby);
@@ -64,6 +67,7 @@ ap_mrb_create_dir_conf(apr_pool_t *p, char *dir)
     conf->filter_limit = AP_MRB_UNSET;
     conf->slow_ns = AP_MRB_UNSET;
     conf->run_memory = AP_MRB_UNSET;
+    conf->run_timeout_ms = AP_MRB_UNSET;
     return conf;
 }
 
@@ -102,6 +106,7 @@ ap_mrb_dir_conf_combine(apr_pool_t *p, const ap_mrb_dir_conf *base,
     AP_MRB_MERGE_FLAG(filter_limit);
     AP_MRB_MERGE_FLAG(slow_ns);
     AP_MRB_MERGE_FLAG(run_memory);
+    AP_MRB_MERGE_FLAG(run_timeout_ms);
 
 #undef AP_MRB_MERGE_PTR
 #undef AP_MRB_MERGE_FLAG
@@ -510,6 +515,47 @@ ap_mrb_run_memory(request_rec *r)
 }
 
 
+uint32_t
+ap_mrb_run_timeout(request_rec *r)
+{
+    ap_mrb_dir_conf  *dconf = ap_get_module_config(r->per_dir_config,
+                                                   &mruby_module);
+
+    return dconf->run_timeout_ms == AP_MRB_UNSET
+           ? MRB_RUN_TIMEOUT_DEFAULT_MS : (uint32_t) dconf->run_timeout_ms;
+}
+
+
+/* mrubyRunTimeout 1 | 0.25 | 250ms: seconds, or milliseconds with "ms". */
+static const char *
+ap_mrb_cmd_run_timeout(cmd_parms *cmd, void *mconfig, const char *arg)
+{
+    ap_mrb_dir_conf  *dconf = mconfig;
+    char             *end;
+    double            v;
+
+    errno = 0;
+    v = strtod(arg, &end);
+    if (end != arg && strcmp(end, "ms") == 0) {
+        v /= 1000;
+    } else if (end != arg && strcmp(end, "s") == 0) {
+        end++;
+    }
+
+    if (end == arg || (*end != '\0' && strcmp(end, "ms") != 0)
+        || errno != 0 || !(v >= 0) || v * 1000 > MRB_RUN_TIMEOUT_MAX_MS)
+    {
+        return apr_psprintf(cmd->pool, "%s: expected seconds (1, 0.5) or "
+                            "milliseconds (250ms), at most a day, 0 for no "
+                            "time budget; not \"%s\"", cmd->cmd->name, arg);
+    }
+
+    dconf->run_timeout_ms = (long) (v * 1000 + 0.5);
+    dconf->used = 1;
+    return NULL;
+}
+
+
 static const char *
 ap_mrb_cmd_code_cache(cmd_parms *cmd, void *mconfig, const char *arg)
 {
@@ -688,6 +734,10 @@ const command_rec ap_mrb_cmds[] = {
         (void *) APR_OFFSETOF(ap_mrb_dir_conf, body_limit), AP_MRB_WHERE,
         "the most request body bytes a script reads (r.body, "
         "mrubyInputFilter); more is answered with 413"),
+    AP_INIT_TAKE1("mrubyRunTimeout", ap_mrb_cmd_run_timeout, NULL,
+        AP_MRB_WHERE, "the time each script run may take, waits not "
+        "counted (seconds, or 250ms; 0: none); past it the run is stopped "
+        "with a 500"),
     AP_INIT_TAKE1("mrubyOutputFilterLimit", ap_mrb_cmd_limit,
         (void *) APR_OFFSETOF(ap_mrb_dir_conf, filter_limit), AP_MRB_WHERE,
         "the most response body bytes mrubyOutputFilter holds for its "

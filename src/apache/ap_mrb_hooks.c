@@ -227,6 +227,7 @@ ap_mrb_run(request_rec *r, mrb_script *script, void *data,
     run.slow_ns = dconf->slow_ns > 0 ? dconf->slow_ns : 0;
     run.stat_on_error_fail = sconf->stat_on_error_fail == 1;
     run.memory_limit = ap_mrb_run_memory(r);
+    run.timeout_ms = ap_mrb_run_timeout(r);
     run.may_wait = (flags & AP_MRB_RUN_MAY_WAIT) && ap_mrb_wait_possible(r);
 
     rc = mrb_script_run(interp, script, &run);

@@ -18,6 +18,7 @@
 #include "ap_mrb.h"
 #include "mrb_lib.h"
 #include "mrb_metrics.h"
+#include "mrb_run_budget.h"
 #include "mrb_shdict.h"
 #include "mrb_shdict_file.h"
 
@@ -294,6 +295,14 @@ ap_mrb_child_exit(void *data)
  * parent's post_config one when there is one (the child's copy, made by
  * the fork), with the child_init scripts run in it.
  */
+static apr_status_t
+ap_mrb_clock_stop(void *data)
+{
+    mrb_run_clock_stop();
+    return APR_SUCCESS;
+}
+
+
 static void
 ap_mrb_child_init(apr_pool_t *pchild, server_rec *s)
 {
@@ -305,6 +314,13 @@ ap_mrb_child_init(apr_pool_t *pchild, server_rec *s)
     }
 
     ap_mrb_wait_child_init(pchild);
+
+    if (mrb_run_clock_start(err, sizeof(err)) != 0) {
+        ap_log_error(APLOG_MARK, APLOG_ALERT, 0, s, "%s", err);
+    } else {
+        apr_pool_cleanup_register(pchild, NULL, ap_mrb_clock_stop,
+                                  apr_pool_cleanup_null);
+    }
 
     if (ap_mrb_threaded()) {
         apr_pool_cleanup_register(pchild, NULL, ap_mrb_child_exit,

@@ -37,6 +37,7 @@
 #include "mrb_metrics.h"
 #include "mrb_mruby_version.h"
 #include "mrb_part.h"
+#include "mrb_run_budget.h"
 #include "mrb_shdict.h"
 #include "mrb_toplevel.h"
 
@@ -218,6 +219,7 @@ mrb_interp_open(const mrb_server *server, void *log_target, char *err,
     mrb_gc_register(mrb, interp->procs);
 
     interp->server_class = mrb_server_class_define(mrb, server);
+    mrb_run_budget_define(mrb, interp->server_class);
     if (interp_parts_define(interp, err, errlen) != 0) {
         mrb_interp_close(interp);
         return NULL;
@@ -231,6 +233,7 @@ mrb_interp_open(const mrb_server *server, void *log_target, char *err,
     }
 
     mrb_interp_seed_random(interp);
+    mrb_run_budget_watch(interp);
     return interp;
 }
 
@@ -246,6 +249,7 @@ mrb_interp_close(mrb_interp *interp)
         mrb_metrics_worker_interps(-1);
     }
 
+    mrb_run_budget_unwatch(interp);
     mrb_toplevel_free(interp->head.mrb, interp->toplevel);
     mrb_close(interp->head.mrb);   /* the wait state is an object of it */
     mrb_file_syms_free(interp->file_syms);
@@ -857,6 +861,13 @@ mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run_rec *run)
         mrb_metrics_run_start(run);
     }
 
+    if (run->prev == NULL) {
+        if (run->startup) {
+            run->timeout_ms = 0;
+        }
+        mrb_run_budget_begin(interp, run);
+    }
+
     if (c != mrb->root_c || c->ci != c->cibase) {
         ret = interp_exec_nested(mrb, proc);
         run->memory_limit = 0;
@@ -891,6 +902,12 @@ mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run_rec *run)
     }
 
     rc = 0;
+
+    /* a stopped run fails with the error of its stop, rescued or not */
+    if (run->prev == NULL && mrb_run_budget_end(interp, run)) {
+        mrb->exc = NULL;
+        rc = -1;
+    }
 
     if (mrb->exc != NULL) {
         if (run->memory_exceeded && mrb->exc == mrb->nomem_err) {

@@ -10,6 +10,7 @@
 #ifndef MRB_INTERP_H
 #define MRB_INTERP_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <mruby.h>
@@ -92,6 +93,9 @@ struct mrb_server_s {
     const mrb_part *const  *parts;
 };
 
+/* A run's time budget unless configured (mrb_run_budget.h). */
+#define MRB_RUN_TIMEOUT_DEFAULT_MS  1000
+
 /* What mrb_server.wake_on_fd waits for. */
 #define MRB_FD_READ   1
 #define MRB_FD_WRITE  2
@@ -127,6 +131,11 @@ struct mrb_run_rec_s {
     int64_t      waited_ns;   /* and how long it has been suspended */
     int64_t      slow_ns;     /* a run longer logs one line (the slow-run
                                  log, mrb_metrics.h); 0: none */
+    unsigned     stopped:1;   /* its time budget ran out (mrb_run_budget.h):
+                                 it fails, whatever the script rescued */
+    uint32_t     timeout_ms;  /* its time budget: preset to
+                                 MRB_RUN_TIMEOUT_DEFAULT_MS; 0: none.  Only
+                                 an outermost request run's counts */
     mrb_value    value;       /* with want_value, after a run that succeeded:
                                  the last value, protected in the caller's
                                  GC arena (the caller saves and restores it) */
@@ -156,6 +165,8 @@ mrb_run_init(mrb_run_rec *run, void *request, mrb_int default_result)
     run->phase = NULL;
     run->waited_ns = 0;
     run->slow_ns = 0;
+    run->stopped = 0;
+    run->timeout_ms = MRB_RUN_TIMEOUT_DEFAULT_MS;
     run->waiting = NULL;
     run->value = mrb_nil_value();
     run->prev = NULL;
@@ -235,7 +246,9 @@ void mrb_interp_seal(mrb_interp *interp);
  * because a request calls them several times (Server.rputs finds its run
  * and its server through them).  The rest is private to mrb_interp.c.
  */
-typedef struct {
+typedef struct mrb_interp_head_s  mrb_interp_head;
+
+struct mrb_interp_head_s {
     mrb_state          *mrb;
     const mrb_server   *server;
     void               *log_target;
@@ -250,7 +263,10 @@ typedef struct {
     unsigned            wait_always:1;  /* every run that may wait goes
                                        on a coroutine (a startup script
                                        names something that waits) */
-} mrb_interp_head;
+    _Atomic uint64_t    deadline;   /* the tick the running script's time
+                                       budget ends at (mrb_run_budget.h) */
+    mrb_interp_head    *watch_next; /* the clock thread's list */
+};
 
 static inline mrb_state *
 mrb_interp_state(mrb_interp *interp)

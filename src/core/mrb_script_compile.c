@@ -46,6 +46,7 @@
 #include <mruby/proc.h>
 
 #include "mrb_file_sym.h"
+#include "mrb_irep_check.h"
 #include "mrb_mruby_version.h"
 #include "mrb_script.h"
 #include "mrb_script_compile.h"
@@ -77,6 +78,9 @@ parse_body(mrb_state *mrb, void *arg)
     job->p = mrb_parse_nstring(mrb, job->src, job->len, job->cxt);
     if (job->p != NULL && job->p->nerr == 0) {
         job->proc = mrb_generate_code(mrb, job->p);
+        if (job->proc != NULL) {
+            mrb_irep_check_insert(mrb, (mrb_irep *) job->proc->body.irep);
+        }
     }
 
     return mrb_nil_value();

@@ -12,7 +12,8 @@
 #include <mruby.h>
 
 /*
- * Parses and generates code in mrb: the proc, or NULL with
+ * Parses and generates code in mrb: the proc, with the run's time checks
+ * in its loops and blocks (mrb_irep_check.h), or NULL with
  * "name:line: message" in err.  line: the first line of src (inline code),
  * 0 or 1 for a file.
  */

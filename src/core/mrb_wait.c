@@ -46,6 +46,7 @@
 #include "mrb_interp_core.h"
 #include "mrb_metrics.h"
 #include "mrb_mruby_version.h"
+#include "mrb_run_budget.h"
 #include "mrb_wait.h"
 #include "mrb_wait_core.h"
 
@@ -91,6 +92,8 @@ struct mrb_wait_slot_s {
     struct mrb_jmpbuf   *jmp;
     mrb_run_rec         *head_run;
     int                  arena_base;
+    uint64_t             budget_left;   /* its time budget's ticks left
+                                           (mrb_run_budget.h) */
 
     /* its resumer's, while it runs */
     struct mrb_context  *resumer_c;
@@ -98,6 +101,7 @@ struct mrb_wait_slot_s {
     mrb_run_rec         *resumer_run;
     mrb_wait_slot       *resumer_slot;
     int                  resumer_idx;
+    uint64_t             resumer_budget_left;
 
     int64_t              suspended_ns; /* when it last waited, counted
                                         (run.metrics_row) */
@@ -830,6 +834,8 @@ wait_switch_in(mrb_state *mrb, mrb_wait_state *st, mrb_wait_slot *slot)
     mrb->c = slot->c;
     mrb->jmp = slot->jmp;
     mrb_interp_set_run(interp, slot->head_run);
+    slot->resumer_budget_left = mrb_run_budget_pause(interp);
+    mrb_run_budget_resume(interp, slot->budget_left);
     st->current = slot;
     slot->ctx->status = MRB_FIBER_RUNNING;
 
@@ -853,6 +859,7 @@ wait_switch_out(mrb_state *mrb, mrb_wait_state *st, mrb_wait_slot *slot,
             wait_arena_save(mrb, slot);
         }
         slot->ctx->status = MRB_FIBER_SUSPENDED;
+        slot->budget_left = mrb_run_budget_pause(slot->interp);
 
         /* contexts changed since the GC last marked them */
         if (mrb->c->fib != NULL) {
@@ -869,6 +876,7 @@ wait_switch_out(mrb_state *mrb, mrb_wait_state *st, mrb_wait_slot *slot,
     mrb->c = slot->resumer_c;
     mrb->jmp = slot->resumer_jmp;
     mrb_interp_set_run(slot->interp, slot->resumer_run);
+    mrb_run_budget_resume(slot->interp, slot->resumer_budget_left);
     st->current = slot->resumer_slot;
 }
 
@@ -974,6 +982,7 @@ mrb_wait_exec(mrb_interp *interp, struct RProc *proc, mrb_run_rec *run)
     slot->jmp = NULL;
     slot->head_run = mrb_interp_current(interp);
     slot->arena_base = mrb->gc.arena_idx;
+    slot->budget_left = MRB_RUN_NO_DEADLINE;   /* its start sets it */
 
     if (wait_switch_in(mrb, st, slot) != 0) {
         wait_suspended(slot);
@@ -1172,6 +1181,7 @@ mrb_wait_sleep(mrb_state *mrb, mrb_int msec, const char *what)
     const mrb_server  *server = mrb_interp_server(mrb_interp_from_state(mrb));
     mrb_wait_slot     *slot;
     struct timespec    ts;
+    uint64_t           left;
 
     if (msec < 0 || msec > MRB_WAIT_SLEEP_MAX_MS) {
         mrb_raisef(mrb, E_ARGUMENT_ERROR,
@@ -1183,9 +1193,11 @@ mrb_wait_sleep(mrb_state *mrb, mrb_int msec, const char *what)
     {
         ts.tv_sec = msec / 1000;
         ts.tv_nsec = (msec % 1000) * 1000000;
+        left = mrb_run_budget_pause(mrb_interp_from_state(mrb));
         while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
             /* the rest of it */
         }
+        mrb_run_budget_resume(mrb_interp_from_state(mrb), left);
         return;
     }
 
@@ -1214,11 +1226,13 @@ mrb_wait_raise_cancelled(mrb_state *mrb)
 }
 
 
-/* mrb_wait_fd where the run cannot be suspended: the thread waits. */
+/* mrb_wait_fd where the run cannot be suspended: the thread waits, which
+ * is not the run's time. */
 static int
-wait_fd_poll(int fd, int events, mrb_int msec)
+wait_fd_poll(mrb_state *mrb, int fd, int events, mrb_int msec)
 {
     struct pollfd  pfd;
+    uint64_t       left;
     int            rc;
 
     pfd.fd = fd;
@@ -1228,7 +1242,9 @@ wait_fd_poll(int fd, int events, mrb_int msec)
 
     /* EINTR counts as ready: the caller finds nothing to do and asks
      * again with the time that is left */
+    left = mrb_run_budget_pause(mrb_interp_from_state(mrb));
     rc = poll(&pfd, 1, (int) msec);
+    mrb_run_budget_resume(mrb_interp_from_state(mrb), left);
     if (rc < 0 && errno == EINTR) {
         return 1;
     }
@@ -1249,7 +1265,7 @@ mrb_wait_fd(mrb_state *mrb, int fd, int events, mrb_int msec)
     if (server->wake_on_fd == NULL || st == NULL || st->current == NULL
         || mrb_interp_run(mrb) != &st->current->run)
     {
-        return wait_fd_poll(fd, events, msec);
+        return wait_fd_poll(mrb, fd, events, msec);
     }
 
     slot = st->current;
@@ -1259,7 +1275,7 @@ mrb_wait_fd(mrb_state *mrb, int fd, int events, mrb_int msec)
 
     ready = 0;
     if (server->wake_on_fd(&slot->run, fd, events, msec, &ready) != 0) {
-        return wait_fd_poll(fd, events, msec);
+        return wait_fd_poll(mrb, fd, events, msec);
     }
 
     wait_suspend_raw(mrb, st, slot);

@@ -42,6 +42,7 @@
 #include "mrb_lib.h"
 #include "mrb_mruby_version.h"    /* mrb->symidx counts the symbols */
 #include "mrb_regexp.h"
+#include "mrb_run_budget.h"
 #include "mrb_stack.h"
 
 #if ONIGURUMA_VERSION_INT < 60908
@@ -690,14 +691,44 @@ regexp_s_set_last_match(mrb_state *mrb, mrb_value self)
 #define REGEXP_RETRY_LIMIT_IN_MATCH   1000000
 #define REGEXP_RETRY_LIMIT_IN_SEARCH  10000000
 
+/*
+ * Backtracking steps per millisecond, from the figure above (10^7 steps of
+ * /(a+)+$/ in 0.5 s): Oniguruma 6.9.8 has no time limit, so a search may
+ * take no more steps than the run's time budget has left for, and one
+ * that would is stopped before the budget ends rather than 0.5 s later.
+ */
+#define REGEXP_RETRIES_PER_MS         20000
+
+
+/* The retry limits of a search now: *budget 1 when the run's time budget
+ * lowered them. */
+static void
+regexp_retry_limits(mrb_state *mrb, unsigned long *in_match,
+    unsigned long *in_search, int *budget)
+{
+    long  left = mrb_run_budget_left_ms(mrb);
+
+    *in_match = REGEXP_RETRY_LIMIT_IN_MATCH;
+    *in_search = REGEXP_RETRY_LIMIT_IN_SEARCH;
+    *budget = 0;
+
+    if (left >= 0 && (unsigned long) left
+                     < REGEXP_RETRY_LIMIT_IN_SEARCH / REGEXP_RETRIES_PER_MS)
+    {
+        *in_search = (unsigned long) left * REGEXP_RETRIES_PER_MS;
+        *in_match = *in_match < *in_search ? *in_match : *in_search;
+        *budget = 1;
+    }
+}
+
 
 static OnigMatchParam *
-regexp_match_param(regexp_state *st)
+regexp_match_param(regexp_state *st, unsigned long in_match,
+    unsigned long in_search)
 {
-    onig_set_retry_limit_in_match_of_match_param(st->match_param,
-                                                 REGEXP_RETRY_LIMIT_IN_MATCH);
+    onig_set_retry_limit_in_match_of_match_param(st->match_param, in_match);
     onig_set_retry_limit_in_search_of_match_param(st->match_param,
-                                                  REGEXP_RETRY_LIMIT_IN_SEARCH);
+                                                  in_search);
     return st->match_param;
 }
 
@@ -716,7 +747,8 @@ regexp_search(mrb_state *mrb, regexp_state *st, mrb_regexp *rx,
     const OnigUChar  *s = (const OnigUChar *) RSTRING_PTR(str);
     mrb_int           len = RSTRING_LEN(str);
     OnigUChar         msg[ONIG_MAX_ERROR_MESSAGE_LEN];
-    int               rc;
+    unsigned long     in_match, in_search;
+    int               rc, budget;
 
     if (pos < 0 || pos > len) {
         return -1;
@@ -728,9 +760,11 @@ regexp_search(mrb_state *mrb, regexp_state *st, mrb_regexp *rx,
         mrb_raise(mrb, E_ARGUMENT_ERROR, "invalid byte sequence in UTF-8");
     }
 
+    regexp_retry_limits(mrb, &in_match, &in_search, &budget);
     rc = onig_search_with_param(rx->re, s, s + len, s + pos,
                                 backward ? s : s + len, &st->region,
-                                ONIG_OPTION_NONE, regexp_match_param(st));
+                                ONIG_OPTION_NONE,
+                                regexp_match_param(st, in_match, in_search));
     if (rc >= 0) {
         return rc;
     }
@@ -743,13 +777,13 @@ regexp_search(mrb_state *mrb, regexp_state *st, mrb_regexp *rx,
         || rc == ONIGERR_RETRY_LIMIT_IN_SEARCH_OVER)
     {
         mrb_raisef(mrb, mrb_class_get(mrb, "RegexpError"),
-                   "backtracking limit hit: more than %d retries %s: /%s/",
-                   rc == ONIGERR_RETRY_LIMIT_IN_MATCH_OVER
-                       ? REGEXP_RETRY_LIMIT_IN_MATCH
-                       : REGEXP_RETRY_LIMIT_IN_SEARCH,
+                   "backtracking limit hit: more than %d retries %s%s: /%s/",
+                   (int) (rc == ONIGERR_RETRY_LIMIT_IN_MATCH_OVER
+                          ? in_match : in_search),
                    rc == ONIGERR_RETRY_LIMIT_IN_MATCH_OVER
                        ? "at one position (retry_limit_in_match)"
                        : "in one search (retry_limit_in_search)",
+                   budget ? ", as few as the run's time budget left" : "",
                    rx->src);
     }
 

@@ -168,6 +168,13 @@ ngx_command_t  ngx_http_mruby_commands[] = {
       offsetof(ngx_http_mruby_loc_conf_t, run_memory),
       NULL },
 
+    { ngx_string("mruby_run_timeout"),
+      NGX_HTTP_MRUBY_ANY_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_mruby_loc_conf_t, run_timeout),
+      &ngx_mruby_run_timeout_post },
+
     { ngx_string("mruby_stack_size"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
       ngx_http_mruby_set_stack_size,

@@ -254,6 +254,7 @@ ngx_http_mruby_create_loc_conf(ngx_conf_t *cf)
     mlcf->filter_limit = NGX_CONF_UNSET;
     mlcf->slow_log = NGX_CONF_UNSET_MSEC;
     mlcf->run_memory = NGX_CONF_UNSET_SIZE;
+    mlcf->run_timeout = NGX_CONF_UNSET_MSEC;
 
     return mlcf;
 }
@@ -283,6 +284,8 @@ ngx_http_mruby_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     conf->slow_ns = (int64_t) conf->slow_log * 1000000;
     ngx_conf_merge_size_value(conf->run_memory, prev->run_memory,
                               MRB_RUN_MEMORY_DEFAULT);
+    ngx_conf_merge_msec_value(conf->run_timeout, prev->run_timeout,
+                              MRB_RUN_TIMEOUT_DEFAULT_MS);
 
     rv = ngx_http_mruby_merge_handlers(cf, prev, conf);
     if (rv != NGX_CONF_OK) {
@@ -396,6 +399,7 @@ ngx_http_mruby_run(ngx_http_request_t *r, ngx_mruby_script_t *s,
     run->stat_on_error_fail = mlcf->stat_on_error
                               == NGX_MRUBY_STAT_ON_ERROR_FAIL;
     run->memory_limit = mlcf->run_memory;
+    run->timeout_ms = (uint32_t) mlcf->run_timeout;
 
     /* a phase up to content keeps its data in ctx: its script may wait */
     run->may_wait = data->ctx != NULL && data == &data->ctx->data;

@@ -82,6 +82,8 @@ typedef struct {
     ngx_msec_t            slow_log;       /* mruby_slow_log; 0: off */
     int64_t               slow_ns;        /* the same, for mrb_run_rec */
     size_t                run_memory;     /* mrb_run.memory_limit */
+    ngx_msec_t            run_timeout;    /* each run's time budget; 0:
+                                             none (mrb_run_budget.h) */
 } ngx_http_mruby_loc_conf_t;
 
 

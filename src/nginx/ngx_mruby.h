@@ -113,6 +113,9 @@ typedef struct {
 
 extern ngx_conf_enum_t  ngx_mruby_stat_on_error_values[];
 
+/* The post handler of mruby_run_timeout (an msec slot): at most a day. */
+extern ngx_conf_post_t  ngx_mruby_run_timeout_post;
+
 /* "mruby_cache" values: the policy of file scripts without one of their own */
 #define NGX_MRUBY_CACHE_UNSET  NGX_CONF_UNSET_UINT
 

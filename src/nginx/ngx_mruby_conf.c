@@ -5,6 +5,7 @@
 
 #include "ngx_mruby.h"
 #include "mrb_alloc.h"
+#include "mrb_run_budget.h"
 
 #include <mruby/hash.h>
 #include <mruby/string.h>
@@ -15,6 +16,21 @@ ngx_conf_enum_t  ngx_mruby_stat_on_error_values[] = {
     { ngx_string("fail"), NGX_MRUBY_STAT_ON_ERROR_FAIL },
     { ngx_null_string, 0 }
 };
+
+
+static char *
+ngx_mruby_run_timeout_check(ngx_conf_t *cf, void *post, void *data)
+{
+    ngx_msec_t  *ms = data;
+
+    if (*ms > MRB_RUN_TIMEOUT_MAX_MS) {
+        return "must be at most 1d (0: no time budget)";
+    }
+
+    return NGX_CONF_OK;
+}
+
+ngx_conf_post_t  ngx_mruby_run_timeout_post = { ngx_mruby_run_timeout_check };
 
 
 static void

@@ -10,6 +10,7 @@
 #include <ngx_event.h>
 
 #include "mrb_alloc.h"
+#include "mrb_run_budget.h"
 #include "mrb_script.h"
 #include "mrb_shdict_file.h"
 #include "mrb_wait.h"
@@ -219,6 +220,11 @@ ngx_mruby_init_worker(ngx_mruby_process_t *p, ngx_mruby_main_conf_t *mcf,
 
     ngx_mruby_file_watch_init(cycle);
 
+    /* after the startup scripts: they have no time budget */
+    if (mrb_run_clock_start(err, sizeof(err)) != 0) {
+        ngx_log_error(NGX_LOG_ALERT, cycle->log, 0, "%s: %s", p->name, err);
+    }
+
     return NGX_OK;
 }
 
@@ -241,6 +247,7 @@ ngx_mruby_exit_worker(ngx_mruby_process_t *p, ngx_mruby_main_conf_t *mcf,
     }
 
     ngx_mruby_file_watch_exit();
+    mrb_run_clock_stop();
 
     /* the process exits next: close it so that its finalizers run */
     mrb_interp_close(p->interp);

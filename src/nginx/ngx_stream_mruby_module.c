@@ -50,6 +50,13 @@ static ngx_command_t  ngx_stream_mruby_commands[] = {
       0,
       NULL },
 
+    { ngx_string("mruby_run_timeout"),
+      NGX_STREAM_MAIN_CONF|NGX_STREAM_SRV_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_STREAM_SRV_CONF_OFFSET,
+      offsetof(ngx_stream_mruby_srv_conf_t, run_timeout),
+      &ngx_mruby_run_timeout_post },
+
     { ngx_string("mruby_stream_code"),
       NGX_STREAM_MAIN_CONF|NGX_STREAM_SRV_CONF|NGX_CONF_TAKE1,
       ngx_stream_mruby_handler,
@@ -159,13 +166,21 @@ ngx_stream_mruby_create_main_conf(ngx_conf_t *cf)
 static void *
 ngx_stream_mruby_create_srv_conf(ngx_conf_t *cf)
 {
+    ngx_stream_mruby_srv_conf_t  *mscf;
+
     /*
      * set by ngx_pcalloc():
      *
      *     mscf->handler = NULL;
      */
 
-    return ngx_pcalloc(cf->pool, sizeof(ngx_stream_mruby_srv_conf_t));
+    mscf = ngx_pcalloc(cf->pool, sizeof(ngx_stream_mruby_srv_conf_t));
+    if (mscf == NULL) {
+        return NULL;
+    }
+
+    mscf->run_timeout = NGX_CONF_UNSET_MSEC;
+    return mscf;
 }
 
 
@@ -178,6 +193,9 @@ ngx_stream_mruby_merge_srv_conf(ngx_conf_t *cf, void *parent, void *child)
     if (conf->handler == NULL) {
         conf->handler = prev->handler;
     }
+
+    ngx_conf_merge_msec_value(conf->run_timeout, prev->run_timeout,
+                              MRB_RUN_TIMEOUT_DEFAULT_MS);
 
     /* a file without a policy of its own is "stat" */
 
@@ -296,6 +314,7 @@ ngx_stream_mruby_access_handler(ngx_stream_session_t *s)
     mrb_run_init(&run, s, NGX_DECLINED);
     run.data = ctx;
     run.may_wait = 1;
+    run.timeout_ms = (uint32_t) mscf->run_timeout;
 
     rc = ngx_mruby_run(&ngx_stream_mruby_process, mscf->handler, &run,
                        s->connection->log);

@@ -195,3 +195,24 @@ def test_stream_log_converts_with_to_s(nginx):
     assert talk(n.port2)[0] == b"x\n"
     n.wait_log("12345")
     n.wait_log("[1, :a]")
+
+
+def test_stream_runaway_script_is_stopped_by_its_budget(nginx):
+    # mruby_run_timeout at the stream block and in a server; the server
+    # after it still answers
+    stream = ("mruby_run_timeout 150ms;\n"
+              + stream_server(["'x = 0\nloop { x += 1 }'"])
+              + """
+server {
+    listen 127.0.0.1:{port3};
+    mruby_stream_code 'Nginx.return Nginx::Stream::OK';
+    return "next\\n";
+}""")
+    n = nginx(stream_conf=stream)
+    data, _ = talk(n.port2)
+    assert data == b""
+    log = n.wait_log("RunTimeout")
+    assert "time budget of 150 ms is spent" in log, log[-2000:]
+    data, _ = talk(n.port3)
+    assert data == b"next\n"
+    assert len(n.worker_pids()) == 1

@@ -28,13 +28,18 @@ CASES = {
 }
 
 
-def servers(kind, apache, nginx, expr):
+def servers(kind, apache, nginx, expr, apache_conf="", nginx_conf=""):
+    """expr in thread.rb (the thread's stack) and after `sleep 0` in
+    coro.rb (a coroutine where the server has one), run at /thread,
+    /coro, /access (an access phase) and /filter/doc (a body filter);
+    /probe answers "PID alive".  *_conf: directives before the locations
+    (server config; nginx's http block)."""
     thread, coro = f"{expr}\n", f"sleep 0\n{expr}\n"
     files = {"probe.rb": PROBE, "thread.rb": thread, "coro.rb": coro}
     docs = {"filter/doc": "hello\n"}
     if kind.startswith("apache"):
         mpm = kind.split("-")[1]
-        conf = f"""
+        conf = apache_conf + f"""
 <Location /probe>
     mrubyHandlerMiddle {{dir}}/probe.rb
 </Location>
@@ -56,7 +61,7 @@ def servers(kind, apache, nginx, expr):
         return apache(conf, mpm=mpm, files=files, docs=docs,
                       mpm_conf=ONE_PREFORK_CHILD if mpm == "prefork"
                       else ONE_EVENT_CHILD)
-    return nginx("""
+    return nginx(nginx_conf + """
 server {
     listen 127.0.0.1:{port};
     location = /probe { mruby_content_handler {dir}/probe.rb; }

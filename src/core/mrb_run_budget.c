@@ -1,0 +1,461 @@
+/*
+ * The time budget of a run (mrb_run_budget.h): the clock thread, the
+ * check the scripts' bytecode calls, the stop, and the watchdog.
+ *
+ * Why a clock thread and checks in the bytecode, not a timer: a timer
+ * armed per run is a system call per request (two with its disarm), and a
+ * signal that interrupts the run can land in the middle of mruby or of a
+ * lock; the compare is a load, and a check raises only where the bytecode
+ * calls it, between two instructions of Ruby, never inside C that holds a
+ * lock (the shared dictionary's, the compiler's, a Mutex's C half).  The
+ * clock's ticks cost the process a wake-up every MRB_RUN_TICK_MS, not
+ * its requests anything.
+ */
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE     /* clone */
+#endif
+
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+
+#include <mruby.h>
+#include <mruby/array.h>
+#include <mruby/class.h>
+#include <mruby/error.h>
+#include <mruby/irep.h>
+#include <mruby/debug.h>
+#include <mruby/proc.h>
+#include <mruby/string.h>
+
+#include "mrb_api.h"
+#include "mrb_interp_core.h"
+#include "mrb_irep_check.h"
+#include "mrb_mruby_version.h"
+#include "mrb_run_budget.h"
+
+/* the clock thread's kind and stack: see budget_clock_loop */
+#if defined(__SANITIZE_ADDRESS__)
+#define BUDGET_CLOCK_PTHREAD  1
+#endif
+
+#define BUDGET_CLOCK_STACK    (64 * 1024)
+
+#define BUDGET_TICKS(ms)  (((uint64_t) (ms) + MRB_RUN_TICK_MS - 1) \
+                           / MRB_RUN_TICK_MS)
+
+_Atomic uint64_t  mrb_run_ticks;
+
+static int              clock_running;
+static _Atomic int      clock_stopping;
+#ifdef BUDGET_CLOCK_PTHREAD
+static pthread_t        clock_thread;
+#else
+static void            *clock_stack;
+static volatile pid_t   clock_tid;      /* 0 once the thread has exited:
+                                           the kernel clears it and wakes
+                                           its futex (CLONE_CHILD_CLEARTID) */
+#endif
+
+/* The interpreters the watchdog looks at (a list through their heads),
+ * under a spin lock of C11 atomics: the clock thread takes it every tick
+ * and calls nothing of glibc's (see budget_clock_main). */
+static atomic_flag      watch_lock = ATOMIC_FLAG_INIT;
+static mrb_interp_head *watch_first;
+
+
+static void
+budget_watch_lock(void)
+{
+    while (atomic_flag_test_and_set_explicit(&watch_lock,
+                                             memory_order_acquire))
+    {
+        /* interpreters open and close rarely: a few loads */
+    }
+}
+
+
+static void
+budget_watch_unlock(void)
+{
+    atomic_flag_clear_explicit(&watch_lock, memory_order_release);
+}
+
+
+/*
+ * The watchdog, on the clock thread: a run still going so long past its
+ * deadline is inside C (a check would have stopped it), which nothing
+ * else will end.  Its frames are read from here while it runs: they do
+ * not change under C that does not return, and the process ends next.
+ */
+static void
+budget_watchdog(mrb_interp_head *h, uint64_t now)
+{
+    mrb_state           *mrb = h->mrb;
+    mrb_callinfo        *ci;
+    const mrb_irep      *irep;
+    const char          *file = NULL;
+    int32_t              line = -1;
+    uint32_t             idx;
+
+    for (ci = mrb->c->ci; ci >= mrb->c->cibase; ci--) {
+        if (ci->proc == NULL || MRB_PROC_CFUNC_P(ci->proc)
+            || ci->pc == NULL)
+        {
+            continue;
+        }
+        /* the innermost frame with lines: mruby's own Ruby has none */
+        irep = ci->proc->body.irep;
+        idx = (uint32_t) (ci->pc - irep->iseq);
+        idx = idx > 0 ? idx - 1 : 0;
+        file = mrb_debug_get_filename(mrb, irep, idx);
+        line = mrb_debug_get_line(mrb, irep, idx);
+        if (file != NULL) {
+            break;
+        }
+    }
+
+    mrb_interp_log((mrb_interp *) h, MRB_LOG_ALERT,
+                   "mruby: a run is still inside C %llu ms after its time "
+                   "budget ended, at %s:%d: ending this process (pid %ld) "
+                   "for the server to replace it",
+                   (unsigned long long) ((now - h->deadline)
+                                         * MRB_RUN_TICK_MS),
+                   file != NULL ? file : "(unknown)", (int) line,
+                   (long) getpid());
+    _exit(1);
+}
+
+
+/*
+ * The clock thread.  Not a pthread: once a process has made one, glibc
+ * takes its multi-threaded paths for good (each cancellation point, recv,
+ * writev, epoll_wait, keeps cancellation state; stdio and malloc lock),
+ * which cost nginx's hello-world request about 200 instructions more
+ * (callgrind, 2026-11-27: 13,333 against 13,132 with no thread).  A
+ * thread made by clone(2) alone leaves glibc single-threaded; it then
+ * shares the TLS of the thread that made it, so it calls only what keeps
+ * to its arguments and the stack: nanosleep (no error with every signal
+ * blocked), atomics, the spin lock, and, to end the process, the log
+ * line and _exit.  AddressSanitizer keeps state per pthread: under it
+ * (BUDGET_CLOCK_PTHREAD) the clock is a pthread.
+ */
+
+
+static void
+budget_clock_loop(void)
+{
+    struct timespec   ts = { 0, MRB_RUN_TICK_MS * 1000000L };
+    mrb_interp_head  *h;
+    uint64_t          now, deadline;
+
+    while (!atomic_load(&clock_stopping)) {
+        nanosleep(&ts, NULL);
+        now = atomic_fetch_add_explicit(&mrb_run_ticks, 1,
+                                        memory_order_relaxed) + 1;
+
+        budget_watch_lock();
+        for (h = watch_first; h != NULL; h = h->watch_next) {
+            deadline = atomic_load_explicit(&h->deadline,
+                                            memory_order_relaxed);
+            if (deadline != MRB_RUN_NO_DEADLINE
+                && now >= deadline + BUDGET_TICKS(MRB_RUN_WATCHDOG_MS))
+            {
+                budget_watchdog(h, now);
+            }
+        }
+        budget_watch_unlock();
+    }
+}
+
+
+#ifdef BUDGET_CLOCK_PTHREAD
+
+static void *
+budget_clock_main(void *arg)
+{
+    budget_clock_loop();
+    return NULL;
+}
+
+
+static int
+budget_clock_create(void)
+{
+    return pthread_create(&clock_thread, NULL, budget_clock_main, NULL);
+}
+
+
+static void
+budget_clock_join(void)
+{
+    pthread_join(clock_thread, NULL);
+}
+
+#else
+
+static int
+budget_clock_main(void *arg)
+{
+    budget_clock_loop();
+    return 0;
+}
+
+
+static int
+budget_clock_create(void)
+{
+    int  flags = CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND
+                 | CLONE_THREAD | CLONE_SYSVSEM | CLONE_PARENT_SETTID
+                 | CLONE_CHILD_CLEARTID;
+
+    clock_stack = mmap(NULL, BUDGET_CLOCK_STACK, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (clock_stack == MAP_FAILED) {
+        clock_stack = NULL;
+        return errno;
+    }
+
+    if (clone(budget_clock_main, (char *) clock_stack + BUDGET_CLOCK_STACK,
+              flags, NULL, &clock_tid, NULL, &clock_tid) == -1)
+    {
+        munmap(clock_stack, BUDGET_CLOCK_STACK);
+        clock_stack = NULL;
+        return errno;
+    }
+
+    return 0;
+}
+
+
+static void
+budget_clock_join(void)
+{
+    pid_t  tid;
+
+    while ((tid = clock_tid) != 0) {
+        syscall(SYS_futex, &clock_tid, FUTEX_WAIT, tid, NULL, NULL, 0);
+    }
+
+    munmap(clock_stack, BUDGET_CLOCK_STACK);
+    clock_stack = NULL;
+}
+
+#endif
+
+
+int
+mrb_run_clock_start(char *err, size_t errlen)
+{
+    sigset_t  all, old;
+    int       rc;
+
+    if (clock_running) {
+        return 0;
+    }
+
+    /* the server's signals go to its own threads, never to the clock */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    atomic_store(&clock_stopping, 0);
+    rc = budget_clock_create();
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+
+    if (rc != 0) {
+        snprintf(err, errlen, "mruby: cannot start the run clock thread: "
+                 "%s; scripts run without a time budget", strerror(rc));
+        return -1;
+    }
+
+    clock_running = 1;
+    return 0;
+}
+
+
+void
+mrb_run_clock_stop(void)
+{
+    if (!clock_running) {
+        return;
+    }
+
+    atomic_store(&clock_stopping, 1);
+    budget_clock_join();
+    clock_running = 0;
+}
+
+
+void
+mrb_run_budget_watch(mrb_interp *interp)
+{
+    mrb_interp_head  *h = (mrb_interp_head *) interp;
+
+    atomic_store_explicit(&h->deadline, MRB_RUN_NO_DEADLINE,
+                          memory_order_relaxed);
+
+    budget_watch_lock();
+    h->watch_next = watch_first;
+    watch_first = h;
+    budget_watch_unlock();
+}
+
+
+void
+mrb_run_budget_unwatch(mrb_interp *interp)
+{
+    mrb_interp_head  *h = (mrb_interp_head *) interp;
+    mrb_interp_head **p;
+
+    budget_watch_lock();
+    for (p = &watch_first; *p != NULL; p = &(*p)->watch_next) {
+        if (*p == h) {
+            *p = h->watch_next;
+            break;
+        }
+    }
+    budget_watch_unlock();
+}
+
+
+static void
+budget_set(mrb_interp_head *h, uint64_t deadline)
+{
+    atomic_store_explicit(&h->deadline, deadline, memory_order_relaxed);
+}
+
+
+void
+mrb_run_budget_begin(mrb_interp *interp, mrb_run_rec *run)
+{
+    run->stopped = 0;
+    budget_set((mrb_interp_head *) interp, run->timeout_ms == 0
+               ? MRB_RUN_NO_DEADLINE
+               : mrb_run_now() + BUDGET_TICKS(run->timeout_ms));
+}
+
+
+int
+mrb_run_budget_end(mrb_interp *interp, mrb_run_rec *run)
+{
+    budget_set((mrb_interp_head *) interp, MRB_RUN_NO_DEADLINE);
+    return run->stopped;
+}
+
+
+uint64_t
+mrb_run_budget_pause(mrb_interp *interp)
+{
+    mrb_interp_head  *h = (mrb_interp_head *) interp;
+    uint64_t          deadline = h->deadline, now = mrb_run_now();
+
+    budget_set(h, MRB_RUN_NO_DEADLINE);
+
+    if (deadline == MRB_RUN_NO_DEADLINE) {
+        return MRB_RUN_NO_DEADLINE;
+    }
+
+    return deadline > now ? deadline - now : 0;
+}
+
+
+void
+mrb_run_budget_resume(mrb_interp *interp, uint64_t left)
+{
+    budget_set((mrb_interp_head *) interp, left == MRB_RUN_NO_DEADLINE
+               ? MRB_RUN_NO_DEADLINE : mrb_run_now() + left);
+}
+
+
+static struct RClass *
+budget_timeout_class(mrb_state *mrb)
+{
+    mrb_interp  *interp = mrb_interp_from_state(mrb);
+
+    return mrb_class_get_under(mrb, mrb_class_get(mrb,
+                               mrb_interp_server(interp)->class_name),
+                               "RunTimeout");
+}
+
+
+/*
+ * Past the deadline: the first time, the stop (its error kept in the
+ * outermost run's buffer, the ensure clauses' grace begins); after the
+ * grace, the same exception again at every check.
+ */
+static MRB_NOINLINE void
+budget_stop(mrb_state *mrb, mrb_interp_head *h)
+{
+    mrb_run_rec  *run = h->run, *outer;
+    mrb_value     exc, where;
+    uint64_t      now = mrb_run_now();
+    char          msg[MRB_ERR_MSG_LEN];
+
+    if (run == NULL) {
+        budget_set(h, MRB_RUN_NO_DEADLINE);
+        return;
+    }
+
+    for (outer = run; outer->prev != NULL; outer = outer->prev) {
+        /* the budget is the outermost run's */
+    }
+
+    if (outer->stopped) {
+        exc = mrb_exc_new_str(mrb, budget_timeout_class(mrb),
+                              mrb_str_new_cstr(mrb, "the run's time budget "
+                                               "is spent (after its grace)"));
+        mrb_exc_raise(mrb, exc);
+    }
+
+    where = mrb_get_backtrace(mrb);
+    snprintf(msg, sizeof(msg), "the run's time budget of %lu ms is spent: "
+             "stopped after %llu ms of running at %s",
+             (unsigned long) outer->timeout_ms,
+             (unsigned long long) (outer->timeout_ms
+                                   + (now - h->deadline) * MRB_RUN_TICK_MS),
+             RARRAY_LEN(where) > 0 && mrb_string_p(RARRAY_PTR(where)[0])
+             ? RSTRING_CSTR(mrb, RARRAY_PTR(where)[0]) : "(unknown)");
+
+    exc = mrb_exc_new_str(mrb, budget_timeout_class(mrb),
+                          mrb_str_new_cstr(mrb, msg));
+    mrb_error_format(mrb, exc, outer->error, sizeof(outer->error));
+    outer->stopped = 1;
+
+    budget_set(h, now + BUDGET_TICKS(MRB_RUN_GRACE_MS));
+    mrb_exc_raise(mrb, exc);
+}
+
+
+/* What the bytecode's checks call: a load and a compare. */
+static mrb_value
+budget_check(mrb_state *mrb, mrb_value self)
+{
+    mrb_interp_head  *h = mrb->ud;
+
+    if (h != NULL
+        && mrb_run_now() >= atomic_load_explicit(&h->deadline,
+                                                 memory_order_relaxed))
+    {
+        budget_stop(mrb, h);
+    }
+
+    return self;
+}
+
+
+void
+mrb_run_budget_define(mrb_state *mrb, struct RClass *server_class)
+{
+    mrb_define_method(mrb, mrb_class_get(mrb, "BasicObject"),
+                      MRB_IREP_CHECK_NAME, budget_check, MRB_ARGS_NONE());
+    mrb_define_class_under(mrb, server_class, "RunTimeout",
+                           mrb->eException_class);
+}
