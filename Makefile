@@ -43,8 +43,15 @@ WARN       := -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializer
 OPT        ?= -O2 -g
 SANITIZE   ?=
 LDFLAGS    ?=
+# mruby 4.0's mruby.h includes mruby/presym/id.h, the enum of the symbols
+# built into the library, which mruby's build makes with the library and
+# Debian's libmruby-dev does not install: scripts/presym-id.c writes it
+# from the library itself, into $(BUILD)/include.  Empty on 3.x.
+PRESYM_ID  := $(if $(shell grep -s 'include <mruby/presym/id.h>' /usr/include/mruby/presym.h),$(if $(wildcard /usr/include/mruby/presym/id.h),,$(BUILD)/include/mruby/presym/id.h))
+MRUBY_INC  := $(if $(PRESYM_ID),-I$(CURDIR)/$(BUILD)/include)
+
 CFLAGS_CORE = $(OPT) $(SANITIZE) -fPIC -std=gnu11 $(WARN) $(MRUBY_DEFS) \
-              -Isrc/core -I$(BUILD)
+              $(MRUBY_INC) -Isrc/core -I$(BUILD)
 CFLAGS_ALL  = $(CFLAGS_CORE) -Isrc/lib
 
 CORE_SRC   := $(wildcard src/core/*.c)
@@ -54,7 +61,7 @@ MRBLIB_RB  := $(sort $(wildcard mrblib/*.rb))
 LIB_RB     := $(sort $(wildcard src/lib/*.rb))
 # the compiled Ruby of the core (mrblib) and of the library (src/lib)
 RB_C       := $(BUILD)/mrblib.c $(BUILD)/mrblib_lib.c
-CORE_H     := $(wildcard src/core/*.h src/lib/*.h)
+CORE_H     := $(wildcard src/core/*.h src/lib/*.h) $(PRESYM_ID)
 
 APACHE_CFLAGS = $(shell $(APXS) -q CFLAGS) $(shell $(APXS) -q EXTRA_CPPFLAGS) \
                 -I$(shell $(APXS) -q INCLUDEDIR) \
@@ -95,6 +102,12 @@ $(BUILD)/mrblib_lib.c: $(LIB_RB) Makefile | $(BUILD)
 $(BUILD):
 	mkdir -p $(BUILD)
 
+$(BUILD)/include/mruby/presym/id.h: scripts/presym-id.c $(MRUBY_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) -std=gnu11 $(WARN) $(MRUBY_DEFS) -DMRB_PRESYM_SCANNING \
+	  -o $(BUILD)/presym-id scripts/presym-id.c $(MRUBY_LIB) -lm
+	$(BUILD)/presym-id > $@.tmp && mv $@.tmp $@
+
 $(BUILD)/apache/%.o: %.c $(CORE_H) $(wildcard src/apache/*.h) | $(RB_C)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(APACHE_CFLAGS) -Isrc/apache -c $< -o $@
@@ -122,13 +135,13 @@ NGINX_DEPS  := $(CORE_SRC) $(LIB_SRC) $(CORE_H) $(wildcard src/nginx/*) $(RB_C)
 
 # src/core, src/lib: the nginx config lists their files when it runs, so a
 # file added or removed there (the folder's mtime) configures again.
-$(NGINX_BUILD)/Makefile: src/nginx/config $(WRAP_LIST) src/core src/lib $(NGINX_SRC)/conf_flags | $(RB_C)
+$(NGINX_BUILD)/Makefile: src/nginx/config $(WRAP_LIST) src/core src/lib $(NGINX_SRC)/conf_flags | $(RB_C) $(PRESYM_ID)
 	rm -rf $(NGINX_BUILD) && mkdir -p $(NGINX_BUILD)
 	cp -r $(NGINX_SRC)/. $(NGINX_BUILD)/
 	cd $(NGINX_BUILD) && . ./conf_flags && \
 	  NGX_MRUBY_BUILD=$(CURDIR)/$(BUILD) \
 	  ./configure "$${NGX_CONF_FLAGS[@]}" --with-stream=dynamic \
-	    --with-cc-opt="$(OPT) $(SANITIZE) -fPIC $(MRUBY_DEFS) -I$(CURDIR)/src/core -I$(CURDIR)/src/lib -I$(CURDIR)/$(BUILD)" \
+	    --with-cc-opt="$(OPT) $(SANITIZE) -fPIC $(MRUBY_DEFS) $(MRUBY_INC) -I$(CURDIR)/src/core -I$(CURDIR)/src/lib -I$(CURDIR)/$(BUILD)" \
 	    --with-ld-opt="$(SANITIZE) $(LDFLAGS)" \
 	    --add-dynamic-module=$(CURDIR)/src/nginx >configure.log 2>&1 \
 	  || { tail -30 configure.log; exit 1; }
@@ -190,7 +203,7 @@ CORE_TESTS := $(shell grep -L 'mrb_lib\.h\|lib_eval\.h' test/unit/*.c)
 test-unit-core: $(BUILD)/test_core_alone
 	$(BUILD)/test_core_alone
 
-$(BUILD)/test_core_alone: $(CORE_TESTS) $(CORE_SRC) $(BUILD)/mrblib.c $(wildcard src/core/*.h) $(WRAP_LIST)
+$(BUILD)/test_core_alone: $(CORE_TESTS) $(CORE_SRC) $(BUILD)/mrblib.c $(wildcard src/core/*.h) $(PRESYM_ID) $(WRAP_LIST)
 	$(CC) $(CFLAGS_CORE) -o $@ $(CORE_TESTS) $(CORE_SRC) $(BUILD)/mrblib.c $(LIBS) $(UNIT_WRAP)
 
 # Fuzzing: each test/fuzz/fuzz_NAME.c is a libFuzzer target (clang, with
@@ -206,7 +219,7 @@ FUZZ_RUNS    ?= -1
 # leak check would run LeakSanitizer on every input (400 inputs/s instead of
 # 190,000); a target checks its own arena, and ASan still sees bad accesses.
 FUZZ_FLAGS   ?= -detect_leaks=0
-FUZZ_CFLAGS  := -g -O1 -fno-omit-frame-pointer -std=gnu11 $(MRUBY_DEFS) \
+FUZZ_CFLAGS  := -g -O1 -fno-omit-frame-pointer -std=gnu11 $(MRUBY_DEFS) $(MRUBY_INC) \
                 -fsanitize=fuzzer-no-link,address -Isrc/core -Isrc/lib -I$(BUILD)
 FUZZ_TARGETS := $(patsubst test/fuzz/%.c,$(FUZZ_BUILD)/%,$(wildcard test/fuzz/fuzz_*.c))
 FUZZ_OBJ     := $(patsubst %.c,$(FUZZ_BUILD)/%.o,$(CORE_SRC) $(LIB_SRC)) \

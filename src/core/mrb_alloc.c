@@ -24,6 +24,9 @@
 
 #include "mrb_alloc.h"
 #include "mrb_interp_core.h"
+#include "mrb_mruby_version.h"
+
+#ifdef MRB_STATE_ALLOCF
 
 #ifdef __SANITIZE_ADDRESS__
 #include <sanitizer/asan_interface.h>
@@ -352,3 +355,31 @@ mrb_alloc_kept(mrb_state *mrb, size_t *bytes)
     *bytes = keep->bytes;
     return keep->count;
 }
+
+#else
+
+/* mruby 4.0: the library's allocator, which has no state to keep blocks in */
+
+mrb_state *
+mrb_alloc_open(void)
+{
+    mrb_state  *mrb = mrb_open();
+
+    /* 4.0 may return a state whose initialisation failed */
+    if (mrb != NULL && mrb->exc != NULL) {
+        mrb_close(mrb);
+        return NULL;
+    }
+
+    return mrb;
+}
+
+
+unsigned
+mrb_alloc_kept(mrb_state *mrb, size_t *bytes)
+{
+    *bytes = 0;
+    return 0;
+}
+
+#endif

@@ -17,6 +17,11 @@
  * interpreter is used by one thread at a time, so nothing is locked.  Under
  * AddressSanitizer a kept block is poisoned: a use after mruby freed it is
  * still reported until the block is handed out again.
+ *
+ * mruby 4.0 has no allocator of a state's own (mrb_basic_alloc_func() is
+ * the process's, with no state to keep blocks in): there an interpreter
+ * allocates with the library's malloc and free, keeps nothing, and a
+ * run's memory budget is not enforced.
  */
 
 #ifndef MRB_ALLOC_H

@@ -14,10 +14,11 @@
 
 #include <mruby/version.h>
 
-#define MRB_MRUBY_SUPPORTED  "3.1.0 (Debian 12) and 3.3.0 (Debian 13)"
+#define MRB_MRUBY_SUPPORTED  "3.1.0 (Debian 12), 3.3.0 (Debian 13) and 4.0.0 (Debian testing)"
 
-#if MRUBY_RELEASE_NO != 30100 && MRUBY_RELEASE_NO != 30300
-#error "written against the insides of mruby 3.1.0 and 3.3.0 only: see docs/architecture.md, \"The mruby version contract\""
+#if MRUBY_RELEASE_NO != 30100 && MRUBY_RELEASE_NO != 30300 \
+    && MRUBY_RELEASE_NO != 40000
+#error "written against the insides of mruby 3.1.0, 3.3.0 and 4.0.0 only: see docs/architecture.md, \"The mruby version contract\""
 #endif
 
 /*
@@ -31,6 +32,9 @@
 #if MRUBY_RELEASE_NO >= 30300 \
     && (!defined(MRB_USE_BIGINT) || !defined(MRB_USE_DEBUG_HOOK))
 #error "mruby 3.3.0's build flags are missing: compile with mruby-config --cflags' -D flags"
+#endif
+#if MRUBY_RELEASE_NO >= 40000 && !defined(MRB_USE_SET)
+#error "mruby 4.0.0's build flags are missing: compile with mruby-config --cflags' -D flags"
 #endif
 
 /* mrb_dump_irep() and mrb_exc_backtrace() left mruby.h and mruby/dump.h
@@ -76,5 +80,65 @@ MRB_API mrb_value mrb_exec_irep(mrb_state *mrb, mrb_value self,
  * thrown to that C caller's jmp instead of unwinding further.
  */
 #define MRB_CINFO_SKIP  1
+
+/*
+ * 4.0 opens a state with the library's allocator only (mrb_open_core()
+ * takes no allocator; mrb_basic_alloc_func() is the one for the process),
+ * and the compiler context's cleanup no longer takes the state.
+ */
+#if MRUBY_RELEASE_NO >= 40000
+#define MRB_OPEN_CORE()  mrb_open_core()
+#define MRB_CCONTEXT_CLEANUP_LOCALS(mrb, cxt) \
+    mrb_ccontext_cleanup_local_variables(cxt)
+#else
+#define MRB_STATE_ALLOCF
+#define MRB_OPEN_CORE()  mrb_open_core(mrb_default_allocf, NULL)
+#define MRB_CCONTEXT_CLEANUP_LOCALS(mrb, cxt) \
+    mrbc_cleanup_local_variables(mrb, cxt)
+#endif
+
+/*
+ * An object's frozen flag: a bit of its flags until 3.3, a bit field of
+ * its own (frozen) in 4.0.
+ */
+#if MRUBY_RELEASE_NO >= 40000
+#define MRB_FROZEN_P(o)           ((o)->frozen)
+#define MRB_SET_FROZEN_FLAG(o)    ((o)->frozen = 1)
+#define MRB_UNSET_FROZEN_FLAG(o)  ((o)->frozen = 0)
+#endif
+
+/*
+ * 4.0's method tables: a class's mt is a chain of mrb_mt_tbl (mruby/
+ * class.h), the first one writable, those under it read-only tables the
+ * library's classes share (MRB_MT_INIT_ROM); an entry is its key, flags
+ * and function or Proc.  A method (mrb_method_t) carries its flags
+ * (visibility, arguments) beside the pointer.  Until 3.3 the table is
+ * the instance variables' layout with the flags in the key, and a method
+ * a tagged pointer.
+ */
+#if MRUBY_RELEASE_NO >= 40000
+#define MRB_MT_CHAIN
+#endif
+
+/*
+ * 4.0's instance-variable tables (globals, a class's constants and
+ * variables) keep their live names first, in [0, size) (a removal moves
+ * the later ones down), where 3.1 and 3.3 hash them over all alloc slots
+ * and mark the removed.  An Object (the main object) may keep its
+ * instance variables in a shape (MRB_FL_OBJ_SHAPED), not in a table.
+ */
+#if MRUBY_RELEASE_NO >= 40000
+#define MRB_IV_COMPACT
+#endif
+
+/*
+ * The symbol table of 3.1 and 3.3: symtbl, with symflags (which names are
+ * literals), symlink and 256 symhash buckets (mrb_file_sym.c adds to it).
+ * 4.0 replaced them with a hash table (struct mrb_sym_hash_table) that
+ * its headers do not lay out.
+ */
+#if MRUBY_RELEASE_NO < 40000
+#define MRB_SYMTBL_LINKED
+#endif
 
 #endif /* MRB_MRUBY_VERSION_H */

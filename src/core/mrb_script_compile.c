@@ -128,7 +128,7 @@ mrb_script_parse(mrb_state *mrb, const char *src, size_t len,
     if (job.p != NULL) {
         mrb_parser_free(job.p);
     }
-    mrbc_cleanup_local_variables(mrb, &cxt);
+    MRB_CCONTEXT_CLEANUP_LOCALS(mrb, &cxt);
     mrb->exc = NULL;
     return job.proc;
 }
@@ -191,7 +191,7 @@ compiler_get_locked(void)
     }
 
     if (compiler == NULL) {
-        compiler = mrb_open_core(mrb_default_allocf, NULL);
+        compiler = MRB_OPEN_CORE();
         compiler_syms = compiler != NULL ? mrb_file_syms_new() : NULL;
         compiler_names_from = 0;
     }

@@ -14,6 +14,7 @@
  * abort the process.
  */
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,13 +33,17 @@
 
 /*
  * mruby's instance variable table (src/variable.c: globals, constants
- * and instance variables) and method table (src/class.c), the same in 3.1.0
- * and 3.3.0, share this head:
- * alloc 8-byte entries (mrb_value; union mt_ptr) followed by alloc keys.
- * An iv key is a symbol, IV_DELETED when removed; a method key is the
- * symbol shifted left by 2 over two flag bits, 0 or 1 when free.  Read
- * only here.  Another mruby may lay them out otherwise: check both files
- * before adding a release to mrb_mruby_version.h.
+ * and instance variables) and method table (src/class.c) share this head.
+ * In 3.1.0 and 3.3.0 both are alloc 8-byte entries (mrb_value; union
+ * mt_ptr) followed by alloc keys, hashed: an iv key is a symbol,
+ * IV_DELETED when removed; a method key is the symbol shifted left by 2
+ * over two flag bits, 0 or 1 when free.  4.0.0 keeps the iv table's
+ * layout with its live keys first (MRB_IV_COMPACT), may keep the main
+ * object's variables in a shape instead (read through mrb_iv_foreach),
+ * and chains method tables (MRB_MT_CHAIN: mrb_mt_tbl, whose entries hold
+ * their keys).  Read only here.  Another mruby may lay them out
+ * otherwise: check both files before adding a release to
+ * mrb_mruby_version.h.
  */
 
 struct tl_tbl {
@@ -57,6 +62,19 @@ _Static_assert(sizeof(void *) == TL_ENTRY,
                "a method table entry (union mt_ptr) is not 8 bytes");
 _Static_assert(sizeof(mrb_sym) == sizeof(uint32_t),
                "table keys are not 32-bit symbols");
+
+#ifdef MRB_MT_CHAIN
+/* an entry: its function or Proc, key and flags */
+#define TL_MT_ENTRY      sizeof(mrb_mt_entry)
+#define TL_MT_ALLOC(a)   ((a) & ~(MRB_MT_READONLY_BIT | MRB_MT_FROZEN_BIT))
+_Static_assert(offsetof(mrb_mt_tbl, size) == offsetof(struct tl_tbl, size)
+               && offsetof(mrb_mt_tbl, alloc) == offsetof(struct tl_tbl, alloc)
+               && offsetof(mrb_mt_tbl, ptr) == offsetof(struct tl_tbl, ptr),
+               "mrb_mt_tbl does not start as an iv table");
+#else
+#define TL_MT_ENTRY      TL_ENTRY
+#define TL_MT_ALLOC(a)   (a)
+#endif
 
 typedef enum {
     TL_GLOBALS,     /* names: added ones removed */
@@ -118,12 +136,48 @@ tl_current(mrb_state *mrb, const tl_table *t)
 }
 
 
+#ifdef MRB_FL_OBJ_SHAPED
 static int
-tl_size(const tl_table *t)
+tl_count_iv(mrb_state *mrb, mrb_sym sym, mrb_value v, void *arg)
+{
+    (*(int *) arg)++;
+    return 0;
+}
+#endif
+
+
+static int
+tl_size(mrb_state *mrb, const tl_table *t)
 {
     const struct tl_tbl  *h = *t->head;
 
+#ifdef MRB_FL_OBJ_SHAPED
+    int                   n = 0;
+
+    /* the main object's variables may be in a shape, not a table */
+    if (t->kind == TL_IVARS) {
+        mrb_iv_foreach(mrb, t->self, tl_count_iv, &n);
+        return n;
+    }
+#endif
+
     return h != NULL ? h->size : 0;
+}
+
+
+/* The slots of h, and the bytes of its entries. */
+static int
+tl_alloc(tl_kind kind, const struct tl_tbl *h)
+{
+    return kind == TL_METHODS ? TL_MT_ALLOC(h->alloc) : h->alloc;
+}
+
+
+static size_t
+tl_entries_len(tl_kind kind, const struct tl_tbl *h)
+{
+    return (size_t) tl_alloc(kind, h)
+           * (kind == TL_METHODS ? TL_MT_ENTRY : TL_ENTRY);
 }
 
 
@@ -164,29 +218,125 @@ sym_cmp(const void *a, const void *b)
 }
 
 
-/* The live names of h into syms (room for h->alloc); returns how many. */
+/*
+ * Calls fn with each name t's table holds now (undefined methods included)
+ * until it returns nonzero.  layers: of a method table of mruby 4.0, the
+ * names of the read-only tables under the writable one too (what the
+ * class has); otherwise those of the writable one (what runs change).
+ */
+typedef int (*tl_name_fn)(mrb_state *mrb, mrb_sym sym, void *arg);
+
+#ifdef MRB_FL_OBJ_SHAPED
+typedef struct {
+    tl_name_fn   fn;
+    void        *arg;
+} tl_iv_walk;
+
+
 static int
-tl_names(tl_kind kind, const struct tl_tbl *h, mrb_sym *syms)
+tl_iv_name(mrb_state *mrb, mrb_sym sym, mrb_value v, void *arg)
 {
-    const uint32_t  *keys;
-    mrb_sym          sym;
-    int              i, n = 0;
+    tl_iv_walk  *w = arg;
+
+    return w->fn(mrb, sym, w->arg);
+}
+#endif
+
+
+static void
+tl_each_name(mrb_state *mrb, const tl_table *t, int layers, tl_name_fn fn,
+    void *arg)
+{
+    const struct tl_tbl  *h = *t->head;
+    const uint32_t       *keys;
+    mrb_sym               sym;
+    int                   i, n;
+
+#ifdef MRB_FL_OBJ_SHAPED
+    tl_iv_walk            w = { fn, arg };
+
+    if (t->kind == TL_IVARS) {
+        mrb_iv_foreach(mrb, t->self, tl_iv_name, &w);
+        return;
+    }
+#endif
+
+#ifdef MRB_MT_CHAIN
+    const mrb_mt_tbl     *mt;
+
+    if (t->kind == TL_METHODS) {
+        for (mt = *t->head; mt != NULL; mt = layers ? mt->next : NULL) {
+            for (i = 0; i < mt->size; i++) {
+                /* a removed method's entry hides the layers' under it */
+                if (!MRB_MT_REMOVED_P(mt->ptr[i])
+                    && fn(mrb, mt->ptr[i].key, arg) != 0)
+                {
+                    return;
+                }
+            }
+        }
+        return;
+    }
+#endif
 
     if (h == NULL || h->alloc == 0) {
-        return 0;
+        return;
     }
 
     keys = (const uint32_t *) ((const char *) h->ptr
                                + (size_t) h->alloc * TL_ENTRY);
+#ifdef MRB_IV_COMPACT
+    n = t->kind == TL_METHODS ? h->alloc : h->size;
+#else
+    n = h->alloc;
+#endif
 
-    for (i = 0; i < h->alloc; i++) {
-        sym = tl_key_sym(kind, keys[i]);
-        if (sym != 0) {
-            syms[n++] = sym;
+    for (i = 0; i < n; i++) {
+        sym = tl_key_sym(t->kind, keys[i]);
+        if (sym != 0 && fn(mrb, sym, arg) != 0) {
+            return;
         }
     }
+}
 
-    return n;
+
+/* Collecting names: into syms, at most max, those pick takes. */
+typedef struct {
+    const tl_table  *t;
+    int            (*pick)(mrb_state *mrb, const tl_table *t, mrb_sym sym);
+    mrb_sym         *syms;
+    int              n;
+    int              max;
+} tl_collect;
+
+
+static int
+tl_collect_name(mrb_state *mrb, mrb_sym sym, void *arg)
+{
+    tl_collect  *c = arg;
+
+    if (c->pick == NULL || c->pick(mrb, c->t, sym)) {
+        if (c->syms != NULL) {
+            c->syms[c->n] = sym;
+        }
+        c->n++;
+    }
+
+    return c->n == c->max;
+}
+
+
+/* The names of t that pick takes (all: pick NULL), at most max, into
+ * syms (or only counted: syms NULL); returns how many. */
+static int
+tl_names(mrb_state *mrb, const tl_table *t, int layers,
+    int (*pick)(mrb_state *mrb, const tl_table *t, mrb_sym sym),
+    mrb_sym *syms, int max)
+{
+    tl_collect  c = { t, pick, syms, 0, max };
+
+    tl_each_name(mrb, t, layers, tl_collect_name, &c);
+    return c.n;
 }
 
 
@@ -213,7 +363,7 @@ tl_copy_bytes(mrb_state *mrb, tl_table *t)
     t->alloc = h != NULL ? h->alloc : 0;
 
     t->size = h != NULL ? h->size : 0;
-    len = (size_t) t->alloc * TL_ENTRY;
+    len = h != NULL ? tl_entries_len(t->kind, h) : 0;
 
     if (len > t->copy_cap) {
         copy = realloc(t->copy, len);
@@ -246,32 +396,39 @@ tl_bytes_unchanged(mrb_state *mrb, const tl_table *t)
      * name replaced by another in the same run) changes the values */
     return h == NULL
            || (h->ptr == t->ptr && h->alloc == t->alloc && h->size == t->size
-               && memcmp(h->ptr, t->copy, (size_t) h->alloc * TL_ENTRY)
-                  == 0);
+               && memcmp(h->ptr, t->copy, tl_entries_len(t->kind, h)) == 0);
 }
 
 
 static int
 tl_table_record(mrb_state *mrb, mrb_toplevel *tl, tl_table *t)
 {
-    struct tl_tbl  *h = tl_current(mrb, t);
     struct RClass  *c;
-    int             i;
+    int             i, n, count;
 
-    t->size = h != NULL ? h->size : 0;
+    t->size = tl_size(mrb, t);
     t->n = 0;
 
-    if (h == NULL || h->alloc == 0) {
+    count = tl_names(mrb, t, 1, NULL, NULL, -1);
+    if (count == 0) {
         return t->kind >= TL_CONSTANTS ? tl_copy_bytes(mrb, t) : 0;
     }
 
-    t->syms = malloc(sizeof(mrb_sym) * (size_t) h->alloc);
+    t->syms = malloc(sizeof(mrb_sym) * (size_t) count);
     if (t->syms == NULL) {
         return -1;
     }
 
-    t->n = tl_names(t->kind, h, t->syms);
-    qsort(t->syms, (size_t) t->n, sizeof(mrb_sym), sym_cmp);
+    n = tl_names(mrb, t, 1, NULL, t->syms, count);
+    qsort(t->syms, (size_t) n, sizeof(mrb_sym), sym_cmp);
+
+    /* once each (mruby 4.0: a method of a read-only table and the
+     * writable one's that overrides it) */
+    for (i = 0; i < n; i++) {
+        if (t->n == 0 || t->syms[t->n - 1] != t->syms[i]) {
+            t->syms[t->n++] = t->syms[i];
+        }
+    }
 
     if (t->kind == TL_CONSTANTS) {
         t->values = malloc(sizeof(mrb_value) * (size_t) t->n);
@@ -297,7 +454,8 @@ tl_table_record(mrb_state *mrb, mrb_toplevel *tl, tl_table *t)
                 && MRB_METHOD_PROC(t->methods[i]) != NULL)
             {
                 mrb_ary_push(mrb, tl->keep,
-                             mrb_obj_value(MRB_METHOD_PROC(t->methods[i])));
+                             mrb_obj_value((struct RProc *)
+                                           MRB_METHOD_PROC(t->methods[i])));
             }
         }
     }
@@ -343,30 +501,22 @@ tl_sym_is_match_global(mrb_state *mrb, mrb_sym sym)
  * added global it is removed when the run ends and taken aside while the
  * run waits.  Collected first, removed after, a batch at a time.
  */
+static int
+tl_pick_match_global(mrb_state *mrb, const tl_table *t, mrb_sym sym)
+{
+    return tl_sym_is_match_global(mrb, sym);
+}
+
+
 static void
 tl_drop_match_globals(mrb_state *mrb)
 {
-    const struct tl_tbl  *h;
-    const uint32_t       *keys;
-    mrb_sym               found[TL_BATCH], sym;
-    int                   i, n;
+    tl_table  globals = { .kind = TL_GLOBALS, .head = (void **) &mrb->globals };
+    mrb_sym   found[TL_BATCH];
+    int       i, n;
 
     do {
-        h = (const struct tl_tbl *) mrb->globals;
-        if (h == NULL || h->alloc == 0) {
-            return;
-        }
-
-        keys = (const uint32_t *) ((const char *) h->ptr
-                                   + (size_t) h->alloc * TL_ENTRY);
-        n = 0;
-
-        for (i = 0; i < h->alloc && n < TL_BATCH; i++) {
-            sym = tl_key_sym(TL_GLOBALS, keys[i]);
-            if (sym != 0 && tl_sym_is_match_global(mrb, sym)) {
-                found[n++] = sym;
-            }
-        }
+        n = tl_names(mrb, &globals, 0, tl_pick_match_global, found, TL_BATCH);
 
         for (i = 0; i < n; i++) {
             mrb_gv_remove(mrb, found[i]);
@@ -490,12 +640,12 @@ mrb_toplevel_free(mrb_state *mrb, mrb_toplevel *tl)
 
 /* What every run's end checks: every table's size. */
 static int
-tl_sizes_unchanged(const mrb_toplevel *tl)
+tl_sizes_unchanged(mrb_state *mrb, const mrb_toplevel *tl)
 {
     const tl_table  *t, *end = tl->tables + tl->ntables;
 
     for (t = tl->tables; t < end; t++) {
-        if (tl_size(t) != t->size) {
+        if (tl_size(mrb, t) != t->size) {
             return 0;
         }
     }
@@ -528,30 +678,18 @@ tl_values_unchanged(mrb_state *mrb, const mrb_toplevel *tl)
 }
 
 
+static int
+tl_pick_added(mrb_state *mrb, const tl_table *t, mrb_sym sym)
+{
+    return !tl_has(t, sym);
+}
+
+
 /* The names of t's table that were not there when it was recorded. */
 static int
 tl_added(mrb_state *mrb, const tl_table *t, mrb_sym *added, int max)
 {
-    struct tl_tbl  *h = tl_current(mrb, t);
-    const uint32_t *keys;
-    mrb_sym         sym;
-    int             i, n = 0;
-
-    if (h == NULL || h->alloc == 0) {
-        return 0;
-    }
-
-    keys = (const uint32_t *) ((const char *) h->ptr
-                               + (size_t) h->alloc * TL_ENTRY);
-
-    for (i = 0; i < h->alloc && n < max; i++) {
-        sym = tl_key_sym(t->kind, keys[i]);
-        if (sym != 0 && !tl_has(t, sym)) {
-            added[n++] = sym;
-        }
-    }
-
-    return n;
+    return tl_names(mrb, t, 0, tl_pick_added, added, max);
 }
 
 
@@ -579,6 +717,19 @@ tl_remove_added(mrb_state *mrb, tl_table *t)
             }
         }
     } while (n == TL_BATCH);
+}
+
+
+/* Whether two methods are the same (4.0's mrb_method_t is a struct whose
+ * padding is not ours to compare). */
+static int
+tl_method_eq(mrb_method_t a, mrb_method_t b)
+{
+#ifdef MRB_MT_CHAIN
+    return a.flags == b.flags && a.as.proc == b.as.proc;
+#else
+    return memcmp(&a, &b, sizeof(mrb_method_t)) == 0;
+#endif
 }
 
 
@@ -619,9 +770,7 @@ tl_restore_recorded(mrb_state *mrb, tl_table *t)
             c = t->owner;
             m = mrb_method_search_vm(mrb, &c, t->syms[i]);
 
-            if (c != t->owner
-                || memcmp(&m, &t->methods[i], sizeof(mrb_method_t)) != 0)
-            {
+            if (c != t->owner || !tl_method_eq(m, t->methods[i])) {
                 mrb_define_method_raw(mrb, t->owner, t->syms[i],
                                       t->methods[i]);
             }
@@ -636,7 +785,8 @@ tl_restore_recorded(mrb_state *mrb, tl_table *t)
 static int
 tl_values_untouched(mrb_state *mrb, const mrb_toplevel *tl, const tl_table *t)
 {
-    return (!tl->full && tl_size(t) == t->size) || tl_bytes_unchanged(mrb, t);
+    return (!tl->full && tl_size(mrb, t) == t->size)
+           || tl_bytes_unchanged(mrb, t);
 }
 
 
@@ -703,11 +853,11 @@ mrb_toplevel_restore(mrb_state *mrb, mrb_toplevel *tl, char *err,
 
     if (tl->full) {
         tl->compares++;
-        if (tl_sizes_unchanged(tl) && tl_values_unchanged(mrb, tl)) {
+        if (tl_sizes_unchanged(mrb, tl) && tl_values_unchanged(mrb, tl)) {
             return 0;
         }
 
-    } else if (tl_sizes_unchanged(tl)) {
+    } else if (tl_sizes_unchanged(mrb, tl)) {
         return 0;
     }
 
@@ -766,7 +916,8 @@ mrb_toplevel_run_end(mrb_toplevel *tl, int what)
  *   [frozen, code, name, value, code, name, value, ...]
  *
  * frozen: a bit per tl->frozen_obj that was frozen; code: the table's
- * index << 3 | TL_TAKE_*; name: a Symbol; value: the global, instance
+ * index << 3 | TL_TAKE_* (with mruby 4.0 a method's flags from bit
+ * TL_TAKE_FLAGS); name: a Symbol; value: the global, instance
  * variable or constant, or the method (its Proc; a C function's address
  * as a cptr; nil: undefined), or nil with TL_TAKE_REMOVED (a recorded
  * constant or method the run removed).
@@ -775,10 +926,12 @@ mrb_toplevel_run_end(mrb_toplevel *tl, int what)
 #define TL_TAKE_FUNC     2
 #define TL_TAKE_NOARG    4
 #define TL_TAKE_SHIFT    3
+#define TL_TAKE_TABLES   0xff        /* the index, after TL_TAKE_SHIFT */
+#define TL_TAKE_FLAGS    16          /* 4.0: the method's flags, from bit 16 */
 
 
 static void
-tl_take_push(mrb_state *mrb, mrb_value aside, int code, mrb_sym sym,
+tl_take_push(mrb_state *mrb, mrb_value aside, mrb_int code, mrb_sym sym,
     mrb_value value)
 {
     mrb_ary_push(mrb, aside, mrb_fixnum_value(code));
@@ -787,34 +940,37 @@ tl_take_push(mrb_state *mrb, mrb_value aside, int code, mrb_sym sym,
 }
 
 
+typedef struct {
+    mrb_sym  sym;
+    int      found;
+} tl_find;
+
+
+static int
+tl_find_sym(mrb_state *mrb, mrb_sym sym, void *arg)
+{
+    tl_find  *f = arg;
+
+    f->found = sym == f->sym;
+    return f->found;
+}
+
+
 /* Whether t's own table holds sym now (undefined methods included). */
 static int
 tl_holds(mrb_state *mrb, const tl_table *t, mrb_sym sym)
 {
-    struct tl_tbl   *h = tl_current(mrb, t);
-    const uint32_t  *keys;
-    int              i;
+    tl_find  f = { sym, 0 };
 
-    if (h == NULL || h->alloc == 0) {
-        return 0;
-    }
-
-    keys = (const uint32_t *) ((const char *) h->ptr
-                               + (size_t) h->alloc * TL_ENTRY);
-
-    for (i = 0; i < h->alloc; i++) {
-        if (tl_key_sym(t->kind, keys[i]) == sym) {
-            return 1;
-        }
-    }
-
-    return 0;
+    tl_each_name(mrb, t, 1, tl_find_sym, &f);
+    return f.found;
 }
 
 
 /* The method sym of t's class as it is now: into aside, or removed. */
 static void
-tl_take_method(mrb_state *mrb, mrb_value aside, int code, const tl_table *t,
+tl_take_method(mrb_state *mrb, mrb_value aside, mrb_int code,
+    const tl_table *t,
     mrb_sym sym)
 {
     struct RClass  *c = t->owner;
@@ -827,16 +983,20 @@ tl_take_method(mrb_state *mrb, mrb_value aside, int code, const tl_table *t,
         return;
     }
 
+#ifdef MRB_MT_CHAIN
+    code |= (mrb_int) m.flags << TL_TAKE_FLAGS;
+#else
     if (MRB_METHOD_NOARG_P(m)) {
         code |= TL_TAKE_NOARG;
     }
+#endif
 
     if (MRB_METHOD_FUNC_P(m)) {
         code |= TL_TAKE_FUNC;
         value = mrb_cptr_value(mrb, (void *) MRB_METHOD_FUNC(m));
 
     } else if (MRB_METHOD_PROC(m) != NULL) {
-        value = mrb_obj_value(MRB_METHOD_PROC(m));
+        value = mrb_obj_value((struct RProc *) MRB_METHOD_PROC(m));
 
     } else {
         value = mrb_nil_value();
@@ -846,48 +1006,56 @@ tl_take_method(mrb_state *mrb, mrb_value aside, int code, const tl_table *t,
 }
 
 
-/* The names of t added since it was recorded, with their values. */
-static void
-tl_take_added(mrb_state *mrb, mrb_value aside, int code, const tl_table *t)
+typedef struct {
+    mrb_value        aside;
+    mrb_int          code;
+    const tl_table  *t;
+} tl_take_walk;
+
+
+static int
+tl_take_name(mrb_state *mrb, mrb_sym sym, void *arg)
 {
-    struct tl_tbl   *h = tl_current(mrb, t);
-    const uint32_t  *keys;
-    mrb_sym          sym;
-    int              i;
+    tl_take_walk    *w = arg;
+    const tl_table  *t = w->t;
 
-    if (h == NULL || h->alloc == 0) {
-        return;
+    if (tl_has(t, sym)) {
+        return 0;
     }
 
-    /* pushing allocates, and the GC may run: it never moves a table */
-    keys = (const uint32_t *) ((const char *) h->ptr
-                               + (size_t) h->alloc * TL_ENTRY);
-
-    for (i = 0; i < h->alloc; i++) {
-        sym = tl_key_sym(t->kind, keys[i]);
-        if (sym == 0 || tl_has(t, sym)) {
-            continue;
-        }
-
-        switch (t->kind) {
-        case TL_GLOBALS:
-            tl_take_push(mrb, aside, code, sym, mrb_gv_get(mrb, sym));
-            break;
-        case TL_METHODS:
-            tl_take_method(mrb, aside, code, t, sym);
-            break;
-        default:
-            tl_take_push(mrb, aside, code, sym,
-                         mrb_iv_get(mrb, t->self, sym));
-        }
+    switch (t->kind) {
+    case TL_GLOBALS:
+        tl_take_push(mrb, w->aside, w->code, sym, mrb_gv_get(mrb, sym));
+        break;
+    case TL_METHODS:
+        tl_take_method(mrb, w->aside, w->code, t, sym);
+        break;
+    default:
+        tl_take_push(mrb, w->aside, w->code, sym,
+                     mrb_iv_get(mrb, t->self, sym));
     }
+
+    return 0;
+}
+
+
+/* The names of t added since it was recorded, with their values (pushing
+ * allocates, and the GC may run: it never moves a table). */
+static void
+tl_take_added(mrb_state *mrb, mrb_value aside, mrb_int code,
+    const tl_table *t)
+{
+    tl_take_walk  w = { aside, code, t };
+
+    tl_each_name(mrb, t, 0, tl_take_name, &w);
 }
 
 
 /* The recorded constants and methods of t the run reassigned or removed
  * (instance and class variables keep their new values, as globals do). */
 static void
-tl_take_recorded(mrb_state *mrb, mrb_value aside, int code, const tl_table *t)
+tl_take_recorded(mrb_state *mrb, mrb_value aside, mrb_int code,
+    const tl_table *t)
 {
     struct RClass  *c;
     mrb_method_t    m;
@@ -897,9 +1065,7 @@ tl_take_recorded(mrb_state *mrb, mrb_value aside, int code, const tl_table *t)
         if (t->kind == TL_METHODS) {
             c = t->owner;
             m = mrb_method_search_vm(mrb, &c, t->syms[i]);
-            if (c != t->owner
-                || memcmp(&m, &t->methods[i], sizeof(mrb_method_t)) != 0)
-            {
+            if (c != t->owner || !tl_method_eq(m, t->methods[i])) {
                 tl_take_method(mrb, aside, code, t, t->syms[i]);
             }
 
@@ -999,7 +1165,7 @@ mrb_toplevel_take(mrb_state *mrb, mrb_toplevel *tl, mrb_value *aside,
     tl->full = tl->always || tl->dirty || tl->changing != 0;
     tl->dirty = 0;
 
-    if (tl_sizes_unchanged(tl)
+    if (tl_sizes_unchanged(mrb, tl)
         && (!tl->full || tl_values_unchanged(mrb, tl)))
     {
         return 0;
@@ -1031,7 +1197,7 @@ tl_put_back_body(mrb_state *mrb, void *arg)
         code = mrb_fixnum(RARRAY_PTR(aside)[i]);
         sym = mrb_symbol(RARRAY_PTR(aside)[i + 1]);
         value = RARRAY_PTR(aside)[i + 2];
-        t = &tl->tables[code >> TL_TAKE_SHIFT];
+        t = &tl->tables[(code >> TL_TAKE_SHIFT) & TL_TAKE_TABLES];
 
         if (code & TL_TAKE_REMOVED) {
             if (!tl_holds(mrb, t, sym)) {
@@ -1057,9 +1223,13 @@ tl_put_back_body(mrb_state *mrb, void *arg)
                 MRB_METHOD_FROM_PROC(m, mrb_nil_p(value)
                                         ? NULL : mrb_proc_ptr(value));
             }
+#ifdef MRB_MT_CHAIN
+            m.flags = (uint32_t) (code >> TL_TAKE_FLAGS);
+#else
             if (code & TL_TAKE_NOARG) {
                 MRB_METHOD_NOARG_SET(m);
             }
+#endif
             mrb_define_method_raw(mrb, t->owner, sym, m);
             break;
 

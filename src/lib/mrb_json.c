@@ -219,7 +219,7 @@ json_string(json_parser *ps, int sym)
         }
         out = mrb_str_new(mrb, (const char *) run, q - run);
         if (sym == JSON_KEY_STRING) {
-            MRB_SET_FROZEN_FLAG(mrb_str_ptr(out));
+            mrb_obj_freeze(mrb, out);
         }
         return out;
     }
@@ -291,7 +291,7 @@ json_string(json_parser *ps, int sym)
         return mrb_symbol_value(mrb_intern_str(mrb, out));
     }
     if (sym == JSON_KEY_STRING) {
-        MRB_SET_FROZEN_FLAG(mrb_str_ptr(out));
+        mrb_obj_freeze(mrb, out);
     }
     return out;
 }

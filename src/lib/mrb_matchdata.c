@@ -279,7 +279,7 @@ match_string_m(mrb_state *mrb, mrb_value self)
 {
     mrb_value  s = mrb_str_dup(mrb, match_string(mrb, self));
 
-    MRB_SET_FROZEN_FLAG(mrb_basic_ptr(s));
+    mrb_obj_freeze(mrb, s);
     return s;
 }
 

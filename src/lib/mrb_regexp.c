@@ -315,8 +315,7 @@ regexp_compile(mrb_state *mrb, struct RClass *c, const char *src,
                    (const char *) msg, rx->src);
     }
 
-    MRB_SET_FROZEN_FLAG((struct RBasic *) d);
-    return mrb_obj_value(d);
+    return mrb_obj_freeze(mrb, mrb_obj_value(d));
 }
 
 

@@ -43,7 +43,7 @@ scan_method(mrb_state *mrb, mrb_sym sym, mrb_method_t m, void *arg)
         return 0;
     }
 
-    p = MRB_METHOD_PROC(m);
+    p = (struct RProc *) MRB_METHOD_PROC(m);    /* const in mruby 4.0 */
     if (p != NULL) {
         p = (struct RProc *) MRB_PROC_UNALIAS(p);
     }

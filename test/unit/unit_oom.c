@@ -4,7 +4,9 @@
 
 #include <dirent.h>
 #include <malloc.h>
+#include <stdlib.h>
 
+#include "mrb_mruby_version.h"
 #include "unit_oom.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -12,44 +14,115 @@
 size_t __sanitizer_get_current_allocated_bytes(void);
 #endif
 
-static mrb_allocf  oom_allocf;
-static void       *oom_ud;
 static long        oom_left;     /* allocations before the failing ones */
 static long        oom_count;    /* failing ones from there; -1: all */
 static int         oom_failed;
 static long        oom_asked;
+static int         oom_armed;
+
+
+/* Whether this allocation (size != 0) is one to fail. */
+static int
+oom_fails(size_t size)
+{
+    if (!oom_armed || size == 0) {
+        return 0;
+    }
+
+    oom_asked++;
+    if (oom_left > 0) {
+        oom_left--;
+        return 0;
+    }
+
+    if (oom_count != 0) {
+        if (oom_count > 0) {
+            oom_count--;
+        }
+        oom_failed = 1;
+        return 1;
+    }
+
+    return 0;
+}
+
+
+#ifdef MRB_STATE_ALLOCF
+
+static mrb_allocf  oom_allocf;
+static void       *oom_ud;
 
 
 static void *
 oom_failing_allocf(mrb_state *mrb, void *p, size_t size, void *ud)
 {
-    if (size != 0) {
-        oom_asked++;
-        if (oom_left > 0) {
-            oom_left--;
-
-        } else if (oom_count != 0) {
-            if (oom_count > 0) {
-                oom_count--;
-            }
-            oom_failed = 1;
-            return NULL;
-        }
+    if (oom_fails(size)) {
+        return NULL;
     }
     return oom_allocf(mrb, p, size, oom_ud);
 }
 
 
-void
-unit_oom_after(mrb_state *mrb, long n)
+static void
+oom_arm(mrb_state *mrb)
 {
     oom_allocf = mrb->allocf;
     oom_ud = mrb->allocf_ud;
+    mrb->allocf = oom_failing_allocf;
+}
+
+
+static void
+oom_disarm(mrb_state *mrb)
+{
+    if (mrb->allocf == oom_failing_allocf) {
+        mrb->allocf = oom_allocf;
+        mrb->allocf_ud = oom_ud;
+    }
+}
+
+#else
+
+/*
+ * mruby 4.0 allocates through mrb_basic_alloc_func() alone, which a
+ * program may define (the library's is in an archive member of its own,
+ * allocf.o): this one fails while armed, for whichever interpreter asks.
+ */
+void *
+mrb_basic_alloc_func(void *p, size_t size)
+{
+    if (size == 0) {
+        free(p);
+        return NULL;
+    }
+
+    return oom_fails(size) ? NULL : realloc(p, size);
+}
+
+
+static void
+oom_arm(mrb_state *mrb)
+{
+}
+
+
+static void
+oom_disarm(mrb_state *mrb)
+{
+}
+
+#endif
+
+
+void
+unit_oom_after(mrb_state *mrb, long n)
+{
     oom_left = n;
     oom_count = -1;
     oom_failed = 0;
     oom_asked = 0;
-    mrb->allocf = oom_failing_allocf;
+    oom_armed = 1;
+    oom_arm(mrb);
 }
 
 
@@ -65,10 +138,8 @@ unit_oom_once(mrb_state *mrb, long n)
 void
 unit_oom_end(mrb_state *mrb)
 {
-    if (mrb->allocf == oom_failing_allocf) {
-        mrb->allocf = oom_allocf;
-        mrb->allocf_ud = oom_ud;
-    }
+    oom_armed = 0;
+    oom_disarm(mrb);
     mrb->gc.disabled = FALSE;
 }
 
