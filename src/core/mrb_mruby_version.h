@@ -141,4 +141,14 @@ MRB_API mrb_value mrb_exec_irep(mrb_state *mrb, mrb_value self,
 #define MRB_SYMTBL_LINKED
 #endif
 
+/*
+ * 4.0's code generator defines a method from its irep in one instruction
+ * (OP_TDEF: in the target class, OP_SDEF: in a singleton class; operand
+ * c the irep) where 3.x loads the Proc (OP_METHOD) and defines it
+ * (OP_DEF).
+ */
+#if MRUBY_RELEASE_NO >= 40000
+#define MRB_OP_TDEF
+#endif
+
 #endif /* MRB_MRUBY_VERSION_H */

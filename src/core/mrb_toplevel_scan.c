@@ -8,7 +8,8 @@
  * A run can change those tables only
  *
  *   - by its own instructions: OP_SETCONST, OP_SETMCNST, OP_SETCV,
- *     OP_CLASS, OP_MODULE, OP_SCLASS, OP_DEF, OP_ALIAS, OP_UNDEF,
+ *     OP_CLASS, OP_MODULE, OP_SCLASS, OP_DEF (4.0: OP_TDEF, OP_SDEF),
+ *     OP_ALIAS, OP_UNDEF,
  *     OP_INTERN (a symbol made at run time: a method name the code does
  *     not show);
  *   - by calling, by name, a method that does it for it (const_set,
@@ -235,11 +236,12 @@ static const uint8_t  scan_layout[] = {
 static const uint8_t  scan_layout_len[] = { 0, 1, 2, 3, 3, 5, 2, 3 };
 
 /* One instruction: its opcode and operands a and b (16 bits after an
- * OP_EXT prefix), the length with the prefix. */
+ * OP_EXT prefix) and c (8 bits), the length with the prefix. */
 typedef struct {
     uint8_t   op;
     uint16_t  a;
     uint16_t  b;
+    uint8_t   c;
     uint32_t  len;
 } scan_insn;
 
@@ -274,12 +276,17 @@ scan_decode(const mrb_code *pc, const mrb_code *end, scan_insn *in)
 
     in->a = 0;
     in->b = 0;
+    in->c = 0;
     if (layout >= SCAN_B && layout <= SCAN_BSS) {
         in->a = wide_a ? (uint16_t) (pc[n] << 8 | pc[n + 1]) : pc[n];
         n += 1 + wide_a;
         if (layout != SCAN_B) {
             in->b = (wide_b || layout >= SCAN_BS)
                     ? (uint16_t) (pc[n] << 8 | pc[n + 1]) : pc[n];
+            n += 1 + (wide_b || layout >= SCAN_BS);
+        }
+        if (layout == SCAN_BBB) {
+            in->c = pc[n];
         }
     }
 
@@ -298,6 +305,10 @@ scan_op_changes(uint8_t op)
     case OP_MODULE:
     case OP_SCLASS:
     case OP_DEF:
+#ifdef MRB_OP_TDEF
+    case OP_TDEF:
+    case OP_SDEF:
+#endif
     case OP_ALIAS:
     case OP_UNDEF:
     case OP_INTERN:
@@ -314,6 +325,12 @@ static int
 scan_names_in(const mrb_toplevel_names *names, const mrb_irep *irep)
 {
     int  i, j, f = 0;
+
+    /* mruby 4.0's static ireps (its own Ruby, compiled into the library)
+     * may keep no symbol table: not a script's code, which always has one */
+    if (irep->syms == NULL) {
+        return 0;
+    }
 
     for (i = 0; i < irep->slen; i++) {
         if (scan_names_has(names, irep->syms[i])) {
@@ -460,7 +477,9 @@ scan_startup(const mrb_toplevel_names *all, const mrb_toplevel_names *top,
         switch (in.op) {
         case OP_ALIAS:
             /* alias cs const_set: a new name for a method of the list */
-            if (in.b >= irep->slen || scan_names_has(all, irep->syms[in.b])) {
+            if (in.b >= irep->slen || irep->syms == NULL
+                || scan_names_has(all, irep->syms[in.b]))
+            {
                 return 1;
             }
             break;
@@ -479,6 +498,16 @@ scan_startup(const mrb_toplevel_names *all, const mrb_toplevel_names *top,
                 return 1;
             }
             break;
+#ifdef MRB_OP_TDEF
+        case OP_TDEF:
+        case OP_SDEF:
+            /* a method defined from its irep at once (4.0) */
+            if (in.c >= irep->rlen || irep->reps == NULL
+                || scan_callable(all, irep->reps[in.c])) {
+                return 1;
+            }
+            break;
+#endif
         case OP_INTERN:
             return 1;
         default:

@@ -104,21 +104,32 @@ scan_sym_cmp(const void *a, const void *b, void *mrb)
  * mruby 3.3 names its Enumerator helpers otherwise, writes Kernel#extend
  * in Ruby (extend_object on the modules its caller gave, as include),
  * and has Enumerator#initialize_copy (instance_eval on the copied
- * Enumerator) and to_enum (a name its caller gave).
+ * Enumerator) and to_enum (a name its caller gave).  mruby 4.0 compiles
+ * its own Ruby into the library with no symbol table (the scan reads no
+ * names there: attr_accessor, prepend, product, extend and the Enumerator
+ * helper are not read), has its own Set (the library's, whose freeze was
+ * read, is not loaded), and adds TCPServer#accept (instance_eval and
+ * __send__ of initialize on the socket it makes) and Enumerator::Chain#
+ * initialize (freeze of its own list).
  * A new entry here is a library method to read before it ships.
  */
 static const char  *scan_known[] = {
-    "[]", "[]=", "attr_accessor", "build_env", "capitalize", "catch",
+    "[]", "[]=", "build_env", "capitalize", "catch",
     "curry", "def_delegator", "def_delegators", "define", "delegate",
     "delegate_method", "do_not_reverse_lookup=", "downcase", "each",
-    "each_pair", "freeze", "include", "inject", "inspect",
-    "members", "method_missing", "new", "prepend",
-    "product", "reduce", "select", "to_h", "to_proc", "to_s",
-    "try_lock_loop", "upcase",
+    "each_pair", "include", "inject", "inspect",
+    "members", "method_missing", "new",
+    "reduce", "select", "to_h", "to_proc", "to_s", "try_lock_loop",
+    "upcase",
 #if MRUBY_RELEASE_NO == 30100
+    "attr_accessor", "freeze", "prepend", "product",
     "enumerator_block_call", "new_with_prelude", "singleton_method",
-#else
+#elif MRUBY_RELEASE_NO == 30300
+    "attr_accessor", "freeze", "prepend", "product",
     "__enumerator_block_call", "_new_with_prelude", "enum_for", "extend",
+    "initialize_copy", "to_enum",
+#else
+    "__enumerator_block_call", "accept", "enum_for", "initialize",
     "initialize_copy", "to_enum",
 #endif
     NULL

@@ -1318,8 +1318,12 @@ ruby(mrb_state *mrb, const char *code)
 
     v = mrb_load_string(mrb, code);
 
+    /* "message (Class)", as mruby 3.x inspects an exception (4.0:
+     * #<Class: message>) */
     if (mrb->exc != NULL) {
-        v = mrb_funcall(mrb, mrb_obj_value(mrb->exc), "inspect", 0);
+        v = mrb_format(mrb, "%v (%C)",
+                       mrb_funcall(mrb, mrb_obj_value(mrb->exc), "message", 0),
+                       mrb_obj_class(mrb, mrb_obj_value(mrb->exc)));
         mrb->exc = NULL;
         snprintf(out, sizeof(out), "!%s", mrb_str_to_cstr(mrb, v));
         return out;
