@@ -26,7 +26,8 @@ NGINX_SRC  := /usr/share/nginx/src
 
 # The -D flags Debian's mruby was built with, which set the layout of
 # mrb_state and the object structs (3.1.0: RATIONAL, COMPLEX; 3.3.0 adds
-# BIGINT and DEBUG_HOOK); src/core/mrb_mruby_version.h checks them.
+# BIGINT and DEBUG_HOOK; 4.0.0 SET); src/core/mrb_mruby_version.h checks
+# them.
 MRUBY_DEFS := $(filter -D%,$(shell mruby-config --cflags 2>/dev/null))
 MRUBY_LIB  := /usr/lib/libmruby.a
 comma      := ,

@@ -91,9 +91,11 @@ def mruby_defs():
 
 
 def compile_core(rel, inc):
+    # mruby 4.0: the presym/id.h the Makefile made from the library
+    presym = [f"-I{BUILD}/include"] if os.path.isdir(f"{BUILD}/include") else []
     return subprocess.run(
         ["gcc", "-fsyntax-only", "-std=gnu11", *mruby_defs(),
-         f"-I{inc}", f"-I{REPO}/src/core", f"-I{REPO}/src/lib",
+         f"-I{inc}", *presym, f"-I{REPO}/src/core", f"-I{REPO}/src/lib",
          f"-I{BUILD}",
          os.path.join(REPO, rel)],
         capture_output=True, text=True)

@@ -1213,7 +1213,7 @@ redis_port(mrb_state *mrb, mrb_value self)
 
 
 static const mrb_api_method  redis_methods[] = {
-    { "initialize", redis_initialize, MRB_ARGS_OPT(2) | MRB_ARGS_KEY(1, 0) },
+    { "initialize", redis_initialize, MRB_ARGS_OPT(3) | MRB_ARGS_KEY(1, 0) },
     { "call", redis_call, MRB_ARGS_ANY() },
     { "pipelined", redis_pipelined, MRB_ARGS_BLOCK() },
     { "queue", redis_queue, MRB_ARGS_ANY() },

@@ -1,9 +1,9 @@
-# Set (mruby-set's and CRuby's common methods), on a Hash.  mruby 4.0
-# has a Set of its own (MRB_USE_SET), whose objects keep no instance
-# variables: there only to_set is added (its inspect is Set[1, 2], not
-# #<Set: {1, 2}>).
+# Set (mruby-set's and CRuby's common methods), on a Hash (over mruby
+# 3.3's mruby-set).  mruby 4.0 has a Set of its own (MRB_USE_SET), whose
+# objects keep no instance variables: there only to_set is added (its
+# inspect is Set[1, 2], not #<Set: {1, 2}>).
 
-unless Object.const_defined?(:Set)
+if MRUBY_RELEASE_NO < 40000
   class Set
     include Enumerable
 

@@ -151,7 +151,7 @@ def test_commands_and_replies(kind, apache, nginx, redis_server):
     s = server(kind, apache, nginx, {"/api": API})
     r = s.get(f"/api?{redis_server.port}")
     assert r.status_code == 200, s.error_log()[-2000:]
-    assert r.text == API_EXPECTED
+    assert r.text == harness.inspected(API_EXPECTED)
 
 
 @pytest.mark.parametrize("kind", ["apache", "nginx"])

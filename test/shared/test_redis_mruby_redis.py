@@ -14,6 +14,8 @@ import threading
 
 import pytest
 
+import harness
+
 # /api?<port>: every answer on its own line.
 API = r'''
 Server = get_server_class
@@ -158,7 +160,7 @@ def test_mruby_redis_methods_and_reply_types(kind, apache, nginx,
     s = server(kind, apache, nginx, {"/api": API})
     r = s.get(f"/api?{redis_server.port}")
     assert r.status_code == 200, s.error_log()[-2000:]
-    assert r.text == API_EXPECTED
+    assert r.text == harness.inspected(API_EXPECTED)
 
 
 @pytest.mark.parametrize("kind", ["apache", "nginx"])

@@ -5,6 +5,8 @@ one request matched is seen by the next."""
 
 import pytest
 
+import harness
+
 # A routing script in the originals' style: literals, captures, $1, named
 # groups, case/when, sub/gsub/scan/split.
 ROUTE_SCRIPT = r'''
@@ -124,7 +126,7 @@ def test_json_script(kind, apache, nginx):
     for _ in range(2):
         r = s.get("/json")
         assert r.status_code == 200, s.error_log()[-2000:]
-        assert r.content.decode("utf-8") == JSON_EXPECTED
+        assert r.content.decode("utf-8") == harness.inspected(JSON_EXPECTED)
 
 
 # Signing a request the way the originals' scripts do (Digest, HMAC,
