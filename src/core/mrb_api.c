@@ -160,7 +160,8 @@ mrb_api_define_new(mrb_state *mrb, struct RClass *c, mrb_func_t init)
     new_sym = mrb_intern_lit(mrb, "new");
 
     m = mrb_method_search_vm(mrb, &class_class, new_sym);
-    p = MRB_METHOD_PROC_P(m) ? MRB_METHOD_PROC(m)
+    /* const in mruby 4.0 */
+    p = MRB_METHOD_PROC_P(m) ? (struct RProc *) MRB_METHOD_PROC(m)
                              : mrb_proc_new_cfunc(mrb, MRB_METHOD_FUNC(m));
 
     env[MRB_API_NEW_INIT] = mrb_cptr_value(mrb, (void *) init);
