@@ -25,12 +25,8 @@ class Redis
     # The map of the cluster that seeds name, for this interpreter; made
     # once per seed list and timeout (the seeds checked then).
     def self.__map_for(seeds, timeout)
-      unless seeds.is_a?(Array)
-        raise ArgumentError, "Redis::Cluster.new: the nodes are an Array " \
-                             "of \"host:port\" Strings"
-      end
-      key = "#{seeds.join(",")} #{timeout}"
-      @maps[key] || (@maps[key] = SlotMap.new(seeds, timeout))
+      key = __map_key(seeds, timeout)
+      @maps[key] || (@maps[key] = SlotMap.new(seeds.dup, timeout))
     end
 
     # Redis::Cluster.new(["127.0.0.1:7000", ...], timeout: 1.0)
@@ -73,12 +69,12 @@ class Redis
     # The slots' masters, and a ::Redis object for each node.
     class SlotMap
       def self.__address?(s)
-        i = s.is_a?(String) && s.rindex(":")
+        i = s.rindex(":")
         i && i > 0 && s[i + 1..-1].to_i.to_s == s[i + 1..-1]
       end
 
       def initialize(seeds, timeout)
-        if seeds.empty? || !seeds.all? { |s| SlotMap.__address?(s) }
+        unless seeds.all? { |s| SlotMap.__address?(s) }
           raise ArgumentError, "Redis::Cluster.new: the nodes are an " \
                                "Array of \"host:port\" Strings, not " \
                                "#{seeds.inspect}"

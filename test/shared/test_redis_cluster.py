@@ -65,6 +65,14 @@ out << c.del("{u1}a", "{u1}b").to_s
   end
 end
 out << (Redis::ClusterError.ancestors.include?(Redis::BaseError)).inspect
+["127.0.0.1:1", ["nohost"], [1]].each do |bad|
+  begin
+    Redis::Cluster.new(bad)
+    out << "made?!"
+  rescue ArgumentError => e
+    out << e.message
+  end
+end
 Server.rputs out.join("\n")
 '''
 
@@ -82,6 +90,12 @@ TAGS_EXPECTED = "\n".join([
     "Redis::Cluster: pipelined is not supported on a cluster yet "
     "(commands go one at a time)",
     "true",
+    'Redis::Cluster.new: the nodes are an Array of "host:port" Strings, '
+    'not "127.0.0.1:1"',
+    'Redis::Cluster.new: the nodes are an Array of "host:port" Strings, '
+    'not ["nohost"]',
+    'Redis::Cluster.new: the nodes are an Array of "host:port" Strings, '
+    'not [1]',
 ])
 
 # /get?seeds&key: GET key through the cluster; tag.name is {tag}name
