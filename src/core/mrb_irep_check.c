@@ -154,6 +154,21 @@ irep_map_pos(const irep_map *m, uint32_t pc)
 }
 
 
+/* Whether op ends a block's run (4.0 added returns of a constant). */
+static int
+irep_is_return(int op)
+{
+#if MRUBY_RELEASE_NO >= 40000
+    if (op == OP_RETSELF || op == OP_RETNIL || op == OP_RETTRUE
+        || op == OP_RETFALSE)
+    {
+        return 1;
+    }
+#endif
+    return op == OP_RETURN;
+}
+
+
 /* Marks where the checks go; returns how many, or -1 for bytecode that
  * cannot be read (then the irep is left as it is). */
 static int
@@ -170,7 +185,7 @@ irep_mark(irep_map *m, const mrb_irep *irep, int is_block, unsigned size)
 
         if ((jump != 0
              && irep_jump_offset(irep->iseq, jump) < 0)
-            || (is_block && op == OP_RETURN))
+            || (is_block && irep_is_return(op)))
         {
             m->check[pc] = (uint8_t) size;
             n++;
