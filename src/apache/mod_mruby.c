@@ -219,6 +219,15 @@ ap_mrb_cache_dir_init(apr_pool_t *pconf, server_rec *s)
 }
 
 
+/* The configuration that opened the metrics table is gone. */
+static apr_status_t
+ap_mrb_metrics_close(void *data)
+{
+    mrb_metrics_close();
+    return APR_SUCCESS;
+}
+
+
 /*
  * post_config scripts run in the parent, in an interpreter of its own that
  * lives as long as this configuration.  A prefork child takes over its
@@ -248,9 +257,14 @@ ap_mrb_post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
     ap_mrb_file_watch_limits(s);
     ap_mrb_cache_dir_init(pconf, s);
 
-    /* kept across restarts; without it nothing is counted, Apache serves */
+    /* until this configuration goes; without it nothing is counted,
+     * Apache serves */
     if (mrb_metrics_open(err, sizeof(err)) != 0) {
         ap_log_error(APLOG_MARK, APLOG_ALERT, 0, s, "mod_mruby: %s", err);
+
+    } else {
+        apr_pool_cleanup_register(pconf, NULL, ap_mrb_metrics_close,
+                                  apr_pool_cleanup_null);
     }
 
     if (!ap_mrb_has_scripts(s, AP_MRB_POST_CONFIG)) {

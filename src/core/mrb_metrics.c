@@ -113,6 +113,7 @@ typedef struct {
 } metrics_table;
 
 static metrics_table  *metrics;       /* mapped, or NULL */
+static unsigned        metrics_opens; /* configurations using it */
 void                  *mrb_metrics_own;   /* a metrics_slot */
 
 
@@ -124,6 +125,7 @@ mrb_metrics_open(char *err, size_t errlen)
     int                   rc;
 
     if (metrics != NULL) {
+        metrics_opens++;
         return 0;
     }
 
@@ -154,12 +156,26 @@ mrb_metrics_open(char *err, size_t errlen)
         return -1;
     }
 
-    /* Apache unloads the module on a restart: the table would be lost
-     * with the pointer to it */
-    mrb_shdict_pin_module();
-
     metrics = t;
+    metrics_opens = 1;
     return 0;
+}
+
+
+/*
+ * The table does not pin the module: a reload after a package upgrade
+ * must load the new one, and then starts a new table (Prometheus reads the
+ * counters' drop to 0 as a reset).
+ */
+void
+mrb_metrics_close(void)
+{
+    if (metrics == NULL || --metrics_opens > 0) {
+        return;
+    }
+
+    munmap(metrics, sizeof(metrics_table));
+    metrics = NULL;
 }
 
 

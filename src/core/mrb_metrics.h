@@ -33,10 +33,14 @@
 
 /*
  * Maps the table, in the parent or master process while it reads its
- * configuration; a second call (a reload) keeps the one it has.  Returns
+ * configuration; a second call while the table is mapped (a reload of a
+ * module that stayed loaded) keeps the one it has.  Each open is matched
+ * by an mrb_metrics_close when that configuration goes; the last unmaps
+ * the table (the workers that inherited it keep their mapping).  Returns
  * 0, or -1 with a message in err.
  */
 int mrb_metrics_open(char *err, size_t errlen);
+void mrb_metrics_close(void);
 
 /*
  * A worker process (or an Apache child) takes a slot to count in: one

@@ -312,16 +312,33 @@ ngx_http_mruby_main_conf(ngx_cycle_t *cycle)
  * dictionaries become the ones scripts find; then mruby_init, once in the
  * master, in an interpreter of its own.
  */
+/* The cycle that opened the metrics table is gone. */
+static void
+ngx_http_mruby_metrics_close(void *data)
+{
+    mrb_metrics_close();
+}
+
+
 static ngx_int_t
 ngx_http_mruby_init_module(ngx_cycle_t *cycle)
 {
-    char  err[MRB_ERR_MSG_LEN];
+    char                 err[MRB_ERR_MSG_LEN];
+    ngx_pool_cleanup_t  *cln;
 
     mrb_shdict_config_end();
 
-    /* kept across reloads; without it nothing is counted, nginx serves */
+    /* until this cycle goes; without it nothing is counted, nginx serves */
     if (mrb_metrics_open(err, sizeof(err)) != 0) {
         ngx_log_error(NGX_LOG_ALERT, cycle->log, 0, "%s", err);
+
+    } else {
+        cln = ngx_pool_cleanup_add(cycle->pool, 0);
+        if (cln == NULL) {
+            mrb_metrics_close();
+            return NGX_ERROR;
+        }
+        cln->handler = ngx_http_mruby_metrics_close;
     }
 
     return ngx_mruby_init_master(&ngx_http_mruby_process,
