@@ -172,7 +172,7 @@ ap_mrb_run_result(request_rec *r, mrb_script *script, mrb_run_rec *run, int rc,
     mrb_int default_result, const char *what)
 {
     if (rc == 0 && ap_mrb_valid_result(run->result)) {
-        if (run->wrote && run->data == NULL
+        if (run->written != 0 && run->data == NULL
             && (run->result == DECLINED || run->result == OK))
         {
             return ap_mrb_answered(r, script, run, default_result, what);

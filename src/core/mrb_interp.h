@@ -111,7 +111,6 @@ struct mrb_run_rec_s {
     unsigned     returned:1;  /* Server.return was called */
     unsigned     startup:1;   /* a startup script: its top-level state stays */
     unsigned     want_value:1; /* keep the script's last value in value */
-    unsigned     wrote:1;     /* Server.rputs/echo added body bytes */
     unsigned     stat_on_error_fail:1; /* a `stat` file that no longer
                                  compiles fails the run instead of running
                                  its last version (mrubyStatOnError fail) */
@@ -119,6 +118,7 @@ struct mrb_run_rec_s {
                                  (mrb_wait.h) */
     unsigned     memory_exceeded:1; /* an allocation was refused for
                                  memory_limit (mrb_alloc.h) */
+    size_t       written;     /* body bytes Server.rputs/echo added */
     size_t       memory_limit; /* the bytes the run may allocate and keep
                                   (mrb_alloc.h); 0: no limit */
     size_t       memory_used;  /* what it keeps now, counted while
@@ -156,7 +156,7 @@ mrb_run_init(mrb_run_rec *run, void *request, mrb_int default_result)
     run->returned = 0;
     run->startup = 0;
     run->want_value = 0;
-    run->wrote = 0;
+    run->written = 0;
     run->stat_on_error_fail = 0;
     run->may_wait = 0;
     run->memory_exceeded = 0;

@@ -74,7 +74,7 @@ _Static_assert(METRICS_NBUCKETS == MRB_METRICS_NBUCKETS,
 
 const char *const  mrb_metrics_event_names[MRB_METRICS_NEVENTS] = {
     "compiles", "compile_failures", "reloads", "kept_last_good",
-    "redis_commands", "redis_errors"
+    "redis_commands", "redis_errors", "bytes_written"
 };
 
 /*
@@ -468,6 +468,11 @@ mrb_metrics_run_end(mrb_interp *interp, mrb_run_rec *run, int rc)
 
     atomic_fetch_add_explicit(&c->run_ns, t, memory_order_relaxed);
 
+    if (run->written != 0) {
+        atomic_fetch_add_explicit(&c->events[MRB_METRICS_BYTES_WRITTEN],
+                                  run->written, memory_order_relaxed);
+    }
+
     for (b = 0; b < METRICS_NBUCKETS && t > metrics_bounds[b]; b++) {
         /* void */
     }
@@ -761,7 +766,9 @@ static const struct {
       "Redis commands the script sent." },
     { "mruby_redis_errors_total", "counter",
       "Redis commands of the script that got an error reply or were lost "
-      "with their connection." }
+      "with their connection." },
+    { "mruby_written_bytes_total", "counter",
+      "Bytes of response body the script wrote (Server.rputs, echo)." }
 };
 
 

@@ -129,6 +129,7 @@ typedef enum {
                                        last version that compiled serves */
     MRB_METRICS_REDIS_COMMANDS,     /* sent by the script */
     MRB_METRICS_REDIS_ERRORS,       /* error replies and failed sends */
+    MRB_METRICS_BYTES_WRITTEN,      /* body bytes of Server.rputs / echo */
     MRB_METRICS_NEVENTS
 } mrb_metrics_event;
 

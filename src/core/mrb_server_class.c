@@ -51,7 +51,7 @@ server_write(mrb_state *mrb, mrb_run_rec *run, const char *p, size_t len)
                   "rputs: the response can no longer take a body");
     }
 
-    run->wrote |= (len != 0);
+    run->written += len;
 }
 
 

@@ -900,7 +900,7 @@ wait_copy_result(mrb_state *mrb, mrb_wait_slot *slot, mrb_run_rec *out)
 {
     out->result = slot->run.result;
     out->returned = slot->run.returned;
-    out->wrote = slot->run.wrote;
+    out->written = slot->run.written;
 
     if (slot->rc != 0) {
         memcpy(out->error, slot->run.error, sizeof(out->error));

@@ -192,6 +192,31 @@ def test_time_waiting_is_counted_in_the_run_and_apart(kind, apache, nginx):
     assert value(smp, "mruby_run_seconds_bucket", **labels, le="+Inf") == 2
 
 
+WRITES = 'S = get_server_class; S.rputs "hello"; S.echo "ab"\n'
+WRITES_AFTER_A_WAIT = ('S = get_server_class; S.rputs "x" * 100; '
+                       'S::Async.sleep 10; S.rputs "y" * 20\n')
+
+
+@pytest.mark.parametrize("kind", ["apache", "nginx"])
+def test_bytes_written_are_counted(kind, apache, nginx):
+    """rputs and echo (with its newline), on the stack of the request and
+    on a coroutine across a wait; JSON says the same."""
+    s, script = metrics_server(kind, apache, nginx, {
+        "/writes": WRITES, "/waits": WRITES_AFTER_A_WAIT})
+    hit(s, "/writes", 6, 200)
+    hit(s, "/waits", 3, 200)
+
+    smp = samples(s)
+    for path, n, size in (("/writes", 6, 8), ("/waits", 3, 120)):
+        labels = dict(server=kind, script=script[path],
+                      phase=phase_of(kind))
+        assert value(smp, "mruby_written_bytes_total", **labels) == n * size
+
+    doc = json.loads(s.get("/metrics?format=json").text)
+    row, = [x for x in doc["scripts"] if x["script"] == script["/waits"]]
+    assert row["bytes_written"] == 360
+
+
 # 80 ms of Ruby, then 100 ms suspended
 BUSY_THEN_SLEEPS = """S = get_server_class
 t = Time.now
