@@ -103,6 +103,7 @@ ngx_http_mruby_ssl_cert_cb(ngx_ssl_conn_t *ssl_conn, void *arg)
 
     mrb_run_init(&run, NULL, NGX_OK);
     run.data = &data;
+    run.phase = ngx_http_mruby_phase_names[NGX_HTTP_MRUBY_SSL_HANDSHAKE];
 
     if (mrb_script_run(interp, mscf->ssl_handshake->script, &run) != 0) {
         ngx_log_error(NGX_LOG_ERR, c->log, 0,

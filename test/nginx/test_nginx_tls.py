@@ -1,5 +1,6 @@
 """ngx_mruby: mruby_ssl_handshake_handler chooses the certificate by SNI."""
 
+import json
 import os
 import socket
 import ssl
@@ -78,6 +79,7 @@ server {
     ssl_certificate_key {dir}/default.test.key;
     mruby_ssl_handshake_handler {dir}/handshake.rb;
     location / { mruby_content_handler_code 'r = Nginx::Request.new; Nginx.rputs "#{r.scheme} #{r.hostname}"'; }
+    location /metrics { mruby_metrics; }
 }""", start=False)
     n.certs = {name: make_cert(n, name)
                for name in ("default.test", "a.test", "b.test")}
@@ -158,3 +160,20 @@ def test_handshake_info_as_the_original_gives_it(tls_nginx):
             s.sendall(b"GET / HTTP/1.0\r\n\r\n")
             read_until_closed(s)
     n.wait_log(f"ssl-info [] {tls} {n.port}")
+
+
+def test_handshakes_are_counted_in_the_metrics(tls_nginx):
+    """Each handshake is a run of the script in phase ssl_handshake, and
+    the one whose script raised is an exception of its class."""
+    n = tls_nginx
+    for name in ("a.test", "b.test", "other.test"):
+        handshake(n.port, name)
+    with pytest.raises((ssl.SSLError, ConnectionError)):
+        handshake(n.port, "broken.test")
+
+    _, text = handshake(n.port, "a.test", "/metrics?format=json")
+    row, = [x for x in json.loads(text)["scripts"]
+            if x["phase"] == "ssl_handshake"]
+    assert row["script"] == f"{n.dir}/handshake.rb"
+    assert row["runs"] == 5     # with the handshake of this request
+    assert row["exceptions"] == {"RuntimeError": 1}
