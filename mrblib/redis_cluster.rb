@@ -9,8 +9,12 @@
 # it.  A MOVED reply changes the map's entry for its slot, once, and the
 # command goes to the named node; ASK sends ASKING and the command to the
 # named node, the map unchanged; TRYAGAIN and CLUSTERDOWN are retried,
-# with growing pauses, until the command's timeout.  A lost connection
-# makes the next command read the map again.
+# with growing pauses, until the command's timeout.  A node whose command
+# failed to connect or timed out is suspect: a command for its slots
+# reads the map first, asking its replicas before the other nodes (a
+# promoted replica is the first to know), and never from a suspect before
+# the others, so that a frozen node delays only the commands of its own
+# slots.
 class Redis
   class Cluster
     class_eval(&CONVERTING_METHODS)
@@ -87,6 +91,8 @@ class Redis
         @timeout_s = (timeout || DEFAULT_TIMEOUT).to_f
         @nodes = {}    # "host:port" => Redis
         @slots = nil   # SLOTS "host:port"s of masters, nil until read
+        @replicas = {} # master "host:port" => its replicas' "host:port"s
+        @suspects = nil  # "host:port" => true: its last command failed
       end
 
       def __call(slot, args)
@@ -95,14 +101,59 @@ class Redis
         if addr.nil?
           raise ClusterError, "Redis::Cluster: no node serves slot #{slot}"
         end
+        return __send_suspect(slot, addr, args) if @suspects && @suspects[addr]
         begin
           __node(addr).call(*args)
         rescue ReplyError => e
           __redirected(slot, args, e)
-        rescue ConnectionError
-          @slots = nil
-          raise
+        rescue ConnectionError => e
+          __failed(slot, addr, args, e)
         end
+      end
+
+      # addr's last command failed (e): it is suspect from now on.  When
+      # the connect failed (nothing was sent) and the map, read again,
+      # names another owner for the slot (a replica promoted), the command
+      # goes there; else e is raised.
+      def __failed(slot, addr, args, e)
+        (@suspects ||= {})[addr] = true
+        if e.is_a?(TimeoutError) || !e.message.start_with?("connect to ")
+          raise e
+        end
+        owner = __owner_after_reread(slot, addr)
+        raise e if owner.nil? || owner == addr
+        __send(slot, owner, args)
+      end
+
+      # A command for a suspect's slot reads the map first (the suspect's
+      # replicas asked first: the first to know of a promotion), and goes
+      # to the owner it names.
+      def __send_suspect(slot, addr, args)
+        __send(slot, __owner_after_reread(slot, addr) || addr, args)
+      end
+
+      # The command on addr, out of the steady state: an answer clears
+      # addr's suspicion, a connection error sets it.
+      def __send(slot, addr, args)
+        begin
+          reply = __node(addr).call(*args)
+        rescue ReplyError => e
+          return __redirected(slot, args, e)
+        rescue ConnectionError => e
+          (@suspects ||= {})[addr] = true
+          raise e
+        end
+        @suspects.delete(addr) if @suspects
+        reply
+      end
+
+      # The slot's master after reading the map again, nil if no node
+      # answered within the timeout.
+      def __owner_after_reread(slot, failed)
+        slots = __load_slots(failed, Time.now.to_f + @timeout_s)
+        slot.nil? ? slots[0] : slots[slot]
+      rescue ConnectionError
+        nil
       end
 
       def __node(addr)
@@ -113,37 +164,55 @@ class Redis
         end
       end
 
-      # The slots' masters from the first node that answers CLUSTER SLOTS.
-      def __load_slots
+      # The slots' masters from the first node that answers CLUSTER SLOTS:
+      # failed's replicas first, then the nodes given and the nodes known,
+      # the suspects last; none after deadline (Time.now.to_f).
+      def __load_slots(failed = nil, deadline = nil)
         failures = []
-        (@seeds + @nodes.keys).uniq.each do |addr|
+        nodes = ((failed && @replicas[failed]) || []) + @seeds + @nodes.keys
+        nodes = nodes.uniq
+        if @suspects
+          nodes = nodes.reject { |a| @suspects[a] } +
+                  nodes.select { |a| @suspects[a] }
+        end
+        nodes.each do |addr|
+          break if deadline && Time.now.to_f > deadline
           begin
             reply = __node(addr).call("CLUSTER", "SLOTS")
           rescue BaseError => e
+            (@suspects ||= {})[addr] = true if e.is_a?(ConnectionError)
             failures << "#{addr}: #{e.message}"
             next
           end
+          @suspects.delete(addr) if @suspects
           return @slots = __slots_from(reply, addr)
         end
         raise ConnectionError, "Redis::Cluster: no node answered CLUSTER " \
                                "SLOTS (#{failures.join("; ")})"
       end
 
-      # A node announced without a host (an empty String) is on the host
+      # The slots' masters, and each master's replicas in @replicas.  A
+      # node announced without a host (an empty String) is on the host
       # that answered.
       def __slots_from(reply, addr)
         slots = Array.new(SLOTS)
+        replicas = {}
         reply.each do |range|
-          first, last, master = range
-          host = master[0].to_s
-          host = addr[0, addr.rindex(":")] if host.empty?
-          owner = "#{host}:#{master[1]}"
-          i = first
-          while i <= last
-            slots[i] = owner
-            i += 1
+          owner = nil
+          range[2..-1].each do |node|
+            host = node[0].to_s
+            host = addr[0, addr.rindex(":")] if host.empty?
+            a = "#{host}:#{node[1]}"
+            if owner.nil?
+              owner = a
+              replicas[owner] ||= []
+            else
+              replicas[owner] << a
+            end
           end
+          slots.fill(owner, range[0], range[1] - range[0] + 1)
         end
+        @replicas = replicas
         slots
       end
 

@@ -161,25 +161,25 @@ ONE_CHILD = {
 
 
 def one_interpreter(kind, apache, nginx, routes, files, nginx_main="",
-                    apache_main=""):
+                    apache_main="", **kw):
     """A started server, kind "nginx", "apache-event" or "apache-prefork",
     whose requests one after another run in one interpreter (one nginx
     worker; one Apache child, which lends the interpreter given back last
     to the next run).  routes: {"/path": "script.rb"}, content handlers of
     files; nginx_main / apache_main: lines before them (startup scripts,
-    dictionaries)."""
+    dictionaries); kw: more of the server's options (loglevel=...)."""
     if kind == "nginx":
         locs = "".join(f"    location = {path} {{ mruby_content_handler "
                        f"{{dir}}/{script}; }}\n"
                        for path, script in routes.items())
         return nginx(nginx_main + "server {\n    listen 127.0.0.1:{port};\n"
-                     + locs + "}\n", files=files)
+                     + locs + "}\n", files=files, **kw)
     mpm = kind.split("-")[1]
     locs = "".join(f"<Location {path}>\n    mrubyHandlerMiddle "
                    f"{{dir}}/{script}\n</Location>\n"
                    for path, script in routes.items())
     return apache(apache_main + locs, mpm=mpm, mpm_conf=ONE_CHILD[mpm],
-                  files=files)
+                  files=files, **kw)
 
 
 class HarnessError(Exception):
@@ -1027,11 +1027,13 @@ class Redis:
 class RedisCluster:
     """A Redis Cluster of six redis-server on 127.0.0.1 (three masters,
     a replica each), made by `redis-cli --cluster create`, each node in a
-    directory of its own under .dir.  .nodes are harness.Redis objects."""
+    directory of its own under .dir.  .nodes are harness.Redis objects.
+    node_timeout: cluster-node-timeout (ms), after which a master that
+    does not answer is failed over to its replica."""
 
     SIZE = 6
 
-    def __init__(self, name="cluster"):
+    def __init__(self, name="cluster", node_timeout=5000):
         self.dir = make_www_dir(f"mruby-{name}-")
         self.nodes = []
         for i in range(self.SIZE):
@@ -1040,7 +1042,8 @@ class RedisCluster:
             node = Redis(args=[], dir=d)
             node.args = ["--cluster-enabled", "yes", "--cluster-config-file",
                          f"nodes-{node.port}.conf",
-                         "--cluster-node-timeout", "5000"]
+                         "--cluster-node-timeout", str(node_timeout),
+                         "--repl-diskless-sync-delay", "0"]
             self.nodes.append(node)
 
     def seeds(self):
@@ -1070,8 +1073,14 @@ class RedisCluster:
         return self
 
     def _ready(self):
+        """Every node sees the cluster ok, and every replica has its
+        master's data (a replica that never synced cannot be failed
+        over to)."""
         for n in self.nodes:
             if "cluster_state:ok" not in n.command("CLUSTER", "INFO"):
+                return False
+            info = n.command("INFO", "replication")
+            if "role:slave" in info and "master_link_status:up" not in info:
                 return False
         return len(self.masters()) == self.SIZE // 2
 
@@ -1109,6 +1118,23 @@ class RedisCluster:
                     port = int(f[1].split("@")[0].rsplit(":", 1)[1])
                     return f[0], by_port[port]
         raise HarnessError(f"no master serves slot {slot}")
+
+    def key_slot(self, key):
+        return int(self.nodes[0].command("CLUSTER", "KEYSLOT", key)[1:])
+
+    def replica_of(self, master_id):
+        """The harness.Redis of master_id's replica, as the first node
+        sees it."""
+        by_port = {n.port: n for n in self.nodes}
+        for line in self.nodes[0].command("CLUSTER", "NODES").splitlines():
+            f = line.split()
+            if f[3] == master_id:
+                return by_port[int(f[1].split("@")[0].rsplit(":", 1)[1])]
+        raise HarnessError(f"{master_id} has no replica")
+
+    def role(self, node):
+        """"master" or "slave": ROLE of node."""
+        return self.cli(node, "ROLE").splitlines()[0]
 
     def stop(self):
         for n in self.nodes:
