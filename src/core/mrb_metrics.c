@@ -357,10 +357,15 @@ mrb_metrics_run_row(mrb_run_rec *run, const char *script,
         return 0;
     }
 
-    row = metrics_row_find(METRICS_ROW_RUN, script, run->phase, "");
-    if (row != 0) {
-        atomic_store_explicit(row_cache, tag | row, memory_order_relaxed);
+    /* Rows are never freed while the table lives: a script the table
+     * had no room for has none still, and is not searched for again
+     * (a search of a full table reads all of its rows). */
+    if (atomic_load_explicit(row_cache, memory_order_relaxed) == tag) {
+        return 0;
     }
+
+    row = metrics_row_find(METRICS_ROW_RUN, script, run->phase, "");
+    atomic_store_explicit(row_cache, tag | row, memory_order_relaxed);
 
     return row;
 }

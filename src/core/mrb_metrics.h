@@ -80,8 +80,8 @@ uint32_t mrb_metrics_run_row(mrb_run_rec *run, const char *script,
  * asked for: sets run->metrics_row, 0 when it is not counted.
  * row_cache is the script's own word that keeps its row between runs,
  * tagged with the phase: the phase names are static strings of the
- * adapter, and the low half of the address tells them apart.  Inline:
- * every run calls it.
+ * adapter, and the low half of the address tells them apart.  The tag
+ * with row 0 says the table was full.  Inline: every run calls it.
  */
 static inline void
 mrb_metrics_run_begin(mrb_run_rec *run, const char *script,
