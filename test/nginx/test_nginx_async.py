@@ -296,24 +296,42 @@ end""")
     assert harness.rss_kb(n.worker_pids()[0]) - rss0 < 8 * 1024
 
 
-def stack_mappings(pid, stack_size=256 * 1024, page=4096):
-    """Coroutine stacks mapped in pid (/proc/PID/maps): an anonymous
-    PROT_NONE guard page right below an anonymous read-write mapping of the
-    stack size.  The kernel merges a mapping with a neighbour of the same
-    flags and protection: the first stack of a run of them may grow into
-    an anonymous mapping above, the last guard into one below; each still
-    counts (one side keeps its exact size)."""
-    rows = []
-    with open(f"/proc/{pid}/maps") as f:
+# The pool maps its stacks MAP_NORESERVE, which /proc/PID/smaps shows as
+# the flag "nr" unless the kernel never overcommits (then it ignores it).
+NORESERVE_SHOWN = open("/proc/sys/vm/overcommit_memory").read().strip() != "2"
+
+
+def anonymous_mappings(pid):
+    """(start, end, permissions, VmFlags) of each anonymous mapping of pid
+    (/proc/PID/smaps), by address."""
+    rows, row = [], None
+    with open(f"/proc/{pid}/smaps") as f:
         for line in f:
             fields = line.split()
-            if len(fields) > 5:          # a file, [heap], [stack]...
-                continue
-            lo, hi = (int(x, 16) for x in fields[0].split("-"))
-            rows.append((lo, hi, fields[1]))
-    rows.sort()
+            if fields[0] == "VmFlags:":
+                if row is not None:
+                    rows.append(row + (set(fields[1:]),))
+            elif ":" not in fields[0]:   # a mapping's first line
+                lo, hi = (int(x, 16) for x in fields[0].split("-"))
+                # with a path: a file, [heap], [stack]...
+                row = (lo, hi, fields[1]) if len(fields) == 5 else None
+    return sorted(rows)
+
+
+def stack_mappings(pid, stack_size=256 * 1024, page=4096):
+    """Coroutine stacks mapped in pid: an anonymous PROT_NONE guard page
+    right below an anonymous read-write MAP_NORESERVE mapping of the stack
+    size.  Other threads' stacks (the time budget's clock is a pthread
+    under AddressSanitizer) and AddressSanitizer's heap have a guard below
+    a mapping of that size too, but not MAP_NORESERVE.  The kernel merges a
+    mapping with a neighbour of the same flags and protection: the first
+    stack of a run of them may grow into an anonymous mapping above, the
+    last guard into one below; each still counts (one side keeps its exact
+    size)."""
+    rows = anonymous_mappings(pid)
     return sum(1 for a, b in zip(rows, rows[1:])
                if a[2].startswith("---") and b[2].startswith("rw")
+               and ("nr" in b[3] or not NORESERVE_SHOWN)
                and b[0] == a[1] and b[1] - b[0] >= stack_size
                and (a[1] - a[0] == page or b[1] - b[0] == stack_size))
 
