@@ -558,6 +558,72 @@ tl_add(mrb_state *mrb, mrb_toplevel *tl, tl_kind kind, struct RClass *owner,
 }
 
 
+#ifndef MRB_IV_COMPACT
+/*
+ * Object's constants spread over twice the slots.  3.1 and 3.3 find a
+ * constant by linear probing from a weak hash of its symbol, and grow the
+ * table only when it is full: Object's, with the library loaded, held 104
+ * names in 128 slots, and each lookup of Regexp (every regexp literal
+ * asks for it) probed ~40 slots, ~400 instructions (bench/callgrind_lib.py
+ * router-mruby, 2026-11-27: 144,119 instructions a request, 140,758 with
+ * the table at 256).  Placeholder constants fill every free slot, so that
+ * the next one doubles the table (mruby rehashes only the live names),
+ * then go: their removed slots and the names leave half of it free.
+ */
+#define TL_SPREAD_NAME  "MrbConstantsSpread%d"
+
+static mrb_value
+tl_constants_spread_body(mrb_state *mrb, void *arg)
+{
+    mrb_value  object = mrb_obj_value(mrb->object_class);
+    int        i, n = *(int *) arg;
+    char       name[sizeof(TL_SPREAD_NAME) + 12];
+
+    for (i = 0; i < n; i++) {
+        snprintf(name, sizeof(name), TL_SPREAD_NAME, i);
+        mrb_define_const(mrb, mrb->object_class, name, mrb_nil_value());
+    }
+
+    for (i = 0; i < n; i++) {
+        snprintf(name, sizeof(name), TL_SPREAD_NAME, i);
+        mrb_const_remove(mrb, object, mrb_intern_cstr(mrb, name));
+    }
+
+    return mrb_nil_value();
+}
+
+
+/* When more than three quarters of its slots are taken (a live or a
+ * removed name); out of memory leaves it as it is. */
+static void
+tl_constants_spread(mrb_state *mrb)
+{
+    const struct tl_tbl  *h = (const struct tl_tbl *) mrb->object_class->iv;
+    const uint32_t       *keys;
+    int                   i, taken, n;
+    mrb_bool              failed;
+
+    if (h == NULL || h->alloc == 0) {
+        return;
+    }
+
+    keys = (const uint32_t *) ((const char *) h->ptr
+                               + (size_t) h->alloc * TL_ENTRY);
+    for (i = 0, taken = 0; i < h->alloc; i++) {
+        taken += keys[i] != 0;
+    }
+
+    if (taken * 4 <= h->alloc * 3) {
+        return;
+    }
+
+    n = h->alloc - h->size + 1;
+    (void) mrb_protect_error(mrb, tl_constants_spread_body, &n, &failed);
+    mrb->exc = NULL;
+}
+#endif
+
+
 mrb_toplevel *
 mrb_toplevel_record(mrb_state *mrb, struct RClass *server_class, int always)
 {
@@ -569,6 +635,10 @@ mrb_toplevel_record(mrb_state *mrb, struct RClass *server_class, int always)
     if (tl == NULL) {
         return NULL;
     }
+
+#ifndef MRB_IV_COMPACT
+    tl_constants_spread(mrb);
+#endif
 
     tl->always = always != 0;
     tl->names = mrb_toplevel_names_new(mrb, 0);

@@ -9,10 +9,12 @@
 #include <string.h>
 
 #include <mruby.h>
+#include <mruby/class.h>
 #include <mruby/compile.h>
 #include <mruby/string.h>
 
 #include "mrb_errbuf.h"
+#include "mrb_mruby_version.h"
 #include "mrb_toplevel.h"
 #include "unit.h"
 #include "unit_ruby.h"
@@ -62,6 +64,67 @@ tl_restore(tl_fixture *f)
 
     return mrb_toplevel_restore(f->mrb, f->tl, err, sizeof(err));
 }
+
+
+#ifndef MRB_IV_COMPACT
+/* The head of mruby's iv table (mrb_toplevel.c says its layout): how
+ * many of Object's constant slots hold a live or a removed name. */
+struct tl_test_tbl {
+    int    size;
+    int    alloc;
+    void  *ptr;
+};
+
+static int
+tl_constant_slots_taken(mrb_state *mrb, int *alloc)
+{
+    const struct tl_test_tbl  *h = (const void *) mrb->object_class->iv;
+    const uint32_t            *keys;
+    int                        i, taken = 0;
+
+    keys = (const uint32_t *) ((const mrb_value *) h->ptr + h->alloc);
+    for (i = 0; i < h->alloc; i++) {
+        taken += keys[i] != 0;
+    }
+
+    *alloc = h->alloc;
+    return taken;
+}
+
+
+/* A crowded table of Object's constants is doubled when the state is
+ * recorded (lookups probe fewer slots); its constants stay as they were,
+ * the placeholders that doubled it leave nothing behind. */
+TEST(toplevel_record_spreads_a_crowded_constant_table)
+{
+    mrb_state     *mrb = mrb_open();
+    mrb_toplevel  *tl;
+    char           name[32];
+    int            i, alloc, before;
+
+    REQUIRE(mrb != NULL);
+
+    for (i = 0; tl_constant_slots_taken(mrb, &alloc) * 4 <= alloc * 3; i++) {
+        snprintf(name, sizeof(name), "Crowd%d", i);
+        mrb_define_const(mrb, mrb->object_class, name, mrb_fixnum_value(i));
+    }
+    before = alloc;
+    CHECK_MRB(mrb, "$names = Object.constants; $names.size > 0", "true");
+
+    tl = mrb_toplevel_record(mrb, mrb->object_class, 0);
+    REQUIRE(tl != NULL);
+
+    CHECK(tl_constant_slots_taken(mrb, &alloc) * 4 <= alloc * 3);
+    CHECK_EQ(alloc, 2 * before);
+    CHECK_MRB(mrb, "[$names.size == Object.constants.size, "
+              "$names.all? { |c| Object.const_defined?(c) }, Crowd0, "
+              "Object.const_defined?(:MrbConstantsSpread0)]",
+              "[true, true, 0, false]");
+
+    mrb_toplevel_free(mrb, tl);
+    mrb_close(mrb);
+}
+#endif
 
 
 TEST(toplevel_restore_removes_added_globals_and_keeps_new_values)
