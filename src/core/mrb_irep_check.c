@@ -18,10 +18,11 @@
  * that names a position is moved too: the relative jumps (JMP, JMPIF,
  * JMPNOT, JMPNIL, JMPUW), the catch handlers (rescue and ensure ranges
  * and their targets, after the code) and the debug lines, which are
- * rewritten as a flat map (one entry a line change).  A jump that pointed
- * at an instruction given a check now points at its check; a catch range
- * that began there includes it and one that ended there excludes it, as
- * they did the instruction.  Code with no loop and no block (a hello
+ * rewritten with one entry a line change, in the form this mruby reads
+ * (MRB_DEBUG_LINES_PACKED).  A jump that pointed at an instruction given
+ * a check now points at its check; a catch range that began there
+ * includes it and one that ended there excludes it, as they did the
+ * instruction.  Code with no loop and no block (a hello
  * world) is left as it is: its runs pay nothing; so is an irep that would
  * grow past 32 KB, the reach of a jump (the watchdog still sees it).
  *
@@ -256,11 +257,11 @@ irep_lines_read(const mrb_irep_debug_info_file *f, uint32_t from,
         break;
 
     default:
-        /* (position delta, line delta) pairs, each unsigned LEB128;
-         * a line delta is taken modulo 2^32 */
+        /* (position delta, line delta) pairs, each unsigned LEB128,
+         * from position 0; a line delta is taken modulo 2^32 */
         p = f->lines.packed_map;
         pend = p + f->line_entry_count;
-        pos = from;
+        pos = 0;
         l = 0;
         pc = from;
         while (p < pend) {
@@ -290,37 +291,87 @@ irep_lines_read(const mrb_irep_debug_info_file *f, uint32_t from,
 }
 
 
-/*
- * The debug lines at the new positions, as a flat map: 0, or -1 out of
- * memory with the debug info as it was.  One file only: the compiler
- * gives a script's ireps no more (irep_check_one skips the others).
- */
-static int
-irep_lines_move(const irep_map *m, mrb_irep *irep, uint32_t new_ilen)
+#ifdef MRB_DEBUG_LINES_PACKED
+
+/* v as unsigned LEB128 at out (NULL: only counted); returns its bytes. */
+static uint32_t
+irep_leb128_put(uint8_t *out, uint32_t v)
 {
-    mrb_state                  *mrb = m->mrb;
-    mrb_irep_debug_info        *d = irep->debug_info;
-    mrb_irep_debug_info_file   *f;
-    mrb_irep_debug_info_line   *map;
-    uint16_t                   *line;
-    uint32_t                    from, pc, n;
+    uint32_t  n = 0;
 
-    if (d == NULL || d->flen == 0) {
-        return 0;
+    do {
+        if (out != NULL) {
+            out[n] = (uint8_t) ((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
+        }
+        n++;
+        v >>= 7;
+    } while (v != 0);
+
+    return n;
+}
+
+
+/* The lines in the packed map at out (NULL: only counted), as mruby's
+ * code generator writes it: at each change of line, the position's and
+ * the line's deltas from the last change (position 0, line 0 before the
+ * first), the line's modulo 2^32.  Returns its bytes. */
+static uint32_t
+irep_lines_pack(const irep_map *m, const uint16_t *line, uint32_t from,
+    uint8_t *out)
+{
+    uint32_t  pc, pos, last_pos = 0, n = 0;
+    uint16_t  last_line = 0;
+
+    for (pc = from; pc < m->ilen; pc++) {
+        if (line[pc] == last_line) {
+            continue;
+        }
+        pos = irep_map_pos(m, pc);
+        n += irep_leb128_put(out != NULL ? out + n : NULL, pos - last_pos);
+        n += irep_leb128_put(out != NULL ? out + n : NULL,
+                             (uint32_t) line[pc] - last_line);
+        last_pos = pos;
+        last_line = line[pc];
     }
 
-    f = d->files[0];
-    from = f->start_pos < m->ilen ? f->start_pos : m->ilen;
+    return n;
+}
 
-    line = mrb_malloc_simple(mrb, (m->ilen + 1) * sizeof(uint16_t));
-    map = mrb_malloc_simple(mrb, (m->ilen + 1) * sizeof(*map));
-    if (line == NULL || map == NULL) {
-        mrb_free(mrb, line);
-        mrb_free(mrb, map);
-        return -1;
+
+/* The lines of the old positions from from on, at their new positions,
+ * in the form this mruby reads; NULL out of memory.  *count: its
+ * line_entry_count. */
+static void *
+irep_lines_write(const irep_map *m, const uint16_t *line, uint32_t from,
+    uint32_t *count)
+{
+    uint8_t   *map;
+    uint32_t   n = irep_lines_pack(m, line, from, NULL);
+
+    map = mrb_malloc_simple(m->mrb, n + 1);
+    if (map != NULL) {
+        irep_lines_pack(m, line, from, map);
+        *count = n;
     }
 
-    irep_lines_read(f, from, m->ilen, line);
+    return map;
+}
+
+#define IREP_LINE_TYPE  mrb_debug_line_packed_map
+
+#else
+
+static void *
+irep_lines_write(const irep_map *m, const uint16_t *line, uint32_t from,
+    uint32_t *count)
+{
+    mrb_irep_debug_info_line  *map;
+    uint32_t                   pc, n;
+
+    map = mrb_malloc_simple(m->mrb, (m->ilen + 1) * sizeof(*map));
+    if (map == NULL) {
+        return NULL;
+    }
 
     for (pc = from, n = 0; pc < m->ilen; pc++) {
         if (n == 0 || map[n - 1].line != line[pc]) {
@@ -330,14 +381,57 @@ irep_lines_move(const irep_map *m, mrb_irep *irep, uint32_t new_ilen)
         }
     }
 
+    *count = n;
+    return map;
+}
+
+#define IREP_LINE_TYPE  mrb_debug_line_flat_map
+
+#endif
+
+
+/*
+ * The debug lines at the new positions, as a flat map (3.1) or a packed
+ * one (MRB_DEBUG_LINES_PACKED): 0, or -1 out of memory with the debug
+ * info as it was.  One file only: the compiler gives a script's ireps no
+ * more (irep_check_one skips the others).
+ */
+static int
+irep_lines_move(const irep_map *m, mrb_irep *irep, uint32_t new_ilen)
+{
+    mrb_state                  *mrb = m->mrb;
+    mrb_irep_debug_info        *d = irep->debug_info;
+    mrb_irep_debug_info_file   *f;
+    uint16_t                   *line;
+    void                       *map;
+    uint32_t                    from, n;
+
+    if (d == NULL || d->flen == 0) {
+        return 0;
+    }
+
+    f = d->files[0];
+    from = f->start_pos < m->ilen ? f->start_pos : m->ilen;
+
+    line = mrb_malloc_simple(mrb, (m->ilen + 1) * sizeof(uint16_t));
+    if (line == NULL) {
+        return -1;
+    }
+
+    irep_lines_read(f, from, m->ilen, line);
+    map = irep_lines_write(m, line, from, &n);
+    mrb_free(mrb, line);
+    if (map == NULL) {
+        return -1;
+    }
+
     mrb_free(mrb, f->lines.ptr);
-    f->lines.flat_map = map;
+    f->lines.ptr = map;
     f->line_entry_count = n;
-    f->line_type = mrb_debug_line_flat_map;
+    f->line_type = IREP_LINE_TYPE;
     f->start_pos = irep_map_pos(m, from);
     d->pc_count = new_ilen;
 
-    mrb_free(mrb, line);
     return 0;
 }
 

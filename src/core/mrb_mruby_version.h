@@ -75,6 +75,16 @@ MRB_API mrb_value mrb_exec_irep(mrb_state *mrb, mrb_value self,
 #endif
 
 /*
+ * An irep's debug lines: 3.1's mrb_debug_get_line reads an array or a
+ * flat map of (position, line), 3.3's and 4.0's only the packed map their
+ * code generator writes (LEB128 pairs of position and line deltas); for
+ * the others they answer -1, and a backtrace loses its file:line.
+ */
+#if MRUBY_RELEASE_NO >= 30300
+#define MRB_DEBUG_LINES_PACKED
+#endif
+
+/*
  * vm.c's CINFO_SKIP (1 in 3.1.0 and 3.3.0, not in a header): the mark of
  * a frame where C entered the VM.  An exception that pops such a frame is
  * thrown to that C caller's jmp instead of unwinding further.
