@@ -36,7 +36,7 @@ comma      := ,
 # src/core/mrb_stack_check.wrap
 WRAP_LIST  := src/core/mrb_stack_check.wrap
 MRB_WRAP   := $(addprefix -Wl$(comma)--wrap=,$(shell grep -v '^\#' $(WRAP_LIST)))
-LIBS       := $(MRB_WRAP) $(MRUBY_LIB) -lhiredis -lonig -lcrypto -lboost_context -lm -lpthread
+LIBS       := $(MRB_WRAP) $(MRUBY_LIB) -lhiredis -lonig -lssl -lcrypto -lboost_context -lm -lpthread
 
 # -Werror=vla: no array on the machine stack sized by input (mrb_stack.h)
 WARN       := -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers \

@@ -933,20 +933,95 @@ http {{
         self._wait_serving(renewed)
 
 
+OPENSSL_BIN = "/usr/bin/openssl"
+
+
+def tls_files(dir, name="test"):
+    """A test CA and two certificates it signs, made with openssl in dir
+    (files readable by the servers' workers): {"ca", "server_cert",
+    "server_key", "client_cert", "client_key"}.  The server's names
+    127.0.0.1 (an IP SAN) and localhost."""
+    def openssl(*args):
+        subprocess.run([OPENSSL_BIN, *args], check=True, cwd=dir,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    f = {k: os.path.join(dir, f"{name}-{k}.pem")
+         for k in ("ca", "ca_key", "server_cert", "server_key",
+                   "client_cert", "client_key")}
+    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt",
+            "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2",
+            "-subj", f"/CN={name} CA", "-keyout", f["ca_key"], "-out",
+            f["ca"])
+    for who, san in (("server", "IP:127.0.0.1,DNS:localhost"),
+                     ("client", None)):
+        csr = os.path.join(dir, f"{name}-{who}.csr")
+        openssl("req", "-newkey", "ec", "-pkeyopt",
+                "ec_paramgen_curve:prime256v1", "-nodes", "-subj",
+                f"/CN={name} {who}", "-keyout", f[f"{who}_key"], "-out", csr)
+        ext = os.path.join(dir, f"{name}-{who}.ext")
+        with open(ext, "w") as out:
+            out.write(f"subjectAltName={san}\n" if san else
+                      "extendedKeyUsage=clientAuth\n")
+        openssl("x509", "-req", "-in", csr, "-CA", f["ca"], "-CAkey",
+                f["ca_key"], "-CAcreateserial", "-days", "2", "-extfile",
+                ext, "-out", f[f"{who}_cert"])
+    for path in f.values():
+        os.chmod(path, 0o644)
+    return f
+
+
 class Redis:
     """redis-server on 127.0.0.1:<free port>, no persistence; args: more
-    of redis-server's options; dir: its directory (made if not given)."""
+    of redis-server's options; dir: its directory (made if not given).
+    auth: (user or None, password) that .command sends first (the
+    server's ACL is in args).  unixsocket: a path to listen on instead of
+    a TCP port.  tls: (ca, cert, key) files: TLS only, on .port, clients
+    with a certificate of that CA (harness.tls_files makes them)."""
 
-    def __init__(self, name=None, args=(), dir=None):
+    def __init__(self, name=None, args=(), dir=None, auth=None,
+                 unixsocket=None, tls=None):
         self.dir = dir or make_www_dir(f"mruby-{name or 'redis'}-")
         self.host = "127.0.0.1"
         self.port = free_port()
         self.proc = None
         self.log_path = os.path.join(self.dir, "redis.log")
         self.args = list(args)
+        self.auth = auth
+        self.unixsocket = unixsocket
+        self.tls = tls
+
+    def _listen_args(self):
+        if self.unixsocket:
+            return ["--port", "0", "--unixsocket", self.unixsocket,
+                    "--unixsocketperm", "777"]
+        if self.tls:
+            ca, cert, key = self.tls
+            return ["--port", "0", "--tls-port", str(self.port),
+                    "--tls-ca-cert-file", ca, "--tls-cert-file", cert,
+                    "--tls-key-file", key, "--tls-auth-clients", "yes"]
+        return ["--port", str(self.port)]
+
+    def _connect(self):
+        if self.unixsocket:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(2)
+            try:
+                s.connect(self.unixsocket)
+            except OSError:
+                s.close()
+                raise
+            return s
+        s = socket.create_connection((self.host, self.port), timeout=2)
+        if self.tls:
+            import ssl
+            ca, cert, key = self.tls
+            ctx = ssl.create_default_context(cafile=ca)
+            ctx.load_cert_chain(cert, key)
+            s = ctx.wrap_socket(s, server_hostname=self.host)
+        return s
 
     def start(self):
-        args = [REDIS_BIN, "--bind", self.host, "--port", str(self.port),
+        args = [REDIS_BIN, "--bind", self.host] + self._listen_args() + [
                 "--save", "", "--appendonly", "no", "--daemonize", "no",
                 "--dir", self.dir, "--logfile", self.log_path,
                 "--protected-mode", "no"] + self.args
@@ -971,13 +1046,28 @@ class Redis:
     def command(self, *args):
         """Sends one command, returns the first reply line (no parsing
         beyond that: enough for PING/SET/GET of short values in tests)."""
-        payload = b"*%d\r\n" % len(args)
-        for a in args:
-            a = a if isinstance(a, bytes) else str(a).encode()
-            payload += b"$%d\r\n%s\r\n" % (len(a), a)
-        with socket.create_connection((self.host, self.port), timeout=2) as s:
+        payload = b""
+        commands = [args]
+        if self.auth:
+            commands.insert(0, ("AUTH", *(a for a in self.auth if a)))
+        for command in commands:
+            payload += b"*%d\r\n" % len(command)
+            for a in command:
+                a = a if isinstance(a, bytes) else str(a).encode()
+                payload += b"$%d\r\n%s\r\n" % (len(a), a)
+        with self._connect() as s:
             s.sendall(payload)
             buf = b""
+            if self.auth:
+                # AUTH's reply first: +OK, or the error instead of ours
+                while b"\r\n" not in buf:
+                    chunk = s.recv(4096)
+                    if not chunk:
+                        break
+                    buf += chunk
+                line, _, buf = buf.partition(b"\r\n")
+                if not line.startswith(b"+"):
+                    return line.decode(errors="replace")
             while not buf.endswith(b"\r\n"):
                 chunk = s.recv(4096)
                 if not chunk:

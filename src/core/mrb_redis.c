@@ -51,6 +51,8 @@
 #define REDIS_DEFAULT_TIMEOUT  1000   /* ms */
 #define REDIS_ARGV_STACK       16
 
+#define redis_nelts(a)  (sizeof(a) / sizeof((a)[0]))
+
 /* Formatted commands not yet sent, and what they do to their link's state
  * (MRB_REDIS_STATE_*). */
 typedef struct {
@@ -219,6 +221,9 @@ redis_raise_status(mrb_state *mrb, mrb_redis_conn *c, mrb_redis_status st)
     case MRB_REDIS_EOOM:
         name = "OOMError";
         break;
+    case MRB_REDIS_EAUTH:
+        name = "AuthError";
+        break;
     default:
         name = "ConnectionError";
     }
@@ -249,23 +254,186 @@ redis_timeout_from(mrb_state *mrb, mrb_value v)
 }
 
 
+/* Where and how Redis.new connects: its arguments, converted (Strings are
+ * private copies, or nil). */
+typedef struct {
+    mrb_value  host;
+    mrb_int    port;
+    mrb_value  path;
+    unsigned   timeout;
+    mrb_value  username;
+    mrb_value  password;
+    int        tls;
+    mrb_value  tls_files[4];   /* ssl_params: redis_tls_params' order */
+} redis_target;
+
+/* ssl_params' keys, as redis-rb names them (file paths here, where
+ * redis-rb takes OpenSSL objects for cert and key). */
+static const char  *redis_tls_params[] = { "ca_file", "ca_path", "cert",
+                                           "key" };
+
+
+/* A private copy of v, a String (or a Symbol), or nil when v was not
+ * given. */
+static mrb_value
+redis_opt_str(mrb_state *mrb, mrb_value v, const char *what)
+{
+    if (mrb_undef_p(v) || mrb_nil_p(v)) {
+        return mrb_nil_value();
+    }
+
+    if (mrb_symbol_p(v)) {
+        return mrb_sym_str(mrb, mrb_symbol(v));
+    }
+
+    if (!mrb_string_p(v)) {
+        mrb_raisef(mrb, E_TYPE_ERROR, "Redis.new: %s must be a String, not "
+                   "%C", what, mrb_obj_class(mrb, v));
+    }
+
+    return mrb_str_dup(mrb, v);
+}
+
+
+static const char *
+redis_opt_cstr(mrb_state *mrb, mrb_value v)
+{
+    return mrb_nil_p(v) ? NULL : mrb_string_value_cstr(mrb, &v);
+}
+
+
+/* ssl_params: { ca_file:, ca_path:, cert:, key: } into t->tls_files. */
+static void
+redis_tls_params_from(mrb_state *mrb, mrb_value params, redis_target *t)
+{
+    mrb_value  keys, k;
+    mrb_int    i;
+    size_t     j;
+
+    if (!mrb_hash_p(params)) {
+        mrb_raisef(mrb, E_TYPE_ERROR, "Redis.new: ssl_params must be a "
+                   "Hash, not %C", mrb_obj_class(mrb, params));
+    }
+
+    keys = mrb_hash_keys(mrb, params);
+
+    for (i = 0; i < RARRAY_LEN(keys); i++) {
+        k = RARRAY_PTR(keys)[i];
+
+        for (j = 0; j < redis_nelts(redis_tls_params); j++) {
+            if (mrb_symbol_p(k)
+                && mrb_symbol(k) == mrb_intern_cstr(mrb, redis_tls_params[j]))
+            {
+                break;
+            }
+        }
+
+        if (j == redis_nelts(redis_tls_params)) {
+            mrb_raisef(mrb, E_ARGUMENT_ERROR, "Redis.new: ssl_params: "
+                       "unknown key %!v (known: :ca_file, :ca_path, :cert, "
+                       ":key)", k);
+        }
+
+        t->tls_files[j] = redis_opt_str(mrb, mrb_hash_get(mrb, params, k),
+                                        redis_tls_params[j]);
+    }
+}
+
+
 /*
- * Redis.new(host = "127.0.0.1", port = 6379, timeout: 1.0), or
- * mruby-redis's Redis.new(host, port, timeout) (seconds).  Without host
- * and port: the server Redis.connect_set_raw named, if a script of this
- * interpreter called it, else the defaults.  Once per object.
+ * The key of t's connection in the class's hidden Hash: what tells one
+ * connection from another but the password, which is checked on the
+ * connection itself (mrb_redis_conn_auth_is).
+ */
+static mrb_value
+redis_target_key(mrb_state *mrb, const redis_target *t)
+{
+    size_t     j;
+    mrb_value  key;
+
+    key = mrb_nil_p(t->path)
+          ? mrb_format(mrb, "%v:%i", t->host, t->port)
+          : mrb_str_dup(mrb, t->path);
+
+    if (!mrb_nil_p(t->username)) {
+        mrb_str_cat_lit(mrb, key, " user=");
+        mrb_str_cat_str(mrb, key, t->username);
+    }
+
+    if (t->tls) {
+        mrb_str_cat_lit(mrb, key, " tls");
+
+        for (j = 0; j < redis_nelts(redis_tls_params); j++) {
+            if (!mrb_nil_p(t->tls_files[j])) {
+                mrb_str_cat_lit(mrb, key, " ");
+                mrb_str_cat_cstr(mrb, key, redis_tls_params[j]);
+                mrb_str_cat_lit(mrb, key, "=");
+                mrb_str_cat_str(mrb, key, t->tls_files[j]);
+            }
+        }
+    }
+
+    return key;
+}
+
+
+/* A new connection to t, owned by connobj: raises what is wrong. */
+static mrb_redis_conn *
+redis_conn_new(mrb_state *mrb, mrb_value connobj, const redis_target *t)
+{
+    char                 err[MRB_ERR_REASON_LEN];
+    mrb_redis_conn      *c;
+    mrb_redis_tls_opts   o;
+
+    c = mrb_nil_p(t->path)
+        ? mrb_redis_conn_new(RSTRING_PTR(t->host), (int) t->port, t->timeout)
+        : mrb_redis_conn_new_unix(RSTRING_PTR(t->path), t->timeout);
+    if (c == NULL) {
+        mrb_raise(mrb, E_RUNTIME_ERROR, "Redis: out of memory");
+    }
+
+    DATA_PTR(connobj) = c;
+
+    if (!mrb_nil_p(t->password)
+        && mrb_redis_conn_set_auth(c, redis_opt_cstr(mrb, t->username),
+                                   RSTRING_PTR(t->password)) != 0)
+    {
+        mrb_raise(mrb, E_RUNTIME_ERROR, "Redis: out of memory");
+    }
+
+    if (t->tls) {
+        o.ca_file = redis_opt_cstr(mrb, t->tls_files[0]);
+        o.ca_path = redis_opt_cstr(mrb, t->tls_files[1]);
+        o.cert = redis_opt_cstr(mrb, t->tls_files[2]);
+        o.key = redis_opt_cstr(mrb, t->tls_files[3]);
+
+        if (mrb_redis_conn_set_tls(c, &o, err, sizeof(err)) != 0) {
+            mrb_raisef(mrb, E_ARGUMENT_ERROR, "Redis.new: ssl_params: %s",
+                       err);
+        }
+    }
+
+    return c;
+}
+
+
+/*
+ * Redis.new(host = "127.0.0.1", port = 6379, timeout: 1.0, path: nil,
+ * username: nil, password: nil, ssl: false, ssl_params: {}), or
+ * mruby-redis's Redis.new(host, port, timeout) (seconds).  path: a Unix
+ * socket instead of host and port.  Without host, port and path: the
+ * server Redis.connect_set_raw named, if a script of this interpreter
+ * called it, else the defaults.  Once per object.
  */
 static mrb_value
 redis_initialize(mrb_state *mrb, mrb_value self)
 {
-    const char        *host;
-    mrb_int            port;
-    unsigned           timeout;
-    mrb_sym            kw_names[1];
-    mrb_value          kw_values[1], host_v, port_v, timeout_v, conns, key,
+    mrb_sym            kw_names[6];
+    mrb_value          kw_values[6], host_v, port_v, timeout_v, conns, key,
                        connobj, target;
     mrb_kwargs         kw;
     redis_obj         *r;
+    redis_target       t;
     mrb_redis_conn    *c;
     mrb_redis_status   st;
     mrb_redis_caller   caller;
@@ -278,7 +446,12 @@ redis_initialize(mrb_state *mrb, mrb_value self)
     }
 
     kw_names[0] = mrb_intern_lit(mrb, "timeout");
-    kw.num = 1;
+    kw_names[1] = mrb_intern_lit(mrb, "path");
+    kw_names[2] = mrb_intern_lit(mrb, "username");
+    kw_names[3] = mrb_intern_lit(mrb, "password");
+    kw_names[4] = mrb_intern_lit(mrb, "ssl");
+    kw_names[5] = mrb_intern_lit(mrb, "ssl_params");
+    kw.num = 6;
     kw.required = 0;
     kw.table = kw_names;
     kw.values = kw_values;
@@ -289,7 +462,7 @@ redis_initialize(mrb_state *mrb, mrb_value self)
     timeout_v = mrb_undef_value();
     mrb_get_args(mrb, "|ooo:", &host_v, &port_v, &timeout_v, &kw);
 
-    if (mrb_undef_p(host_v)) {
+    if (mrb_undef_p(host_v) && mrb_undef_p(kw_values[1])) {
         target = mrb_iv_get(mrb, mrb_obj_value(redis_class(mrb)),
                             mrb_intern_lit(mrb, "__default_target__"));
         if (mrb_array_p(target) && RARRAY_LEN(target) == 3) {
@@ -311,22 +484,59 @@ redis_initialize(mrb_state *mrb, mrb_value self)
 
     /*
      * Every argument converted before any pointer is taken: a port's or a
-     * timeout's conversion runs Ruby, which could change the host String.
-     * The host is a private copy, kept in this frame's arena.
+     * timeout's conversion runs Ruby, which could change a String.  The
+     * Strings are private copies, kept in this frame's arena.
      */
-    port = mrb_undef_p(port_v) ? REDIS_DEFAULT_PORT : mrb_as_int(mrb, port_v);
-    timeout = redis_timeout_from(mrb, kw_values[0]);
-    host_v = mrb_undef_p(host_v) ? mrb_str_new_lit(mrb, REDIS_DEFAULT_HOST)
+    memset(&t, 0, sizeof(t));
+    t.port = mrb_undef_p(port_v) ? REDIS_DEFAULT_PORT
+                                 : mrb_as_int(mrb, port_v);
+    t.timeout = redis_timeout_from(mrb, kw_values[0]);
+    t.path = redis_opt_str(mrb, kw_values[1], "path");
+    t.username = redis_opt_str(mrb, kw_values[2], "username");
+    t.password = redis_opt_str(mrb, kw_values[3], "password");
+    t.tls = !mrb_undef_p(kw_values[4]) && mrb_test(kw_values[4]);
+    t.tls_files[0] = t.tls_files[1] = t.tls_files[2] = t.tls_files[3]
+        = mrb_nil_value();
+
+    if (!mrb_undef_p(kw_values[5]) && !mrb_nil_p(kw_values[5])) {
+        if (!t.tls) {
+            mrb_raise(mrb, E_ARGUMENT_ERROR, "Redis.new: ssl_params without "
+                      "ssl: true");
+        }
+        redis_tls_params_from(mrb, kw_values[5], &t);
+    }
+
+    t.host = mrb_undef_p(host_v) ? mrb_str_new_lit(mrb, REDIS_DEFAULT_HOST)
                                  : mrb_str_dup(mrb, mrb_ensure_string_type(
                                                         mrb, host_v));
 
-    if (port <= 0 || port > 65535) {
-        mrb_raisef(mrb, E_ARGUMENT_ERROR, "invalid port %i", port);
+    if (!mrb_nil_p(t.path) && (!mrb_undef_p(host_v) || !mrb_undef_p(port_v)))
+    {
+        mrb_raise(mrb, E_ARGUMENT_ERROR, "Redis.new: a host and port, or a "
+                  "path, not both");
     }
 
-    host = mrb_string_value_cstr(mrb, &host_v);
+    if (!mrb_nil_p(t.path) && t.tls) {
+        mrb_raise(mrb, E_ARGUMENT_ERROR, "Redis.new: ssl: true with a path: "
+                  "Redis speaks TLS on its tls-port (TCP) only");
+    }
 
-    /* this interpreter's connection to host:port, made once */
+    if (!mrb_nil_p(t.username) && mrb_nil_p(t.password)) {
+        mrb_raise(mrb, E_ARGUMENT_ERROR, "Redis.new: username: without "
+                  "password:");
+    }
+
+    if (t.port <= 0 || t.port > 65535) {
+        mrb_raisef(mrb, E_ARGUMENT_ERROR, "invalid port %i", t.port);
+    }
+
+    /* NUL-terminated, without a NUL inside (raises otherwise) */
+    redis_opt_cstr(mrb, t.host);
+    redis_opt_cstr(mrb, t.path);
+    redis_opt_cstr(mrb, t.username);
+    redis_opt_cstr(mrb, t.password);
+
+    /* this interpreter's connection to the target, made once */
     conns = mrb_iv_get(mrb, mrb_obj_value(redis_class(mrb)),
                        mrb_intern_lit(mrb, "__connections__"));
 
@@ -336,26 +546,24 @@ redis_initialize(mrb_state *mrb, mrb_value self)
                    mrb_intern_lit(mrb, "__connections__"), conns);
     }
 
-    key = mrb_format(mrb, "%s:%i", host, port);
+    key = redis_target_key(mrb, &t);
     connobj = mrb_hash_get(mrb, conns, key);
+    c = mrb_nil_p(connobj) ? NULL : DATA_PTR(connobj);
 
-    if (mrb_nil_p(connobj)) {
-        /* the object first, so that the connection is never unowned */
+    if (c == NULL
+        || !mrb_redis_conn_auth_is(c, redis_opt_cstr(mrb, t.username),
+                                   redis_opt_cstr(mrb, t.password)))
+    {
+        /* the object first, so that the connection is never unowned; one
+         * of another password replaces the old one for later objects */
         connobj = mrb_obj_value(mrb_data_object_alloc(mrb,
                       mrb_class_get_under(mrb, redis_class(mrb), "Connection"),
                       NULL, &redis_conn_type));
-
-        c = mrb_redis_conn_new(host, (int) port, timeout);
-        if (c == NULL) {
-            mrb_raise(mrb, E_RUNTIME_ERROR, "Redis: out of memory");
-        }
-
-        DATA_PTR(connobj) = c;
+        c = redis_conn_new(mrb, connobj, &t);
         mrb_hash_set(mrb, conns, key, connobj);
 
     } else {
-        c = DATA_PTR(connobj);
-        mrb_redis_conn_set_timeout(c, timeout);
+        mrb_redis_conn_set_timeout(c, t.timeout);
     }
 
     r = mrb_calloc(mrb, 1, sizeof(redis_obj));
@@ -447,8 +655,6 @@ redis_name_in(const char *p, size_t len, const char **names, size_t n)
 
     return 0;
 }
-
-#define redis_nelts(a)  (sizeof(a) / sizeof((a)[0]))
 
 
 /* What the command in strs (its name and arguments, as Strings) does to
@@ -1198,22 +1404,38 @@ redis_connected(mrb_state *mrb, mrb_value self)
 }
 
 
+/* host and port, or path (a Unix socket): the others are nil */
 static mrb_value
 redis_host(mrb_state *mrb, mrb_value self)
 {
-    return mrb_str_new_cstr(mrb, redis_self(mrb, self)->conn->host);
+    mrb_redis_conn  *c = redis_self(mrb, self)->conn;
+
+    return c->host != NULL ? mrb_str_new_cstr(mrb, c->host)
+                           : mrb_nil_value();
 }
 
 
 static mrb_value
 redis_port(mrb_state *mrb, mrb_value self)
 {
-    return mrb_fixnum_value(redis_self(mrb, self)->conn->port);
+    mrb_redis_conn  *c = redis_self(mrb, self)->conn;
+
+    return c->host != NULL ? mrb_fixnum_value(c->port) : mrb_nil_value();
+}
+
+
+static mrb_value
+redis_path(mrb_state *mrb, mrb_value self)
+{
+    mrb_redis_conn  *c = redis_self(mrb, self)->conn;
+
+    return c->path != NULL ? mrb_str_new_cstr(mrb, c->path)
+                           : mrb_nil_value();
 }
 
 
 static const mrb_api_method  redis_methods[] = {
-    { "initialize", redis_initialize, MRB_ARGS_OPT(3) | MRB_ARGS_KEY(1, 0) },
+    { "initialize", redis_initialize, MRB_ARGS_OPT(3) | MRB_ARGS_KEY(6, 0) },
     { "call", redis_call, MRB_ARGS_ANY() },
     { "pipelined", redis_pipelined, MRB_ARGS_BLOCK() },
     { "queue", redis_queue, MRB_ARGS_ANY() },
@@ -1224,6 +1446,7 @@ static const mrb_api_method  redis_methods[] = {
     { "connected?", redis_connected, MRB_ARGS_NONE() },
     { "host", redis_host, MRB_ARGS_NONE() },
     { "port", redis_port, MRB_ARGS_NONE() },
+    { "path", redis_path, MRB_ARGS_NONE() },
     { "[]", redis_aref, MRB_ARGS_REQ(1) },
     { "[]=", redis_aset, MRB_ARGS_REQ(2) },
     MRB_API_METHOD_END

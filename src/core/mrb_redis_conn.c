@@ -10,6 +10,10 @@
  * mrb_wait_fd) or a poll(), bounded by the time left.
  */
 
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE  /* memmem */
+#endif
+
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -54,6 +58,10 @@ redis_is_timeout(redisContext *ctx, int saved_errno)
 static void
 redis_link_free(mrb_redis_link *link)
 {
+    if (link->ssl != NULL) {
+        mrb_redis_tls_close(link->ssl, link->pid == getpid());
+    }
+
     if (link->ctx != NULL) {
         if (link->pid != getpid()) {
             /* the parent's socket: closing our copy of the descriptor is
@@ -102,7 +110,7 @@ redis_fail(mrb_redis_conn *c, mrb_redis_link *link, const char *what,
                                                       : MRB_REDIS_ECONNECT;
     }
 
-    snprintf(c->err, sizeof(c->err), "%s%s:%d: %s", what, c->host, c->port,
+    snprintf(c->err, sizeof(c->err), "%s%s: %s", what, c->name,
              (st == MRB_REDIS_ETIMEOUT)
              ? "timed out" : (link->ctx->errstr[0] ? link->ctx->errstr
                                                    : "connection closed"));
@@ -120,8 +128,8 @@ redis_wait_failed(mrb_redis_conn *c, mrb_redis_link *link, const char *what,
     int rc)
 {
     if (rc == MRB_REDIS_WAIT_CANCELLED) {
-        snprintf(c->err, sizeof(c->err), "%s%s:%d: cancelled", what,
-                 c->host, c->port);
+        snprintf(c->err, sizeof(c->err), "%s%s: cancelled", what,
+                 c->name);
         redis_link_close(c, link);
         return MRB_REDIS_ECANCELLED;
     }
@@ -130,15 +138,16 @@ redis_wait_failed(mrb_redis_conn *c, mrb_redis_link *link, const char *what,
         return redis_fail(c, link, what, errno);
     }
 
-    snprintf(c->err, sizeof(c->err), "%s%s:%d: timed out", what,
-             c->host, c->port);
+    snprintf(c->err, sizeof(c->err), "%s%s: timed out", what,
+             c->name);
     redis_link_close(c, link);
     return MRB_REDIS_ETIMEOUT;
 }
 
 
-mrb_redis_conn *
-mrb_redis_conn_new(const char *host, int port, unsigned timeout_ms)
+/* A connection named name (a copy is kept), not connected yet. */
+static mrb_redis_conn *
+redis_conn_alloc(const char *name, unsigned timeout_ms)
 {
     mrb_redis_conn  *c;
 
@@ -147,16 +156,172 @@ mrb_redis_conn_new(const char *host, int port, unsigned timeout_ms)
         return NULL;
     }
 
-    c->host = strdup(host);
-    if (c->host == NULL) {
+    c->name = strdup(name);
+    if (c->name == NULL) {
         free(c);
         return NULL;
     }
 
-    c->port = port;
     c->timeout_ms = timeout_ms;
+    return c;
+}
+
+
+mrb_redis_conn *
+mrb_redis_conn_new(const char *host, int port, unsigned timeout_ms)
+{
+    char             name[MRB_ERR_REASON_LEN];
+    mrb_redis_conn  *c;
+
+    snprintf(name, sizeof(name), "%s:%d", host, port);
+
+    c = redis_conn_alloc(name, timeout_ms);
+    if (c == NULL) {
+        return NULL;
+    }
+
+    c->host = strdup(host);
+    if (c->host == NULL) {
+        mrb_redis_conn_free(c);
+        return NULL;
+    }
+
+    c->port = port;
+    return c;
+}
+
+
+mrb_redis_conn *
+mrb_redis_conn_new_unix(const char *path, unsigned timeout_ms)
+{
+    mrb_redis_conn  *c;
+
+    c = redis_conn_alloc(path, timeout_ms);
+    if (c == NULL) {
+        return NULL;
+    }
+
+    c->path = strdup(path);
+    if (c->path == NULL) {
+        mrb_redis_conn_free(c);
+        return NULL;
+    }
 
     return c;
+}
+
+
+/* Frees the formatted AUTH, wiped first: it holds the password. */
+static void
+redis_auth_free(mrb_redis_conn *c)
+{
+    if (c->auth != NULL) {
+        explicit_bzero(c->auth, c->auth_len);
+        free(c->auth);
+        c->auth = NULL;
+        c->auth_len = 0;
+        c->auth_password_len = 0;
+    }
+}
+
+
+/* AUTH [username] password, formatted into *cmd (freed with
+ * redisFreeCommand, wiped first): its length, or -1 out of memory.
+ * *password_len: the length of its last argument. */
+static int
+redis_auth_format(char **cmd, const char *username, const char *password,
+    size_t *password_len)
+{
+    int          n = 0;
+    const char  *argv[3];
+    size_t       lens[3];
+
+    argv[n] = "AUTH";
+    lens[n++] = 4;
+
+    if (username != NULL) {
+        argv[n] = username;
+        lens[n++] = strlen(username);
+    }
+
+    argv[n] = password;
+    lens[n++] = strlen(password);
+
+    *password_len = lens[n - 1];
+    return redisFormatCommandArgv(cmd, n, argv, lens);
+}
+
+
+int
+mrb_redis_conn_set_auth(mrb_redis_conn *c, const char *username,
+    const char *password)
+{
+    int      len;
+    char    *cmd;
+    size_t   password_len;
+
+    len = redis_auth_format(&cmd, username, password, &password_len);
+    if (len < 0) {
+        return -1;
+    }
+
+    redis_auth_free(c);
+
+    /* a copy of ours, so that it is wiped when freed */
+    c->auth = malloc((size_t) len);
+    if (c->auth != NULL) {
+        memcpy(c->auth, cmd, (size_t) len);
+        c->auth_len = (size_t) len;
+        c->auth_password_len = password_len;
+    }
+
+    explicit_bzero(cmd, (size_t) len);
+    redisFreeCommand(cmd);
+
+    return c->auth != NULL ? 0 : -1;
+}
+
+
+int
+mrb_redis_conn_auth_is(mrb_redis_conn *c, const char *username,
+    const char *password)
+{
+    int      len, same;
+    char    *cmd;
+    size_t   password_len;
+
+    if (password == NULL) {
+        return c->auth == NULL;
+    }
+
+    len = redis_auth_format(&cmd, username, password, &password_len);
+    if (len < 0) {
+        return 0;
+    }
+
+    same = c->auth != NULL && c->auth_len == (size_t) len
+           && memcmp(c->auth, cmd, (size_t) len) == 0;
+
+    explicit_bzero(cmd, (size_t) len);
+    redisFreeCommand(cmd);
+    return same;
+}
+
+
+int
+mrb_redis_conn_set_tls(mrb_redis_conn *c, const mrb_redis_tls_opts *o,
+    char *err, size_t errlen)
+{
+    SSL_CTX  *tls;
+
+    tls = mrb_redis_tls_context(o, err, errlen);
+    if (tls == NULL) {
+        return -1;
+    }
+
+    SSL_CTX_free(c->tls);
+    c->tls = tls;
+    return 0;
 }
 
 
@@ -174,8 +339,12 @@ mrb_redis_conn_free(mrb_redis_conn *c)
         redis_link_free(link);
     }
 
+    redis_auth_free(c);
+    SSL_CTX_free(c->tls);
     free(c->setup);
     free(c->host);
+    free(c->path);
+    free(c->name);
     free(c);
 }
 
@@ -306,18 +475,62 @@ redis_wait(const mrb_redis_caller *caller, mrb_redis_link *link,
 }
 
 
-/* One attempt on link: write everything, read n replies, by deadline (ms).
- * *got says how many replies arrived before a failure, which closed
- * link. */
-static mrb_redis_status
-redis_exec_once(mrb_redis_conn *c, const mrb_redis_caller *caller,
-    mrb_redis_link *link, const char *cmds, size_t len, size_t n,
-    redisReply **replies, size_t *got, uint64_t deadline)
-{
-    int    done, ready;
-    void  *reply;
+/* Room for OpenSSL's reason, which c->err gets after the connection's
+ * name. */
+#define REDIS_TLS_REASON_LEN  (MRB_ERR_REASON_LEN / 2)
 
-    *got = 0;
+/* Waits for link's socket as a TLS step asked (st); any other st is
+ * the failure reason says.  MRB_REDIS_OK when ready, else link is
+ * closed. */
+static mrb_redis_status
+redis_tls_wait(mrb_redis_conn *c, const mrb_redis_caller *caller,
+    mrb_redis_link *link, const char *what, mrb_redis_tls_status st,
+    const char *reason, uint64_t deadline)
+{
+    int  ready;
+
+    if (st == MRB_REDIS_TLS_WANT_READ || st == MRB_REDIS_TLS_WANT_WRITE) {
+        ready = redis_wait(caller, link,
+                           st == MRB_REDIS_TLS_WANT_READ ? POLLIN : POLLOUT,
+                           deadline);
+        return ready == 1 ? MRB_REDIS_OK
+                          : redis_wait_failed(c, link, what, ready);
+    }
+
+    snprintf(c->err, sizeof(c->err), "%s%s: %s", what, c->name, reason);
+    redis_link_close(c, link);
+    return MRB_REDIS_ECONNECT;
+}
+
+
+/* Writes len bytes at cmds on link by deadline (ms). */
+static mrb_redis_status
+redis_link_send(mrb_redis_conn *c, const mrb_redis_caller *caller,
+    mrb_redis_link *link, const char *cmds, size_t len, uint64_t deadline)
+{
+    int                    done, ready;
+    size_t                 sent;
+    mrb_redis_status       st;
+    mrb_redis_tls_status   ts;
+    char                   reason[REDIS_TLS_REASON_LEN];
+
+    if (link->ssl != NULL) {
+        sent = 0;
+
+        while (sent < len) {
+            ts = mrb_redis_tls_write(link->ssl, cmds + sent, len - sent,
+                                     &sent, reason, sizeof(reason));
+            if (ts != MRB_REDIS_TLS_DONE) {
+                st = redis_tls_wait(c, caller, link, "", ts, reason,
+                                    deadline);
+                if (st != MRB_REDIS_OK) {
+                    return st;
+                }
+            }
+        }
+
+        return MRB_REDIS_OK;
+    }
 
     if (redisAppendFormattedCommand(link->ctx, cmds, len) != REDIS_OK) {
         return redis_fail(c, link, "", errno);
@@ -329,13 +542,81 @@ redis_exec_once(mrb_redis_conn *c, const mrb_redis_caller *caller,
         }
 
         if (done) {
-            break;
+            return MRB_REDIS_OK;
         }
 
         ready = redis_wait(caller, link, POLLOUT, deadline);
         if (ready != 1) {
             return redis_wait_failed(c, link, "", ready);
         }
+    }
+}
+
+
+/* Bytes decrypted at a time: what hiredis reads at a time. */
+#define REDIS_TLS_READ  (16 * 1024)
+
+/* Waits for more of the replies on link, by deadline (ms), and gives them
+ * to its reader. */
+static mrb_redis_status
+redis_link_fill(mrb_redis_conn *c, const mrb_redis_caller *caller,
+    mrb_redis_link *link, uint64_t deadline)
+{
+    int                    ready;
+    size_t                 got;
+    mrb_redis_status       st;
+    mrb_redis_tls_status   ts;
+    char                   buf[REDIS_TLS_READ];
+    char                   reason[REDIS_TLS_REASON_LEN];
+
+    if (link->ssl == NULL) {
+        ready = redis_wait(caller, link, POLLIN, deadline);
+        if (ready != 1) {
+            return redis_wait_failed(c, link, "", ready);
+        }
+
+        return redisBufferRead(link->ctx) == REDIS_OK
+               ? MRB_REDIS_OK : redis_fail(c, link, "", errno);
+    }
+
+    /* what OpenSSL holds decrypted already is read before any wait */
+    for ( ;; ) {
+        ts = mrb_redis_tls_read(link->ssl, buf, sizeof(buf), &got, reason,
+                                sizeof(reason));
+        if (ts == MRB_REDIS_TLS_DONE) {
+            if (redisReaderFeed(link->ctx->reader, buf, got) != REDIS_OK) {
+                snprintf(c->err, sizeof(c->err), "%s: out of memory",
+                         c->name);
+                redis_link_close(c, link);
+                return MRB_REDIS_EOOM;
+            }
+            return MRB_REDIS_OK;
+        }
+
+        st = redis_tls_wait(c, caller, link, "", ts, reason, deadline);
+        if (st != MRB_REDIS_OK) {
+            return st;
+        }
+    }
+}
+
+
+/* One attempt on link: write everything, read n replies, by deadline (ms).
+ * *got says how many replies arrived before a failure, which closed
+ * link. */
+static mrb_redis_status
+redis_exec_once(mrb_redis_conn *c, const mrb_redis_caller *caller,
+    mrb_redis_link *link, const char *cmds, size_t len, size_t n,
+    redisReply **replies, size_t *got, uint64_t deadline)
+{
+    void              *reply;
+    mrb_redis_status   st;
+
+    *got = 0;
+
+    st = redis_link_send(c, caller, link, cmds, len, deadline);
+    if (st != MRB_REDIS_OK) {
+        return st;
     }
 
     while (*got < n) {
@@ -348,13 +629,9 @@ redis_exec_once(mrb_redis_conn *c, const mrb_redis_caller *caller,
             continue;
         }
 
-        ready = redis_wait(caller, link, POLLIN, deadline);
-        if (ready != 1) {
-            return redis_wait_failed(c, link, "", ready);
-        }
-
-        if (redisBufferRead(link->ctx) != REDIS_OK) {
-            return redis_fail(c, link, "", errno);
+        st = redis_link_fill(c, caller, link, deadline);
+        if (st != MRB_REDIS_OK) {
+            return st;
         }
     }
 
@@ -374,8 +651,8 @@ redis_link_setup(mrb_redis_conn *c, const mrb_redis_caller *caller,
 
     replies = calloc(c->setup_n, sizeof(redisReply *));
     if (replies == NULL) {
-        snprintf(c->err, sizeof(c->err), "%s:%d: out of memory",
-                 c->host, c->port);
+        snprintf(c->err, sizeof(c->err), "%s: out of memory",
+                 c->name);
         redis_link_close(c, link);
         return MRB_REDIS_ECONNECT;
     }
@@ -392,6 +669,83 @@ redis_link_setup(mrb_redis_conn *c, const mrb_redis_caller *caller,
 }
 
 
+/* The TLS handshake on link's connected socket, by deadline (ms). */
+static mrb_redis_status
+redis_link_tls(mrb_redis_conn *c, const mrb_redis_caller *caller,
+    mrb_redis_link *link, uint64_t deadline)
+{
+    mrb_redis_status       st;
+    mrb_redis_tls_status   ts;
+    char                   reason[REDIS_TLS_REASON_LEN];
+
+    link->ssl = mrb_redis_tls_open(c->tls, link->ctx->fd, c->host, reason,
+                                   sizeof(reason));
+    if (link->ssl == NULL) {
+        snprintf(c->err, sizeof(c->err), "connect to %s: %s", c->name,
+                 reason);
+        redis_link_close(c, link);
+        return MRB_REDIS_ECONNECT;
+    }
+
+    for ( ;; ) {
+        ts = mrb_redis_tls_handshake(link->ssl, reason, sizeof(reason));
+        if (ts == MRB_REDIS_TLS_DONE) {
+            return MRB_REDIS_OK;
+        }
+
+        st = redis_tls_wait(c, caller, link, "connect to ", ts, reason,
+                            deadline);
+        if (st != MRB_REDIS_OK) {
+            return st;
+        }
+    }
+}
+
+
+/*
+ * Sends the connection's AUTH on a new link.  A refusal closes the link
+ * and says the server's reason, which names no credential (WRONGPASS
+ * invalid username-password pair); should a server repeat the password,
+ * its reason is left out.
+ */
+static mrb_redis_status
+redis_link_auth(mrb_redis_conn *c, const mrb_redis_caller *caller,
+    mrb_redis_link *link, uint64_t deadline)
+{
+    size_t             got;
+    const char        *reason, *password;
+    redisReply        *reply;
+    mrb_redis_status   st;
+
+    st = redis_exec_once(c, caller, link, c->auth, c->auth_len, 1, &reply,
+                         &got, deadline);
+    if (st != MRB_REDIS_OK) {
+        return st;
+    }
+
+    if (reply->type != REDIS_REPLY_ERROR) {
+        freeReplyObject(reply);
+        return MRB_REDIS_OK;
+    }
+
+    /* the password is AUTH's last argument: "...$<n>\r\n<password>\r\n" */
+    password = c->auth + c->auth_len - 2 - c->auth_password_len;
+    reason = reply->str;
+
+    if (c->auth_password_len != 0
+        && memmem(reply->str, reply->len, password, c->auth_password_len)
+           != NULL)
+    {
+        reason = "refused";
+    }
+
+    snprintf(c->err, sizeof(c->err), "%s: AUTH: %s", c->name, reason);
+    freeReplyObject(reply);
+    redis_link_close(c, link);
+    return MRB_REDIS_EAUTH;
+}
+
+
 /*
  * Opens a new link by deadline (ms), in c's list, busy and caller's:
  * *linkp.  The connect does not block the thread: it is a non-blocking
@@ -402,9 +756,10 @@ static mrb_redis_status
 redis_link_open(mrb_redis_conn *c, const mrb_redis_caller *caller,
     uint64_t deadline, mrb_redis_link **linkp)
 {
-    int              ready, err;
-    socklen_t        errlen;
-    mrb_redis_link  *link;
+    int                ready, err;
+    socklen_t          errlen;
+    mrb_redis_link    *link;
+    mrb_redis_status   st;
 
     *linkp = NULL;
 
@@ -414,27 +769,28 @@ redis_link_open(mrb_redis_conn *c, const mrb_redis_caller *caller,
     }
 
     if (redis_now_ms() >= deadline) {
-        snprintf(c->err, sizeof(c->err), "connect to %s:%d: timed out",
-                 c->host, c->port);
+        snprintf(c->err, sizeof(c->err), "connect to %s: timed out",
+                 c->name);
         return MRB_REDIS_ETIMEOUT;
     }
 
     link = calloc(1, sizeof(mrb_redis_link));
     if (link == NULL) {
-        snprintf(c->err, sizeof(c->err), "connect to %s:%d: out of memory",
-                 c->host, c->port);
+        snprintf(c->err, sizeof(c->err), "connect to %s: out of memory",
+                 c->name);
         return MRB_REDIS_ECONNECT;
     }
 
-    link->ctx = redisConnectNonBlock(c->host, c->port);
+    link->ctx = (c->path != NULL) ? redisConnectUnixNonBlock(c->path)
+                                  : redisConnectNonBlock(c->host, c->port);
     link->pid = getpid();
     link->busy = 1;
     link->owner = caller != NULL ? caller->owner : NULL;
 
     if (link->ctx == NULL) {
         free(link);
-        snprintf(c->err, sizeof(c->err), "connect to %s:%d: out of memory",
-                 c->host, c->port);
+        snprintf(c->err, sizeof(c->err), "connect to %s: out of memory",
+                 c->name);
         c->retry_at = redis_now_ms() + MRB_REDIS_RETRY_INTERVAL;
         return MRB_REDIS_ECONNECT;
     }
@@ -463,19 +819,37 @@ redis_link_open(mrb_redis_conn *c, const mrb_redis_caller *caller,
 
     if (err != 0) {
         c->retry_at = redis_now_ms() + MRB_REDIS_RETRY_INTERVAL;
-        snprintf(c->err, sizeof(c->err), "connect to %s:%d: %s",
-                 c->host, c->port, strerror(err));
+        snprintf(c->err, sizeof(c->err), "connect to %s: %s",
+                 c->name, strerror(err));
         redis_link_close(c, link);
         return err == ETIMEDOUT ? MRB_REDIS_ETIMEOUT : MRB_REDIS_ECONNECT;
     }
 
-    redisEnableKeepAlive(link->ctx);
+    if (c->path == NULL) {
+        /* TCP's: on a Unix socket hiredis would fail the link */
+        redisEnableKeepAlive(link->ctx);
+    }
+
+    if (c->tls != NULL) {
+        st = redis_link_tls(c, caller, link, deadline);
+        if (st != MRB_REDIS_OK) {
+            c->retry_at = redis_now_ms() + MRB_REDIS_RETRY_INTERVAL;
+            return st;
+        }
+    }
+
     c->retry_at = 0;
     c->err[0] = '\0';
 
-    if (c->setup_n != 0) {
-        mrb_redis_status  st = redis_link_setup(c, caller, link, deadline);
+    if (c->auth != NULL) {
+        st = redis_link_auth(c, caller, link, deadline);
+        if (st != MRB_REDIS_OK) {
+            return st;
+        }
+    }
 
+    if (c->setup_n != 0) {
+        st = redis_link_setup(c, caller, link, deadline);
         if (st != MRB_REDIS_OK) {
             return st;
         }

@@ -31,6 +31,7 @@
 #include <hiredis/hiredis.h>
 
 #include "mrb_errbuf.h"
+#include "mrb_redis_tls.h"
 
 typedef enum {
     MRB_REDIS_OK = 0,
@@ -40,7 +41,10 @@ typedef enum {
                              closed); the caller raises Cancelled */
     MRB_REDIS_EPROTOCOL,  /* what the server sent is not Redis's protocol
                              (the link is closed) */
-    MRB_REDIS_EOOM        /* hiredis ran out of memory on the link (closed) */
+    MRB_REDIS_EOOM,       /* hiredis ran out of memory on the link (closed) */
+    MRB_REDIS_EAUTH       /* the server refused the connection's AUTH (the
+                             link is closed); err has the server's reason,
+                             never the credentials */
 } mrb_redis_status;
 
 /* After a failed connect, further attempts fail at once for this long (ms),
@@ -79,7 +83,8 @@ typedef struct {
 typedef struct mrb_redis_link_s  mrb_redis_link;
 
 struct mrb_redis_link_s {
-    redisContext    *ctx;
+    redisContext    *ctx;         /* its socket, and the reply parser */
+    SSL             *ssl;         /* TLS over ctx's socket, or NULL */
     pid_t            pid;         /* the process ctx belongs to */
     const void      *owner;       /* the run using or holding it, or NULL */
     unsigned         busy:1;      /* a command is in flight */
@@ -89,8 +94,16 @@ struct mrb_redis_link_s {
 };
 
 typedef struct {
-    char            *host;
+    char            *host;        /* NULL for a Unix socket */
     int              port;
+    char            *path;        /* the Unix socket, or NULL */
+    char            *name;        /* "host:port" or the path, for messages */
+    char            *auth;        /* AUTH [user] password, formatted: sent
+                                     first on every link; a secret, wiped
+                                     when freed */
+    size_t           auth_len;
+    size_t           auth_password_len;
+    SSL_CTX         *tls;         /* every link is TLS, or NULL */
     unsigned         timeout_ms;
     uint64_t         retry_at;    /* ms: no connect attempt before */
     mrb_redis_link  *links;
@@ -100,9 +113,28 @@ typedef struct {
     char             err[MRB_ERR_REASON_LEN]; /* why the last call failed */
 } mrb_redis_conn;
 
+/* A connection to host:port, or (mrb_redis_conn_new_unix) to the Unix
+ * socket at path; NULL out of memory.  Freed by mrb_redis_conn_free. */
 mrb_redis_conn *mrb_redis_conn_new(const char *host, int port,
     unsigned timeout_ms);
+mrb_redis_conn *mrb_redis_conn_new_unix(const char *path,
+    unsigned timeout_ms);
 void mrb_redis_conn_free(mrb_redis_conn *c);
+
+/* Every link opened later sends AUTH username password (AUTH password
+ * when username is NULL) first, and fails with MRB_REDIS_EAUTH when the
+ * server refuses it.  Returns 0, -1 out of memory. */
+int mrb_redis_conn_set_auth(mrb_redis_conn *c, const char *username,
+    const char *password);
+
+/* Whether c sends that AUTH (none: password NULL). */
+int mrb_redis_conn_auth_is(mrb_redis_conn *c, const char *username,
+    const char *password);
+
+/* Every link opened later speaks TLS (over TCP), trusting and presenting
+ * what o names, which is read now: 0, or -1 with the reason in err. */
+int mrb_redis_conn_set_tls(mrb_redis_conn *c, const mrb_redis_tls_opts *o,
+    char *err, size_t errlen);
 
 /* Opens a link unless one is idle; returns MRB_REDIS_OK or the failure
  * (c->err).  caller may be NULL (poll, nobody's). */

@@ -1,0 +1,281 @@
+"""::Redis to an ACL user, over a Unix socket and over TLS, against real
+redis-servers on loopback: commands work, a refused password is a
+Redis::AuthError (a ReplyError) that names no credential, in the response
+or the error log, and a TLS handshake waits as any Redis wait does (on
+nginx, on the event loop).  The scripts are the same under Apache and
+nginx."""
+
+import os
+import socket
+import threading
+
+import pytest
+
+import harness
+from test_redis import server
+
+# Never in a URL (the access log) or in any answer or log line.
+SECRET = "s3cret-Pw-4e1b9a"
+DEFAULT_SECRET = "dEfault-Pw-77c2d0"
+WRONG = "wr0ng-Pw-0f3c6a"
+
+
+@pytest.fixture
+def acl_redis(_servers):
+    """A redis-server whose default user has a password (requirepass)
+    and with an ACL user "app"."""
+    r = harness.Redis(args=[
+        "--user", "default", "on", f">{DEFAULT_SECRET}", "~*", "&*",
+        "+@all",
+        "--user", "app", "on", f">{SECRET}", "~*", "&*", "+@all",
+    ], auth=("app", SECRET))
+    _servers.servers.append(r)
+    r.start()
+    return r
+
+
+ACL = r'''
+port = get_server_class::Request.new.args.to_i
+out = []
+app = Redis.new("127.0.0.1", port, username: "app", password: "%(secret)s")
+out << app.call("ACL", "WHOAMI")
+out << app.set("k", "v")
+out << app.get("k")
+dflt = Redis.new("127.0.0.1", port, password: "%(default)s")
+out << dflt.call("ACL", "WHOAMI")
+out << dflt.get("k")
+# the same user again: the interpreter's connection, not a new one
+out << (Redis.new("127.0.0.1", port, username: "app",
+                  password: "%(secret)s").call("CLIENT", "ID") ==
+        app.call("CLIENT", "ID"))
+out << app.inspect.include?("%(secret)s")
+get_server_class.rputs out.join("\n")
+''' % {"secret": SECRET, "default": DEFAULT_SECRET}
+
+
+@pytest.mark.parametrize("kind", ["apache", "nginx"])
+def test_acl_user_and_password(kind, apache, nginx, acl_redis):
+    s = server(kind, apache, nginx, {"/acl": ACL})
+    r = s.get(f"/acl?{acl_redis.port}")
+    assert (r.status_code, r.text) == (
+        200, "app\nOK\nv\ndefault\nv\ntrue\nfalse"), s.error_log()[-2000:]
+    assert SECRET not in s.error_log()
+
+
+WRONG_CAUGHT = r'''
+port = get_server_class::Request.new.args.to_i
+out = []
+[["app", "%(wrong)s"], [nil, "%(wrong)s"]].each do |user, pw|
+  begin
+    Redis.new("127.0.0.1", port, username: user, password: pw)
+    out << "connected?!"
+  rescue Redis::ReplyError => e
+    out << "#{e.class}: #{e.message}"
+    out << e.inspect
+    out << e.backtrace.to_a.join(" ")
+  end
+end
+# the right password after a wrong one: a connection of its own
+out << Redis.new("127.0.0.1", port, username: "app",
+                 password: "%(secret)s").call("ACL", "WHOAMI")
+get_server_class.rputs out.join("\n")
+''' % {"wrong": WRONG, "secret": SECRET}
+
+WRONG_UNCAUGHT = r'''
+port = get_server_class::Request.new.args.to_i
+Redis.new("127.0.0.1", port, username: "app", password: "%(wrong)s")
+''' % {"wrong": WRONG}
+
+
+@pytest.mark.parametrize("kind", ["apache", "nginx"])
+def test_wrong_password_is_a_reply_error_without_the_secret(
+        kind, apache, nginx, acl_redis):
+    s = server(kind, apache, nginx, {"/caught": WRONG_CAUGHT,
+                                     "/uncaught": WRONG_UNCAUGHT})
+    r = s.get(f"/caught?{acl_redis.port}")
+    assert r.status_code == 200, s.error_log()[-2000:]
+    lines = r.text.split("\n")
+    refused = (f"Redis::AuthError: 127.0.0.1:{acl_redis.port}: AUTH: "
+               "WRONGPASS invalid username-password pair or user is "
+               "disabled.")
+    assert lines[0] == refused
+    assert lines[3] == refused
+    assert lines[-1] == "app"
+    assert WRONG not in r.text and SECRET not in r.text
+
+    r = s.get(f"/uncaught?{acl_redis.port}")
+    assert r.status_code == 500
+    log = s.wait_log("Redis::AuthError")
+    assert "WRONGPASS" in log
+    assert WRONG not in log and SECRET not in log
+
+
+UNIX = r'''
+path = "%(path)s"
+out = []
+r = Redis.new(path: path, timeout: 2)
+out << r.set("k", "unix")
+out << r.get("k")
+out << r.pipelined { |p| p.incr("n"); p.incr("n") }.inspect
+out << r.call("CLIENT", "INFO").include?("addr=#{path}:0")
+out << [r.host, r.port, r.path == path].inspect
+begin
+  Redis.new(path: path + ".missing")
+rescue Redis::ConnectionError => e
+  out << e.message
+end
+get_server_class.rputs out.join("\n")
+'''
+
+
+@pytest.mark.parametrize("kind", ["apache", "nginx"])
+def test_unix_socket(kind, apache, nginx, _servers, tmpdir_www):
+    path = os.path.join(tmpdir_www, "redis.sock")
+    rs = harness.Redis(unixsocket=path)
+    _servers.servers.append(rs)
+    rs.start()
+    s = server(kind, apache, nginx, {"/unix": UNIX % {"path": path}})
+    r = s.get("/unix")
+    assert (r.status_code, r.text) == (
+        200, f"OK\nunix\n[1, 2]\ntrue\n[nil, nil, true]\n"
+             f"connect to {path}.missing: No such file or directory"), \
+        s.error_log()[-2000:]
+    assert rs.command("GET", "k") == "unix"
+
+
+@pytest.fixture
+def tls(tmpdir_www):
+    """Certificates of a test CA, and of another CA nobody trusts."""
+    files = harness.tls_files(tmpdir_www)
+    files["other_ca"] = harness.tls_files(tmpdir_www, "other")["ca"]
+    return files
+
+
+@pytest.fixture
+def tls_redis(_servers, tls):
+    """A TLS-only redis-server (no plain port) that asks for a client
+    certificate of the test CA, with a password."""
+    r = harness.Redis(args=["--requirepass", SECRET], auth=(None, SECRET),
+                      tls=(tls["ca"], tls["server_cert"], tls["server_key"]))
+    _servers.servers.append(r)
+    r.start()
+    return r
+
+
+TLS = r'''
+port = get_server_class::Request.new.args.to_i
+tls = { ca_file: "%(ca)s", cert: "%(cert)s", key: "%(key)s" }
+out = []
+r = Redis.new("127.0.0.1", port, password: "%(secret)s", ssl: true,
+              ssl_params: tls, timeout: 5)
+big = "x" * 300_000
+out << r.set("big", big)
+out << (r.get("big") == big)
+out << r.pipelined { |p| 50.times { |i| p.set("k#{i}", big[0, 1000 * i]) } }
+        .uniq.inspect
+out << (r.mget("k49", "k10") == [big[0, 49_000], big[0, 10_000]])
+out << r.call("CONFIG", "GET", "tls-port").inspect
+# a CA that did not sign the server's certificate
+begin
+  Redis.new("127.0.0.1", port, password: "%(secret)s", ssl: true,
+            ssl_params: tls.merge(ca_file: "%(other_ca)s"))
+rescue Redis::ConnectionError => e
+  out << e.message
+end
+# no client certificate, which the server asks for
+begin
+  Redis.new("127.0.0.1", port, password: "%(secret)s", ssl: true,
+            ssl_params: { ca_file: "%(ca)s" }).ping
+  out << "no certificate accepted?!"
+rescue Redis::ConnectionError => e
+  out << e.class.to_s
+end
+[{ ca_file: "%(ca)s.missing" }, { cert: "%(cert)s" }, { verify: 0 }]
+    .each do |params|
+  begin
+    Redis.new("127.0.0.1", port, ssl: true, ssl_params: params)
+  rescue ArgumentError => e
+    out << e.message
+  end
+end
+begin
+  Redis.new(path: "/nowhere.sock", ssl: true)
+rescue ArgumentError => e
+  out << e.message
+end
+get_server_class.rputs out.join("\n")
+'''
+
+
+@pytest.mark.parametrize("kind", ["apache", "nginx"])
+def test_tls_with_a_client_certificate(kind, apache, nginx, tls, tls_redis):
+    code = TLS % {"ca": tls["ca"], "cert": tls["client_cert"],
+                  "key": tls["client_key"], "other_ca": tls["other_ca"],
+                  "secret": SECRET}
+    s = server(kind, apache, nginx, {"/tls": code})
+    r = s.get(f"/tls?{tls_redis.port}")
+    assert r.status_code == 200, s.error_log()[-2000:]
+    lines = r.text.split("\n")
+    refused = (f"connect to 127.0.0.1:{tls_redis.port}: TLS handshake: the "
+               "server's certificate is refused: ")
+    assert lines[5].startswith(refused), lines[5]
+    lines[5] = refused
+    assert lines == [
+        "OK", "true", '["OK"]', "true",
+        f'["tls-port", "{tls_redis.port}"]',
+        refused,
+        "Redis::ConnectionError",
+        f"Redis.new: ssl_params: {tls['ca']}.missing: No such file or "
+        "directory",
+        "Redis.new: ssl_params: a client certificate needs its key, and a "
+        "key its certificate: give both cert and key",
+        "Redis.new: ssl_params: unknown key :verify (known: :ca_file, "
+        ":ca_path, :cert, :key)",
+        "Redis.new: ssl: true with a path: Redis speaks TLS on its "
+        "tls-port (TCP) only",
+    ], s.error_log()[-2000:]
+    assert harness.Redis.command(tls_redis, "STRLEN", "big") == ":300000"
+    assert SECRET not in s.error_log()
+
+
+# /stall?<port>: a TLS connect to a server that accepts and never answers
+STALL = r'''
+port = get_server_class::Request.new.args.to_i
+begin
+  Redis.new("127.0.0.1", port, ssl: true, timeout: 1.5)
+  get_server_class.rputs "connected?!"
+rescue Redis::TimeoutError => e
+  get_server_class.rputs e.message
+end
+'''
+
+FAST = r'''
+get_server_class.rputs "fast"
+'''
+
+
+@pytest.mark.parametrize("kind", ["apache", "nginx"])
+def test_tls_handshake_waits_without_holding_the_worker(kind, apache, nginx):
+    """The handshake's wait is a Redis wait: on nginx's single worker
+    another request is served while it waits; both time out as the
+    timeout says."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    port = listener.getsockname()[1]
+    try:
+        s = server(kind, apache, nginx, {"/stall": STALL, "/fast": FAST})
+        done = []
+        t = threading.Thread(
+            target=lambda: done.append(s.get(f"/stall?{port}").text))
+        t.start()
+        conn, _ = listener.accept()   # the handshake has begun
+        fast = s.get("/fast")
+        finished_first = not done
+        t.join(10)
+        conn.close()
+        assert (fast.status_code, fast.text) == (200, "fast")
+        assert finished_first
+        assert done == [f"connect to 127.0.0.1:{port}: timed out"]
+    finally:
+        listener.close()
