@@ -27,15 +27,35 @@ class Redis
     @maps = {}
 
     # The map of the cluster that seeds name, for this interpreter; made
-    # once per seed list and timeout (the seeds checked then).
-    def self.__map_for(seeds, timeout)
+    # once per seed list, timeout, user and TLS (the seeds checked then),
+    # and again for another password.  options: ::Redis.new's for each
+    # node.
+    def self.__map_for(seeds, timeout, options = nil)
       key = __map_key(seeds, timeout)
-      @maps[key] || (@maps[key] = SlotMap.new(seeds.dup, timeout))
+      key = "#{key} #{options[:username]} #{options[:ssl_params]}" if options
+      map = @maps[key]
+      if map.nil? || map.__options != options
+        map = @maps[key] = SlotMap.new(seeds.dup, timeout, options)
+      end
+      map
     end
 
-    # Redis::Cluster.new(["127.0.0.1:7000", ...], timeout: 1.0)
-    def initialize(seeds, timeout: nil)
-      @map = Cluster.__map_for(seeds, timeout)
+    # Redis::Cluster.new(["127.0.0.1:7000", ...], timeout: 1.0), with
+    # ::Redis.new's username:, password:, ssl: and ssl_params: for every
+    # node
+    def initialize(seeds, timeout: nil, username: nil, password: nil,
+                   ssl: false, ssl_params: nil)
+      options = nil
+      if password || username || ssl || ssl_params
+        options = { username: username, password: password, ssl: ssl,
+                    ssl_params: ssl_params }
+      end
+      @map = Cluster.__map_for(seeds, timeout, options)
+    end
+
+    # No option: a password is not to be shown
+    def inspect
+      "#<Redis::Cluster>"
     end
 
     def call(*args)
@@ -77,7 +97,7 @@ class Redis
         i && i > 0 && s[i + 1..-1].to_i.to_s == s[i + 1..-1]
       end
 
-      def initialize(seeds, timeout)
+      def initialize(seeds, timeout, options)
         unless seeds.all? { |s| SlotMap.__address?(s) }
           raise ArgumentError, "Redis::Cluster.new: the nodes are an " \
                                "Array of \"host:port\" Strings, not " \
@@ -88,11 +108,31 @@ class Redis
         end
         @seeds = seeds
         @timeout = timeout
+        @options = options
         @timeout_s = (timeout || DEFAULT_TIMEOUT).to_f
         @nodes = {}    # "host:port" => Redis
         @slots = nil   # SLOTS "host:port"s of masters, nil until read
         @replicas = {} # master "host:port" => its replicas' "host:port"s
         @suspects = nil  # "host:port" => true: its last command failed
+      end
+
+      def __options
+        @options
+      end
+
+      # No option: a password is not to be shown
+      def inspect
+        "#<Redis::Cluster::SlotMap #{@seeds.join(",")}>"
+      end
+
+      def __redis(addr)
+        i = addr.rindex(":")
+        if @options
+          Redis.new(addr[0, i], addr[i + 1..-1].to_i, timeout: @timeout,
+                    **@options)
+        else
+          Redis.new(addr[0, i], addr[i + 1..-1].to_i, timeout: @timeout)
+        end
       end
 
       def __call(slot, args)
@@ -157,11 +197,7 @@ class Redis
       end
 
       def __node(addr)
-        @nodes[addr] || begin
-          i = addr.rindex(":")
-          @nodes[addr] = Redis.new(addr[0, i], addr[i + 1..-1].to_i,
-                                   timeout: @timeout)
-        end
+        @nodes[addr] || (@nodes[addr] = __redis(addr))
       end
 
       # The slots' masters from the first node that answers CLUSTER SLOTS:
@@ -179,6 +215,8 @@ class Redis
           break if deadline && Time.now.to_f > deadline
           begin
             reply = __node(addr).call("CLUSTER", "SLOTS")
+          rescue AuthError => e
+            raise e
           rescue BaseError => e
             (@suspects ||= {})[addr] = true if e.is_a?(ConnectionError)
             failures << "#{addr}: #{e.message}"
@@ -257,8 +295,7 @@ class Redis
       # ASKING and the command on one link: a pipeline of an object of
       # this run's own (on the node's connection).
       def __ask(addr, args)
-        i = addr.rindex(":")
-        r = Redis.new(addr[0, i], addr[i + 1..-1].to_i, timeout: @timeout)
+        r = __redis(addr)
         reply = r.pipelined { |p| p.asking; p.call(*args) }[1]
         return reply unless args[0].to_s.downcase == "hgetall"
         h = {}

@@ -8,6 +8,7 @@ nginx."""
 import os
 import socket
 import threading
+import time
 
 import pytest
 
@@ -279,3 +280,70 @@ def test_tls_handshake_waits_without_holding_the_worker(kind, apache, nginx):
         assert done == [f"connect to 127.0.0.1:{port}: timed out"]
     finally:
         listener.close()
+
+
+@pytest.fixture
+def tls_cluster_node(_servers, tls):
+    """A Redis Cluster of one TLS-only master serving every slot, with a
+    password (enough for the options to reach each node's ::Redis)."""
+    r = harness.Redis(
+        args=["--requirepass", SECRET, "--masterauth", SECRET,
+              "--cluster-enabled", "yes", "--tls-cluster", "yes",
+              "--tls-replication", "yes"],
+        auth=(None, SECRET),
+        tls=(tls["ca"], tls["server_cert"], tls["server_key"]))
+    _servers.servers.append(r)
+    r.start()
+    assert r.command("CLUSTER", "ADDSLOTSRANGE", "0", "16383") == "+OK"
+    for _ in range(100):
+        if "cluster_state:ok" in r.command("CLUSTER", "INFO"):
+            return r
+        time.sleep(0.1)
+    raise harness.HarnessError("the one-node cluster did not reach "
+                               "cluster_state:ok")
+
+
+CLUSTER = r'''
+port = get_server_class::Request.new.args.to_i
+tls = { ca_file: "%(ca)s", cert: "%(cert)s", key: "%(key)s" }
+out = []
+c = Redis::Cluster.new(["127.0.0.1:#{port}"], password: "%(secret)s",
+                       ssl: true, ssl_params: tls, timeout: 5)
+out << c.set("{u1}a", "1")
+out << c.incr("{u1}a")
+out << c.call("CONFIG", "GET", "tls-cluster").inspect
+out << (c.inspect + Redis::Cluster.__map_for(["127.0.0.1:#{port}"], 5,
+        { username: nil, password: "%(secret)s", ssl: true,
+          ssl_params: tls }).inspect).include?("%(secret)s")
+begin
+  Redis::Cluster.new(["127.0.0.1:#{port}"], password: "%(wrong)s",
+                     ssl: true, ssl_params: tls).get("x")
+  out << "connected?!"
+rescue Redis::ReplyError => e
+  out << "#{e.class}: #{e.message}"
+end
+begin
+  Redis::Cluster.new(["127.0.0.1:#{port}"], path: "/nowhere.sock")
+rescue ArgumentError => e
+  out << e.class.to_s
+end
+get_server_class.rputs out.join("\n")
+'''
+
+
+@pytest.mark.parametrize("kind", ["apache", "nginx"])
+def test_cluster_with_a_password_over_tls(kind, apache, nginx, tls,
+                                          tls_cluster_node):
+    port = tls_cluster_node.port
+    code = CLUSTER % {"ca": tls["ca"], "cert": tls["client_cert"],
+                      "key": tls["client_key"], "secret": SECRET,
+                      "wrong": WRONG}
+    s = server(kind, apache, nginx, {"/cluster": code})
+    r = s.get(f"/cluster?{port}")
+    assert (r.status_code, r.text) == (200, "\n".join([
+        "OK", "2", '["tls-cluster", "yes"]', "false",
+        f"Redis::AuthError: 127.0.0.1:{port}: AUTH: WRONGPASS invalid "
+        "username-password pair or user is disabled.",
+        "ArgumentError"])), s.error_log()[-2000:]
+    log = s.error_log()
+    assert SECRET not in log and WRONG not in log
