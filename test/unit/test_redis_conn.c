@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -475,4 +476,77 @@ TEST(redis_conn_a_cancelled_wait_closes_its_link)
     CHECK_EQ(conn_integer(s.c, "INCR n"), 2);
 
     conn_server_stop(&s);
+}
+
+
+
+/* A server of one reply: accepts on fd, reads what the client sends
+ * first (up to the size of got), answers reply and closes. */
+typedef struct {
+    int          fd;
+    const char  *reply;
+    char         got[256];
+    ssize_t      len;
+} one_reply_server;
+
+
+static void *
+one_reply_serve(void *arg)
+{
+    one_reply_server  *s = arg;
+    int                peer;
+
+    peer = accept(s->fd, NULL, NULL);
+    if (peer < 0) {
+        return NULL;
+    }
+
+    s->len = read(peer, s->got, sizeof(s->got));
+    if (write(peer, s->reply, strlen(s->reply)) < 0) {
+        s->len = -1;
+    }
+
+    close(peer);
+    return NULL;
+}
+
+
+TEST(redis_conn_auth_goes_first_and_a_refusal_names_no_password)
+{
+    int                 port;
+    mrb_redis_conn     *c;
+    pthread_t           t;
+    one_reply_server    s;
+    static const char   auth[] = "*3\r\n$4\r\nAUTH\r\n$3\r\napp\r\n"
+                                 "$9\r\nsecret-pw\r\n";
+
+    memset(&s, 0, sizeof(s));
+    s.fd = bound_socket(&port);
+    REQUIRE(s.fd >= 0);
+    REQUIRE(listen(s.fd, 8) == 0);
+
+    c = mrb_redis_conn_new("127.0.0.1", port, 2000);
+    REQUIRE(c != NULL);
+    REQUIRE(mrb_redis_conn_set_auth(c, "app", "secret-pw") == 0);
+    CHECK(mrb_redis_conn_auth_is(c, "app", "secret-pw"));
+    CHECK(!mrb_redis_conn_auth_is(c, "app", "other"));
+    CHECK(!mrb_redis_conn_auth_is(c, NULL, "secret-pw"));
+    CHECK(!mrb_redis_conn_auth_is(c, NULL, NULL));
+
+    /* a server that repeats the password in its refusal: left out */
+    s.reply = "-ERR no such pair: app secret-pw\r\n";
+    REQUIRE(pthread_create(&t, NULL, one_reply_serve, &s) == 0);
+
+    CHECK_EQ(mrb_redis_conn_open(c, NULL), MRB_REDIS_EAUTH);
+    pthread_join(t, NULL);
+
+    CHECK_EQ(s.len, (ssize_t) sizeof(auth) - 1);
+    CHECK(memcmp(s.got, auth, sizeof(auth) - 1) == 0);
+    CHECK(strncmp(c->err, "127.0.0.1:", 10) == 0);
+    CHECK(strstr(c->err, "secret-pw") == NULL);
+    CHECK(strstr(c->err, ": AUTH: refused") != NULL);
+    CHECK(!mrb_redis_conn_connected(c));
+
+    mrb_redis_conn_free(c);
+    close(s.fd);
 }
