@@ -121,96 +121,124 @@ tls_handshake_both(SSL *client, SSL *server, char *err, size_t errlen)
 }
 
 
-TEST(redis_tls_talks_step_by_step_over_non_blocking_sockets)
-{
-    char                   dir[64], ca[128], err[256], buf[64];
-    int                    fds[2];
-    size_t                 done, got;
-    SSL                   *client, *server;
-    SSL_CTX               *cctx, *sctx;
-    mrb_redis_tls_opts     o = { NULL, NULL, NULL, NULL };
-    mrb_redis_tls_status   st;
+/* A client (ours, to host) and a server (OpenSSL's) over a socket pair,
+ * not shaken hands yet. */
+typedef struct {
+    char      dir[64];
+    int       fds[2];
+    SSL      *client;
+    SSL      *server;
+    SSL_CTX  *client_ctx;
+    SSL_CTX  *server_ctx;
+} tls_sessions;
 
-    REQUIRE(tls_make_files(dir) == 0);
-    snprintf(ca, sizeof(ca), "%s/ca.pem", dir);
+
+/* 0, or -1 (what was made is left for tls_sessions_close). */
+static int
+tls_sessions_open(tls_sessions *t, const char *host)
+{
+    char                 ca[128], err[256];
+    mrb_redis_tls_opts   o = { NULL, NULL, NULL, NULL };
+
+    memset(t, 0, sizeof(tls_sessions));
+    t->fds[0] = t->fds[1] = -1;
+
+    if (tls_make_files(t->dir) != 0) {
+        return -1;
+    }
+
+    snprintf(ca, sizeof(ca), "%s/ca.pem", t->dir);
     o.ca_file = ca;
 
-    cctx = mrb_redis_tls_context(&o, err, sizeof(err));
-    REQUIRE(cctx != NULL);
-    REQUIRE(tls_pair(fds) == 0);
-    client = mrb_redis_tls_open(cctx, fds[0], "127.0.0.1", err, sizeof(err));
-    REQUIRE(client != NULL);
-    server = tls_server(dir, fds[1], &sctx);
-    REQUIRE(server != NULL);
+    t->client_ctx = mrb_redis_tls_context(&o, err, sizeof(err));
+    if (t->client_ctx == NULL || tls_pair(t->fds) != 0) {
+        return -1;
+    }
 
-    st = tls_handshake_both(client, server, err, sizeof(err));
-    CHECK_EQ(st, MRB_REDIS_TLS_DONE);
+    t->client = mrb_redis_tls_open(t->client_ctx, t->fds[0], host, err,
+                                   sizeof(err));
+    t->server = tls_server(t->dir, t->fds[1], &t->server_ctx);
+
+    return (t->client != NULL && t->server != NULL) ? 0 : -1;
+}
+
+
+static void
+tls_sessions_close(tls_sessions *t)
+{
+    if (t->client != NULL) {
+        mrb_redis_tls_close(t->client, 1);
+    }
+    SSL_free(t->server);
+    SSL_CTX_free(t->server_ctx);
+    SSL_CTX_free(t->client_ctx);
+    if (t->fds[0] >= 0) {
+        close(t->fds[0]);
+        close(t->fds[1]);
+    }
+    if (t->dir[0] != '\0') {
+        tls_remove_files(t->dir);
+    }
+}
+
+
+TEST(redis_tls_talks_step_by_step_over_non_blocking_sockets)
+{
+    char                   err[256], buf[64];
+    size_t                 done, got;
+    tls_sessions           t;
+
+    if (tls_sessions_open(&t, "127.0.0.1") != 0) {
+        tls_sessions_close(&t);
+        REQUIRE(!"sessions made");
+    }
+
+    CHECK_EQ(tls_handshake_both(t.client, t.server, err, sizeof(err)),
+             MRB_REDIS_TLS_DONE);
 
     /* nothing to read yet: wait for it */
-    CHECK_EQ(mrb_redis_tls_read(client, buf, sizeof(buf), &got, err,
+    CHECK_EQ(mrb_redis_tls_read(t.client, buf, sizeof(buf), &got, err,
                                 sizeof(err)), MRB_REDIS_TLS_WANT_READ);
     CHECK_EQ(got, 0);
 
     done = 0;
-    CHECK_EQ(mrb_redis_tls_write(client, "PING\r\n", 6, &done, err,
+    CHECK_EQ(mrb_redis_tls_write(t.client, "PING\r\n", 6, &done, err,
                                  sizeof(err)), MRB_REDIS_TLS_DONE);
     CHECK_EQ(done, 6);
-    CHECK_EQ(SSL_read(server, buf, sizeof(buf)), 6);
+    CHECK_EQ(SSL_read(t.server, buf, sizeof(buf)), 6);
     CHECK(memcmp(buf, "PING\r\n", 6) == 0);
 
-    CHECK_EQ(SSL_write(server, "+PONG\r\n", 7), 7);
-    CHECK_EQ(mrb_redis_tls_read(client, buf, sizeof(buf), &got, err,
+    CHECK_EQ(SSL_write(t.server, "+PONG\r\n", 7), 7);
+    CHECK_EQ(mrb_redis_tls_read(t.client, buf, sizeof(buf), &got, err,
                                 sizeof(err)), MRB_REDIS_TLS_DONE);
     CHECK_EQ(got, 7);
     CHECK(memcmp(buf, "+PONG\r\n", 7) == 0);
 
     /* the server says goodbye: closed, not an error */
-    SSL_shutdown(server);
-    CHECK_EQ(mrb_redis_tls_read(client, buf, sizeof(buf), &got, err,
+    SSL_shutdown(t.server);
+    CHECK_EQ(mrb_redis_tls_read(t.client, buf, sizeof(buf), &got, err,
                                 sizeof(err)), MRB_REDIS_TLS_CLOSED);
 
-    mrb_redis_tls_close(client, 1);
-    SSL_free(server);
-    SSL_CTX_free(sctx);
-    SSL_CTX_free(cctx);
-    close(fds[0]);
-    close(fds[1]);
-    tls_remove_files(dir);
+    tls_sessions_close(&t);
 }
 
 
 TEST(redis_tls_refuses_a_certificate_of_another_address)
 {
-    char                   dir[64], ca[128], err[256];
-    int                    fds[2];
-    SSL                   *client, *server;
-    SSL_CTX               *cctx, *sctx;
-    mrb_redis_tls_opts     o = { NULL, NULL, NULL, NULL };
+    char           err[256];
+    tls_sessions   t;
 
-    REQUIRE(tls_make_files(dir) == 0);
-    snprintf(ca, sizeof(ca), "%s/ca.pem", dir);
-    o.ca_file = ca;
+    if (tls_sessions_open(&t, "127.0.0.2") != 0) {
+        tls_sessions_close(&t);
+        REQUIRE(!"sessions made");
+    }
 
-    cctx = mrb_redis_tls_context(&o, err, sizeof(err));
-    REQUIRE(cctx != NULL);
-    REQUIRE(tls_pair(fds) == 0);
-    client = mrb_redis_tls_open(cctx, fds[0], "127.0.0.2", err, sizeof(err));
-    REQUIRE(client != NULL);
-    server = tls_server(dir, fds[1], &sctx);
-    REQUIRE(server != NULL);
-
-    CHECK_EQ(tls_handshake_both(client, server, err, sizeof(err)),
+    CHECK_EQ(tls_handshake_both(t.client, t.server, err, sizeof(err)),
              MRB_REDIS_TLS_ERROR);
     CHECK(strstr(err, "TLS handshake: the server's certificate is refused: "
                       "IP address mismatch") != NULL);
 
-    mrb_redis_tls_close(client, 1);
-    SSL_free(server);
-    SSL_CTX_free(sctx);
-    SSL_CTX_free(cctx);
-    close(fds[0]);
-    close(fds[1]);
-    tls_remove_files(dir);
+    tls_sessions_close(&t);
 }
 
 
