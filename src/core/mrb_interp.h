@@ -266,6 +266,8 @@ struct mrb_interp_head_s {
     _Atomic uint64_t    deadline;   /* the tick the running script's time
                                        budget ends at (mrb_run_budget.h) */
     mrb_interp_head    *watch_next; /* the clock thread's list */
+    struct RClass      *run_timeout_class;  /* what the time budget's
+                                       stop raises (mrb_run_budget.c) */
 };
 
 static inline mrb_state *

@@ -11,10 +11,14 @@
  * Integer#times, each, sort_by) passes a check at each call.  Recursion
  * is the depth limit's (SystemStackError).
  *
- * A check is one instruction, `SSEND R[n] :"(run check)" 0` on a register
- * of its own past the irep's (n = nregs; the send clears R[n+1] for the
- * absent block), with EXT1/EXT2 before it where n or the symbol's index
- * needs 16 bits.  Inserting it moves the code after it, so every place
+ * A check is two instructions on a register of its own past the irep's
+ * (n = nregs): `GETGV R[n] $"(run check)"`, which loads the checker,
+ * then `SEND R[n] :"(run check)" 0` (the send clears R[n+1] for the
+ * absent block), each with EXT1/EXT2/EXT3 before it where n or the
+ * symbol's index needs 16 bits.  Why not a send to self: self's class is
+ * the script's to change, and a method it defines, aliases, removes or
+ * undefines on any class between self and the check's would turn the
+ * checks off; the checker's class is not (mrb_run_budget.c says why).  Inserting it moves the code after it, so every place
  * that names a position is moved too: the relative jumps (JMP, JMPIF,
  * JMPNOT, JMPNIL, JMPUW), the catch handlers (rescue and ensure ranges
  * and their targets, after the code) and the debug lines, which are
@@ -51,6 +55,9 @@ static const char *const  irep_operands[] = {
 };
 
 #define IREP_OPS  (sizeof(irep_operands) / sizeof(irep_operands[0]))
+
+/* The longest check: GETGV and SEND, each with an EXT3 prefix */
+#define IREP_CHECK_MAX  (6 + 7)
 
 
 /* Bytes of the operand kind k ('Z' none, 'B' 8 bits, 'S' 16, 'W' 24),
@@ -197,10 +204,11 @@ irep_mark(irep_map *m, const mrb_irep *irep, int is_block, unsigned size)
 }
 
 
-/* The check instruction for register reg and symbol index sym into out;
- * returns its length. */
+/* One instruction `op R[reg] sym` into out, with the EXT prefix the
+ * operands need (SEND's third operand, the argument count, is 0); returns
+ * its length. */
 static unsigned
-irep_check_code(uint8_t *out, unsigned reg, unsigned sym)
+irep_check_insn(uint8_t *out, int op, unsigned reg, unsigned sym)
 {
     unsigned  n = 0;
 
@@ -212,7 +220,7 @@ irep_check_code(uint8_t *out, unsigned reg, unsigned sym)
         out[n++] = OP_EXT2;
     }
 
-    out[n++] = OP_SSEND;
+    out[n++] = (uint8_t) op;
     if (reg > 0xff) {
         out[n++] = (uint8_t) (reg >> 8);
     }
@@ -221,9 +229,23 @@ irep_check_code(uint8_t *out, unsigned reg, unsigned sym)
         out[n++] = (uint8_t) (sym >> 8);
     }
     out[n++] = (uint8_t) sym;
-    out[n++] = 0;
+    if (op == OP_SEND) {
+        out[n++] = 0;
+    }
 
     return n;
+}
+
+
+/* The check for register reg and symbol index sym into out (at most
+ * IREP_CHECK_MAX bytes); returns its length. */
+static unsigned
+irep_check_code(uint8_t *out, unsigned reg, unsigned sym)
+{
+    unsigned  n;
+
+    n = irep_check_insn(out, OP_GETGV, reg, sym);
+    return n + irep_check_insn(out + n, OP_SEND, reg, sym);
 }
 
 
@@ -542,7 +564,7 @@ irep_check_one(mrb_state *mrb, mrb_irep *irep, int is_block)
 {
     irep_map   m;
     unsigned   sym, size;
-    uint8_t    code[8];
+    uint8_t    code[IREP_CHECK_MAX];
     uint32_t   pc;
 
     if ((irep->flags & MRB_ISEQ_NO_FREE) || irep->nregs + 2 > 0xffff

@@ -9,8 +9,9 @@
 #include <mruby.h>
 #include <mruby/irep.h>
 
-/* The method each check calls (mrb_run_budget.c defines it): a name no
- * script can write as a call. */
+/* The name of the global each check loads the checker from and of the
+ * method it calls on it (mrb_run_budget.c defines both): names no script
+ * can write as a variable or a call. */
 #define MRB_IREP_CHECK_NAME  "(run check)"
 
 /*

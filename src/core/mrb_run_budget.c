@@ -36,6 +36,7 @@
 #include <mruby/debug.h>
 #include <mruby/proc.h>
 #include <mruby/string.h>
+#include <mruby/variable.h>
 
 #include "mrb_api.h"
 #include "mrb_interp_core.h"
@@ -375,17 +376,6 @@ mrb_run_budget_resume(mrb_interp *interp, uint64_t left)
 }
 
 
-static struct RClass *
-budget_timeout_class(mrb_state *mrb)
-{
-    mrb_interp  *interp = mrb_interp_from_state(mrb);
-
-    return mrb_class_get_under(mrb, mrb_class_get(mrb,
-                               mrb_interp_server(interp)->class_name),
-                               "RunTimeout");
-}
-
-
 /*
  * Past the deadline: the first time, the stop (its error kept in the
  * outermost run's buffer, the ensure clauses' grace begins); after the
@@ -409,7 +399,7 @@ budget_stop(mrb_state *mrb, mrb_interp_head *h)
     }
 
     if (outer->stopped) {
-        exc = mrb_exc_new_str(mrb, budget_timeout_class(mrb),
+        exc = mrb_exc_new_str(mrb, h->run_timeout_class,
                               mrb_str_new_cstr(mrb, "the run's time budget "
                                                "is spent (after its grace)"));
         mrb_exc_raise(mrb, exc);
@@ -424,7 +414,7 @@ budget_stop(mrb_state *mrb, mrb_interp_head *h)
              RARRAY_LEN(where) > 0 && mrb_string_p(RARRAY_PTR(where)[0])
              ? RSTRING_CSTR(mrb, RARRAY_PTR(where)[0]) : "(unknown)");
 
-    exc = mrb_exc_new_str(mrb, budget_timeout_class(mrb),
+    exc = mrb_exc_new_str(mrb, h->run_timeout_class,
                           mrb_str_new_cstr(mrb, msg));
     mrb_error_format(mrb, exc, outer->error, sizeof(outer->error));
     outer->stopped = 1;
@@ -451,11 +441,38 @@ budget_check(mrb_state *mrb, mrb_value self)
 }
 
 
+/*
+ * The checker, which the bytecode's checks load from a global and send
+ * the check to: an instance of a class of its own, both frozen.  A script
+ * cannot name the global ($"(run check)" is no variable's syntax, and no
+ * method sets a global by name), and should it reach the object or its
+ * class (ObjectSpace), every change to their methods, a singleton class,
+ * an include, a prepend or an extend, raises FrozenError: so the checks
+ * always find budget_check.  Re-asserting a method at each run start
+ * would be a cost per request and would still lose to a script that
+ * removed it during its own run.
+ *
+ * The stop's class is held in the head, not looked up by name, so a
+ * script that removes or replaces the constant Server::RunTimeout (with
+ * a StandardError it could rescue) does not change what the stop raises.
+ */
 void
 mrb_run_budget_define(mrb_state *mrb, struct RClass *server_class)
 {
-    mrb_define_method(mrb, mrb_class_get(mrb, "BasicObject"),
-                      MRB_IREP_CHECK_NAME, budget_check, MRB_ARGS_NONE());
-    mrb_define_class_under(mrb, server_class, "RunTimeout",
-                           mrb->eException_class);
+    mrb_interp_head  *h = mrb->ud;
+    struct RClass    *checker_class;
+    mrb_value         checker;
+
+    checker_class = mrb_class_new(mrb, mrb_class_get(mrb, "BasicObject"));
+    mrb_define_method(mrb, checker_class, MRB_IREP_CHECK_NAME, budget_check,
+                      MRB_ARGS_NONE());
+    checker = mrb_obj_new(mrb, checker_class, 0, NULL);
+    MRB_SET_FROZEN_FLAG(mrb_obj_ptr(checker));
+    MRB_SET_FROZEN_FLAG(checker_class);
+    mrb_gv_set(mrb, mrb_intern_lit(mrb, MRB_IREP_CHECK_NAME), checker);
+
+    h->run_timeout_class = mrb_define_class_under(mrb, server_class,
+                                                  "RunTimeout",
+                                                  mrb->eException_class);
+    mrb_gc_register(mrb, mrb_obj_value(h->run_timeout_class));
 }

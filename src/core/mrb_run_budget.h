@@ -97,7 +97,8 @@ int mrb_run_budget_end(mrb_interp *interp, mrb_run_rec *run);
 uint64_t mrb_run_budget_pause(mrb_interp *interp);
 void mrb_run_budget_resume(mrb_interp *interp, uint64_t left);
 
-/* Defines the check method and Server::RunTimeout (mrb_interp_open). */
+/* Defines the checker the bytecode's checks call and Server::RunTimeout
+ * (mrb_interp_open). */
 void mrb_run_budget_define(mrb_state *mrb, struct RClass *server_class);
 
 /* The interpreter's deadline, for the clock thread's watch (mrb_interp_open

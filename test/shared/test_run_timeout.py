@@ -52,6 +52,29 @@ def servers(kind, apache, nginx, expr, timeout=f"{BUDGET_MS}ms"):
 
 KINDS = ["nginx", "apache-event", "apache-prefork"]
 
+# Scripts that try to turn the checks off before they loop: by the check's
+# name on the classes a send to self would search, on every class there is
+# (ObjectSpace), and by removing the stop's class.  One line each, so that the loop is at thread.rb:2.
+UNCHECKS = {
+    "remove_and_undef": (
+        "class BasicObject; def method_missing(*); end; end; "
+        "[:remove_method, :undef_method].each { |m| "
+        "BasicObject.send(m, :'(run check)') rescue nil }; loop {}"),
+    "alias_in_object": (
+        "Object.send(:alias_method, :'(run check)', :itself); "
+        "singleton_class.send(:alias_method, :'(run check)', :itself); "
+        "loop {}"),
+    "every_class": (
+        "ObjectSpace.each_object(Class) { |c| "
+        "c.send(:alias_method, :'(run check)', :itself) rescue nil }; "
+        "ObjectSpace.each_object(BasicObject) { |o| "
+        "o.extend(Module.new { alias_method :'(run check)', :itself }) "
+        "if o.class.superclass == BasicObject rescue nil }; loop {}"),
+    "stop_class_removed": (
+        "get_server_class.send(:remove_const, :RunTimeout) rescue nil; "
+        "loop {}"),
+}
+
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -83,6 +106,25 @@ def test_runaway_script_is_stopped_with_500(kind, case, apache, nginx):
             assert f"time budget of {BUDGET_MS} ms is spent" in ln, ln
             assert "thread.rb:2" in ln or "coro.rb:3" in ln, ln
     assert "signal" not in log
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("case", sorted(UNCHECKS))
+def test_a_script_cannot_turn_the_checks_off(kind, case, apache, nginx):
+    s = servers(kind, apache, nginx, UNCHECKS[case])
+    pid = s.get("/probe").text.split(" ")[0]
+
+    for path in ("/thread", "/coro", "/access", "/filter/doc"):
+        r = s.get(path, timeout=10)
+        log = s.error_log()
+        assert r.status_code == 500, (path, r.status_code, log[-3000:])
+        assert s.get("/probe").text == f"{pid} alive", (path, log[-3000:])
+
+    lines = [ln for ln in s.error_log().splitlines() if "RunTimeout" in ln]
+    assert len(lines) == 4, s.error_log()[-3000:]
+    for ln in lines:
+        assert f"time budget of {BUDGET_MS} ms is spent" in ln, ln
+        assert "thread.rb:2" in ln or "coro.rb:3" in ln, ln
 
 
 @pytest.mark.parametrize("kind", KINDS)
