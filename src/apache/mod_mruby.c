@@ -71,6 +71,27 @@ ap_mrb_write(mrb_run_rec *run, const char *data, size_t len)
 }
 
 
+/* The file ap_mrb_log writes to (mrb_server log_fds): the request's
+ * virtual host's error log, else the target's; none for syslog or a
+ * provider.  apr_os_file_get only reads the apr_file_t. */
+static int
+ap_mrb_log_fds(void *log_target, mrb_run_rec *run, int *fds, int max)
+{
+    request_rec    *r = run ? run->request : NULL;
+    server_rec     *s = r != NULL ? r->server : log_target;
+    apr_os_file_t   fd;
+
+    if (max < 1 || s == NULL || s->error_log == NULL
+        || apr_os_file_get(&fd, s->error_log) != APR_SUCCESS)
+    {
+        return 0;
+    }
+
+    fds[0] = fd;
+    return 1;
+}
+
+
 /* MRB_LOG_* are syslog's numbers, and so are APLOG_EMERG..APLOG_DEBUG. */
 static void
 ap_mrb_log(void *log_target, mrb_run_rec *run, int level, const char *msg,
@@ -139,6 +160,7 @@ const mrb_server ap_mrb_server = {
     .write = ap_mrb_write,
     .log = ap_mrb_log,
     .log_enabled = ap_mrb_log_enabled,
+    .log_fds = ap_mrb_log_fds,
     .wake_after = ap_mrb_wake_after,
     .sleep_blocks = 1,      /* a sleep that cannot suspend blocks */
     .threaded = ap_mrb_threaded,

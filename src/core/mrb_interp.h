@@ -91,6 +91,16 @@ struct mrb_server_s {
     /* The parts every interpreter gets beyond the core (mrb_part.h), in
      * the order they are defined, NULL-terminated; NULL: none. */
     const mrb_part *const  *parts;
+
+    /* The descriptors of the error log files that log() writes an
+     * MRB_LOG_ALERT line of run to (NULL: outside a request), at most max
+     * of them, into fds; returns how many.  Called on the time budget's
+     * clock thread as its watchdog ends the process (mrb_run_budget.c),
+     * while the run is stuck: it may only read memory (no lock, no
+     * allocation, no call into the server or libc).  NULL, or none: the
+     * line goes to the standard error. */
+    int        (*log_fds)(void *log_target, mrb_run_rec *run, int *fds,
+                          int max);
 };
 
 /* A run's time budget unless configured (mrb_run_budget.h). */

@@ -93,10 +93,102 @@ budget_watch_unlock(void)
 
 
 /*
+ * The watchdog's line, made on the clock thread, which can call nothing
+ * that keeps state of its own (see budget_clock_main): not the server's
+ * log function (Apache's takes the log file's mutex and a pool, and may
+ * call other modules' hooks; both format with stdio or their own state),
+ * not snprintf (stdio, the locale).  So the line is put together here,
+ * strings and decimals into a buffer on the stack, and written to the
+ * error log files the adapter names (mrb_server log_fds, which only reads
+ * the server's log structures), else to the standard error.
+ */
+
+#define BUDGET_LOG_FDS   4
+
+#define BUDGET_LINE_LEN  1024
+
+typedef struct {
+    char  *p;
+    char  *end;
+} budget_line;
+
+
+static void
+budget_line_str(budget_line *l, const char *s)
+{
+    while (*s != '\0' && l->p < l->end) {
+        *l->p++ = *s++;
+    }
+}
+
+
+/* v in decimal, at least width digits (zeros before). */
+static void
+budget_line_num(budget_line *l, uint64_t v, int width)
+{
+    char  digits[24];
+    int   n = 0;
+
+    do {
+        digits[n++] = (char) ('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+
+    while (n < width && n < (int) sizeof(digits)) {
+        digits[n++] = '0';
+    }
+
+    while (n > 0 && l->p < l->end) {
+        *l->p++ = digits[--n];
+    }
+}
+
+
+/* The date and time of now, UTC, as YYYY-MM-DD HH:MM:SS: the civil date
+ * of a day count (Hinnant's days_from_civil, inverted), since gmtime_r
+ * keeps state of its own. */
+static void
+budget_line_time(budget_line *l)
+{
+    struct timespec  ts;
+    int64_t          days, era, sec;
+    uint64_t         doe, yoe, doy, mp, y, m, d;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    days = ts.tv_sec / 86400;
+    sec = ts.tv_sec % 86400;
+
+    days += 719468;
+    era = (days >= 0 ? days : days - 146096) / 146097;
+    doe = (uint64_t) (days - era * 146097);
+    yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    mp = (5 * doy + 2) / 153;
+    d = doy - (153 * mp + 2) / 5 + 1;
+    m = mp < 10 ? mp + 3 : mp - 9;
+    y = yoe + (uint64_t) era * 400 + (m <= 2);
+
+    budget_line_num(l, y, 4);
+    budget_line_str(l, "-");
+    budget_line_num(l, m, 2);
+    budget_line_str(l, "-");
+    budget_line_num(l, d, 2);
+    budget_line_str(l, " ");
+    budget_line_num(l, (uint64_t) sec / 3600, 2);
+    budget_line_str(l, ":");
+    budget_line_num(l, (uint64_t) sec / 60 % 60, 2);
+    budget_line_str(l, ":");
+    budget_line_num(l, (uint64_t) sec % 60, 2);
+}
+
+
+/*
  * The watchdog, on the clock thread: a run still going so long past its
  * deadline is inside C (a check would have stopped it), which nothing
  * else will end.  Its frames are read from here while it runs: they do
  * not change under C that does not return, and the process ends next.
+ * mruby's debug lookups only read the irep (a file name is a symbol's
+ * name, kept in the symbol table).
  */
 static void
 budget_watchdog(mrb_interp_head *h, uint64_t now)
@@ -107,6 +199,11 @@ budget_watchdog(mrb_interp_head *h, uint64_t now)
     const char          *file = NULL;
     int32_t              line = -1;
     uint32_t             idx;
+    char                 buf[BUDGET_LINE_LEN];
+    budget_line          l = { buf, buf + sizeof(buf) - 1 };
+    size_t               off, len;
+    long                 n;
+    int                  fds[BUDGET_LOG_FDS], nfds = 0, i;
 
     for (ci = mrb->c->ci; ci >= mrb->c->cibase; ci--) {
         if (ci->proc == NULL || MRB_PROC_CFUNC_P(ci->proc)
@@ -125,14 +222,44 @@ budget_watchdog(mrb_interp_head *h, uint64_t now)
         }
     }
 
-    mrb_interp_log((mrb_interp *) h, MRB_LOG_ALERT,
-                   "mruby: a run is still inside C %llu ms after its time "
-                   "budget ended, at %s:%d: ending this process (pid %ld) "
-                   "for the server to replace it",
-                   (unsigned long long) ((now - h->deadline)
-                                         * MRB_RUN_TICK_MS),
-                   file != NULL ? file : "(unknown)", (int) line,
-                   (long) getpid());
+    budget_line_str(&l, "[");
+    budget_line_time(&l);
+    budget_line_str(&l, " UTC] [mruby:alert] [pid ");
+    budget_line_num(&l, (uint64_t) syscall(SYS_getpid), 0);
+    budget_line_str(&l, "] mruby: a run is still inside C ");
+    budget_line_num(&l, (now - h->deadline) * MRB_RUN_TICK_MS, 0);
+    budget_line_str(&l, " ms after its time budget ended, at ");
+    budget_line_str(&l, file != NULL ? file : "(unknown)");
+    budget_line_str(&l, ":");
+    if (line >= 0) {
+        budget_line_num(&l, (uint64_t) line, 0);
+    } else {
+        budget_line_str(&l, "-1");
+    }
+    budget_line_str(&l, ": ending this process for the server to "
+                    "replace it");
+    *l.p++ = '\n';
+
+    if (h->server->log_fds != NULL) {
+        nfds = h->server->log_fds(h->log_target, h->run, fds, BUDGET_LOG_FDS);
+    }
+    if (nfds <= 0) {
+        fds[0] = STDERR_FILENO;
+        nfds = 1;
+    }
+
+    /* raw write(2): glibc's wrapper is a cancellation point (see
+     * budget_clock_main) */
+    len = (size_t) (l.p - buf);
+    for (i = 0; i < nfds; i++) {
+        for (off = 0; off < len; off += (size_t) n) {
+            n = syscall(SYS_write, fds[i], buf + off, len - off);
+            if (n <= 0) {
+                break;
+            }
+        }
+    }
+
     _exit(1);
 }
 
@@ -144,11 +271,19 @@ budget_watchdog(mrb_interp_head *h, uint64_t now)
  * which cost nginx's hello-world request about 200 instructions more
  * (callgrind, 2026-11-27: 13,333 against 13,132 with no thread).  A
  * thread made by clone(2) alone leaves glibc single-threaded; it then
- * shares the TLS of the thread that made it, so it calls only what keeps
- * to its arguments and the stack: nanosleep (no error with every signal
- * blocked), atomics, the spin lock, and, to end the process, the log
- * line and _exit.  AddressSanitizer keeps state per pthread: under it
- * (BUDGET_CLOCK_PTHREAD) the clock is a pthread.
+ * shares the TLS of the thread that made it (errno, the malloc arena,
+ * the cancellation state, the locale), so it calls only what keeps to its
+ * arguments and the stack: system calls made with syscall(2), never
+ * through glibc's wrappers (nanosleep and write are cancellation points,
+ * which under a multi-threaded Apache flip the cancellation type of the
+ * thread that made this one); the sleep cannot fail (every signal is
+ * blocked: no EINTR), and a write that fails sets an errno no one reads,
+ * as the process ends next;
+ * clock_gettime, which the vDSO answers; atomics; the spin lock; and,
+ * to end the process, the watchdog's line (made without malloc, stdio or
+ * the locale) and _exit.  The stack protector's canary is read from that
+ * TLS too, which is only read.  AddressSanitizer keeps state per
+ * pthread: under it (BUDGET_CLOCK_PTHREAD) the clock is a pthread.
  */
 
 
@@ -160,7 +295,7 @@ budget_clock_loop(void)
     uint64_t          now, deadline;
 
     while (!atomic_load(&clock_stopping)) {
-        nanosleep(&ts, NULL);
+        syscall(SYS_nanosleep, &ts, NULL);
         now = atomic_fetch_add_explicit(&mrb_run_ticks, 1,
                                         memory_order_relaxed) + 1;
 

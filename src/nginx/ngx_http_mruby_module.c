@@ -130,7 +130,7 @@ ngx_http_mruby_log_of(void *log_target, mrb_run_rec *run)
 
 
 ngx_mruby_log_hooks(ngx_http_mruby_log, ngx_http_mruby_log_enabled,
-                    ngx_http_mruby_log_of)
+                    ngx_http_mruby_log_fds, ngx_http_mruby_log_of)
 
 
 static void
@@ -151,7 +151,7 @@ ngx_http_mruby_define(mrb_state *mrb, struct RClass *nginx)
 const mrb_server  ngx_http_mruby_server =
     ngx_mruby_server(ngx_http_mruby_define, ngx_http_mruby_write,
                      ngx_http_mruby_log, ngx_http_mruby_log_enabled,
-                     ngx_http_mruby_wake_after,
+                     ngx_http_mruby_log_fds, ngx_http_mruby_wake_after,
                      ngx_http_mruby_wake_on_fd);
 
 

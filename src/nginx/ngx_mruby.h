@@ -83,8 +83,8 @@ typedef struct {
  * The mrb_server of a module: to scripts, both modules are the one Nginx
  * class of ngx_mruby.
  */
-#define ngx_mruby_server(define, write, log, log_enabled, wake_after,         \
-                         wake_on_fd)                                          \
+#define ngx_mruby_server(define, write, log, log_enabled, log_fds,           \
+                         wake_after, wake_on_fd)                              \
     {                                                                         \
         "NGINX",                           /* Kernel#server_name */           \
         "Nginx",                           /* the server class */             \
@@ -102,7 +102,8 @@ typedef struct {
         ngx_mruby_trim_later,                                                 \
         NULL,                              /* scripts run on the worker's  \
                                               one thread */                   \
-        mrb_parts                                                             \
+        mrb_parts,                                                            \
+        log_fds                                                               \
     }
 
 
@@ -411,11 +412,16 @@ void ngx_mruby_file_watch_limits(ngx_cycle_t *cycle);
 void ngx_mruby_log(ngx_log_t *log, int level, const char *msg, size_t len);
 int ngx_mruby_log_enabled(ngx_log_t *log, int level);
 
+/* The files of log's chain that an alert goes to (mrb_server log_fds):
+ * reads the log structures only. */
+int ngx_mruby_log_fds(ngx_log_t *log, int *fds, int max);
+
 /*
- * Defines the mrb_server log() and log_enabled() of a module: both write
- * to, or ask, the log that log_of(log_target, run) picks.
+ * Defines the mrb_server log(), log_enabled() and log_fds() of a module:
+ * each writes to, asks or reads the log that log_of(log_target, run)
+ * picks.
  */
-#define ngx_mruby_log_hooks(log, log_enabled, log_of)                         \
+#define ngx_mruby_log_hooks(log, log_enabled, log_fds, log_of)                \
     static void                                                               \
     log(void *log_target, mrb_run_rec *run, int level, const char *msg,       \
         size_t len)                                                           \
@@ -427,6 +433,12 @@ int ngx_mruby_log_enabled(ngx_log_t *log, int level);
     log_enabled(void *log_target, mrb_run_rec *run, int level)                \
     {                                                                         \
         return ngx_mruby_log_enabled(log_of(log_target, run), level);         \
+    }                                                                         \
+                                                                              \
+    static int                                                                \
+    log_fds(void *log_target, mrb_run_rec *run, int *fds, int max)            \
+    {                                                                         \
+        return ngx_mruby_log_fds(log_of(log_target, run), fds, max);          \
     }
 
 /* nginx's return codes (OK, DECLINED, ...) and log levels (LOG_*) in c. */

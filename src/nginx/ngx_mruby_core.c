@@ -68,6 +68,34 @@ ngx_mruby_log_enabled(ngx_log_t *log, int level)
 }
 
 
+int
+ngx_mruby_log_fds(ngx_log_t *log, int *fds, int max)
+{
+    int  n = 0, i;
+
+    /* a syslog or memory log has a writer and no file of its own; two
+     * error_log lines that name one file share its descriptor */
+    for ( /* void */ ; log != NULL && n < max; log = log->next) {
+        if (log->writer != NULL || log->file == NULL
+            || log->file->fd == NGX_INVALID_FILE
+            || log->log_level < NGX_LOG_ALERT)
+        {
+            continue;
+        }
+
+        for (i = 0; i < n && fds[i] != log->file->fd; i++) {
+            /* void */
+        }
+
+        if (i == n) {
+            fds[n++] = log->file->fd;
+        }
+    }
+
+    return n;
+}
+
+
 /* nginx's return codes and log levels, the same in http and stream */
 static const mrb_api_const  ngx_mruby_codes[] = {
     { "OK", NGX_OK },

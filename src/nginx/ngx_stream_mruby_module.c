@@ -125,7 +125,7 @@ ngx_stream_mruby_log_of(void *log_target, mrb_run_rec *run)
 
 
 ngx_mruby_log_hooks(ngx_stream_mruby_log, ngx_stream_mruby_log_enabled,
-                    ngx_stream_mruby_log_of)
+                    ngx_stream_mruby_log_fds, ngx_stream_mruby_log_of)
 
 
 static void
@@ -141,7 +141,7 @@ ngx_stream_mruby_define(mrb_state *mrb, struct RClass *nginx)
 const mrb_server  ngx_stream_mruby_server =
     ngx_mruby_server(ngx_stream_mruby_define, ngx_stream_mruby_write,
                      ngx_stream_mruby_log, ngx_stream_mruby_log_enabled,
-                     ngx_stream_mruby_wake_after,
+                     ngx_stream_mruby_log_fds, ngx_stream_mruby_wake_after,
                      ngx_stream_mruby_wake_on_fd);
 
 

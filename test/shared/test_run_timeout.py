@@ -9,7 +9,9 @@ graceful stop during such a run ends once the run is stopped; a run stuck
 inside C, which no check reaches, ends its worker, which the server
 replaces."""
 
+import datetime
 import os
+import re
 import signal
 import threading
 import time
@@ -212,6 +214,18 @@ def test_run_stuck_in_c_ends_its_worker(kind, apache, nginx):
     log = s.wait_log("still inside C", timeout=15)
     line = [ln for ln in log.splitlines() if "still inside C" in ln][0]
     assert "thread.rb:2" in line, line
+    # made on the clock thread without the server's log function or libc's
+    # time and stdio: a UTC stamp of its own, once
+    m = re.match(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) UTC\] \[mruby:alert\] "
+                 r"\[pid (\d+)\] mruby: a run is still inside C \d+ ms after "
+                 r"its time budget ended, at .*thread\.rb:2: ending this "
+                 r"process", line)
+    assert m, line
+    stamp = datetime.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S")
+    now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+    assert abs((now - stamp).total_seconds()) < 120, (line, now)
+    assert m.group(2) == pid, (line, pid)
+    assert log.count("still inside C") == 1, log[-3000:]
 
     # a new worker serves
     deadline = time.monotonic() + 20
