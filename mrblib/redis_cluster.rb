@@ -53,11 +53,6 @@ class Redis
       @map = Cluster.__map_for(seeds, timeout, options)
     end
 
-    # No option: a password is not to be shown
-    def inspect
-      "#<Redis::Cluster>"
-    end
-
     def call(*args)
       map = @map
       raise ClosedError, "connection is already closed" if map.nil?
@@ -108,7 +103,9 @@ class Redis
         end
         @seeds = seeds
         @timeout = timeout
-        @options = options
+        # in a closure: inspect shows instance variables, and a password
+        # is never to be shown
+        @options = lambda { options }
         @timeout_s = (timeout || DEFAULT_TIMEOUT).to_f
         @nodes = {}    # "host:port" => Redis
         @slots = nil   # SLOTS "host:port"s of masters, nil until read
@@ -117,19 +114,15 @@ class Redis
       end
 
       def __options
-        @options
-      end
-
-      # No option: a password is not to be shown
-      def inspect
-        "#<Redis::Cluster::SlotMap #{@seeds.join(",")}>"
+        @options.call
       end
 
       def __redis(addr)
         i = addr.rindex(":")
-        if @options
+        options = @options.call
+        if options
           Redis.new(addr[0, i], addr[i + 1..-1].to_i, timeout: @timeout,
-                    **@options)
+                    **options)
         else
           Redis.new(addr[0, i], addr[i + 1..-1].to_i, timeout: @timeout)
         end

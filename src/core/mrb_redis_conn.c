@@ -341,6 +341,10 @@ mrb_redis_conn_free(mrb_redis_conn *c)
 
     redis_auth_free(c);
     SSL_CTX_free(c->tls);
+    if (c->setup != NULL) {
+        /* a startup script's AUTH may be in it */
+        explicit_bzero(c->setup, c->setup_len);
+    }
     free(c->setup);
     free(c->host);
     free(c->path);
