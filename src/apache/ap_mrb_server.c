@@ -63,7 +63,8 @@ AP_MRB_SERVER_INT(pathlen, s->pathlen)
 
 /*
  * server.timeout = microseconds: the server's Timeout for the rest of the
- * current request, as the original set it, and for its connection's socket.
+ * current request, as the original set it, and for its connection's socket
+ * (not on an HTTP/2 stream: see below).
  * Apache's modules read the Timeout from r->server when they wait
  * (mod_cgi and mod_cgid for a script's output, mod_proxy for a backend
  * without ProxyTimeout), so a script in fixups cuts a slow CGI.  The
@@ -88,13 +89,18 @@ ap_mrb_server_set_timeout(mrb_state *mrb, mrb_value self)
                   "(microseconds)");
     }
 
-    sock = ap_get_conn_socket(r->connection);
-    if (sock == NULL
-        || apr_socket_timeout_set(sock, (apr_interval_time_t) usec)
-           != APR_SUCCESS)
-    {
-        mrb_raise(mrb, E_RUNTIME_ERROR, "cannot set this connection's "
-                  "timeout");
+    /* an HTTP/2 stream's connection is mod_http2's secondary one, which
+     * shares the socket of the client's connection: that socket's timeout
+     * is the session's, for every stream on it, not this request's */
+    if (r->connection->master == NULL) {
+        sock = ap_get_conn_socket(r->connection);
+        if (sock == NULL
+            || apr_socket_timeout_set(sock, (apr_interval_time_t) usec)
+               != APR_SUCCESS)
+        {
+            mrb_raise(mrb, E_RUNTIME_ERROR, "cannot set this connection's "
+                      "timeout");
+        }
     }
 
     if (r->server->timeout != (apr_interval_time_t) usec) {

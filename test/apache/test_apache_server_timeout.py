@@ -75,3 +75,29 @@ def test_timeout_set_on_an_http2_stream(apache, mpm):
          f"http://127.0.0.1:{a.port}/h2"],
         capture_output=True, text=True, timeout=20)
     assert out.stdout == "2000000 127.0.0.1 2 200", a.error_log()[-2000:]
+
+
+H2_SLOW_CONF = """
+Protocols h2c http/1.1
+<Location /h2big>
+    mrubyHandlerMiddleCode ' \\
+      Apache::Server.new.timeout = 1; \\
+      Apache.rputs "x" * (16 << 20)'
+</Location>
+"""
+
+
+@pytest.mark.parametrize("mpm", ["event", "prefork"])
+def test_timeout_on_an_http2_stream_leaves_the_clients_socket(apache, mpm):
+    """The stream's connection shares the socket of the client's: a Timeout
+    of 1 us set by one stream's script is not that socket's, whose writes
+    to a client reading slowly go on waiting for the configured 30 s."""
+    a = apache(H2_SLOW_CONF, mpm=mpm, modules=["http2"])
+    out = subprocess.run(
+        ["curl", "-s", "--http2-prior-knowledge", "-m", "60",
+         "--limit-rate", "4M", "-o", "/dev/null",
+         "-w", "%{http_version} %{response_code} %{size_download}",
+         f"http://127.0.0.1:{a.port}/h2big"],
+        capture_output=True, text=True, timeout=90)
+    assert (out.returncode, out.stdout) == (0, f"2 200 {16 << 20}"), \
+        (out.returncode, out.stdout, a.error_log()[-2000:])
