@@ -347,3 +347,38 @@ def test_cluster_with_a_password_over_tls(kind, apache, nginx, tls,
         "ArgumentError"])), s.error_log()[-2000:]
     log = s.error_log()
     assert SECRET not in log and WRONG not in log
+
+
+# /kept?<port>: INCR n through the interpreter's kept TLS connection
+KEPT = r'''
+port = get_server_class::Request.new.args.to_i
+r = Redis.new("127.0.0.1", port, password: "%(secret)s", ssl: true,
+              ssl_params: { ca_file: "%(ca)s", cert: "%(cert)s",
+                            key: "%(key)s" })
+get_server_class.rputs "#{r.incr("n")} #{r.call("CLIENT", "ID")}"
+'''
+
+
+@pytest.mark.parametrize("kind", ["apache", "nginx"])
+def test_tls_connection_kept_and_reopened_after_the_server_closed_it(
+        kind, apache, nginx, tls, tls_redis):
+    """The TLS link is kept across requests, and one the server closed
+    (CLIENT KILL) is reopened by the next command, sent once."""
+    code = KEPT % {"ca": tls["ca"], "cert": tls["client_cert"],
+                   "key": tls["client_key"], "secret": SECRET}
+    if kind == "apache":
+        s = server(kind, apache, nginx, {"/kept": code}, mpm="prefork",
+                   mpm_conf=harness.ONE_CHILD["prefork"])
+    else:
+        s = server(kind, apache, nginx, {"/kept": code})
+    answers = [s.get(f"/kept?{tls_redis.port}").text.split()
+               for _ in range(3)]
+    assert [a[0] for a in answers] == ["1", "2", "3"], s.error_log()[-2000:]
+    assert len({a[1] for a in answers}) == 1
+
+    assert tls_redis.command("CLIENT", "KILL", "TYPE", "normal",
+                             "SKIPME", "yes") == ":1"
+    n, after = s.get(f"/kept?{tls_redis.port}").text.split()
+    assert n == "4", s.error_log()[-2000:]
+    assert int(after) > int(answers[0][1])
+    assert tls_redis.command("GET", "n") == "4"
