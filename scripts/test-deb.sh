@@ -11,9 +11,11 @@
 #  3. apt-get installs them, checks that they are enabled the Debian way
 #     (a2enmod, modules-enabled links after 50-mod-stream.conf), starts the
 #     distribution's Apache and nginx with their stock configuration
-#     (apache2ctl start, nginx) and serves a script from each;
+#     (apache2ctl start, nginx) and serves scripts from each, one of them
+#     counting in a shared dictionary;
 #  4. upgrades to a rebuilt package of a higher version while both run,
-#     reloads them and serves again from the new files;
+#     reloads them and serves again from the new files (Apache's count
+#     goes on: its graceful restart keeps the dictionary);
 #  5. apt-get remove, then purge, and checks after each that the servers
 #     still start, and after purge that no file is left behind (a listing
 #     of the server and package directories, compared with the one taken
@@ -193,7 +195,8 @@ set_ports() {
         fail "nginx's default site has no 'listen 80 default_server' to move"
 }
 
-# The script and the site configuration an admin writes to use the modules.
+# The scripts and the site configuration an admin writes to use the
+# modules: a hello world, and a count in a shared dictionary.
 add_site() {
     mkdir -p $SCRIPT_DIR
     cat > $SCRIPT_DIR/hello.rb <<'EOF'
@@ -201,17 +204,30 @@ Server = get_server_class
 r = Server::Request.new
 Server.rputs "Hello #{Server.module_name} World! You asked for #{r.uri}\n"
 EOF
+    cat > $SCRIPT_DIR/count.rb <<'EOF'
+Server = get_server_class
+n = Server::SharedDict.new("test-deb").incr("n", 1, init: 0)
+Server.rputs "#{Server.module_name} count #{n}\n"
+EOF
     cat > /etc/apache2/conf-available/$SITE.conf <<EOF
+mrubySharedDict test-deb 1m
 <Location /$SITE/hello>
     mrubyHandlerMiddle $SCRIPT_DIR/hello.rb
+</Location>
+<Location /$SITE/count>
+    mrubyHandlerMiddle $SCRIPT_DIR/count.rb
 </Location>
 EOF
     a2enconf -q $SITE
     cat > /etc/nginx/conf.d/$SITE.conf <<EOF
+mruby_shared_dict test-deb 1m;
 server {
     listen 127.0.0.1:$NGINX_SITE_PORT;
     location /$SITE/hello {
         mruby_content_handler $SCRIPT_DIR/hello.rb;
+    }
+    location /$SITE/count {
+        mruby_content_handler $SCRIPT_DIR/count.rb;
     }
 }
 EOF
@@ -259,6 +275,12 @@ expect_body() {
 serve_scripts() {
     expect_body "http://127.0.0.1:$APACHE_PORT/$SITE/hello" "Hello mod_mruby World! You asked for /$SITE/hello"
     expect_body "http://127.0.0.1:$NGINX_SITE_PORT/$SITE/hello" "Hello ngx_mruby World! You asked for /$SITE/hello"
+}
+
+# The next count in each server's shared dictionary: Apache's $1, nginx's $2.
+count_scripts() {
+    expect_body "http://127.0.0.1:$APACHE_PORT/$SITE/count" "mod_mruby count $1"
+    expect_body "http://127.0.0.1:$NGINX_SITE_PORT/$SITE/count" "ngx_mruby count $2"
 }
 
 # GET url, expect 200 from that server (its Server header).
@@ -460,6 +482,7 @@ main() {
     say "starting the stock Apache (127.0.0.1:$APACHE_PORT) and nginx (127.0.0.1:$NGINX_PORT, site :$NGINX_SITE_PORT)"
     start_servers
     serve_scripts
+    count_scripts 1 1
     module_maps $NGINX_PID ngx_stream_mruby_module.so | grep -q . ||
         fail "nginx did not load ngx_stream_mruby_module.so"
     say "  nginx loaded ngx_stream_mruby_module.so after the stream core"
@@ -475,6 +498,9 @@ main() {
     wait_new_module $NGINX_PID /usr/lib/nginx/modules/ngx_http_mruby_module.so nginx
     say "  apache2ctl graceful, nginx upgrade: every process maps the upgraded modules"
     serve_scripts
+    # Apache's graceful restart keeps the dictionary's contents; the binary
+    # upgrade's new nginx master starts it empty
+    count_scripts 2 1
 
     say "apt-get remove while both serve"
     $APT remove $PKGS >"$OUT/apt.log" 2>&1 || { cat "$OUT/apt.log"; fail "apt-get remove"; }

@@ -8,6 +8,8 @@
  */
 
 #include <limits.h>
+#include <stdint.h>
+#include <unistd.h>
 
 #include <http_core.h>
 #include <http_main.h>
@@ -168,9 +170,30 @@ const mrb_server ap_mrb_server = {
 };
 
 
+/*
+ * The registry of shared dictionaries is kept by Apache across the
+ * restarts that unload this module, so that the next load (maybe of a
+ * newer build, after an upgrade) keeps their contents.
+ */
+static void
+ap_mrb_shdict_keep(void)
+{
+    void  *keep;
+
+    keep = ap_retained_data_get(MRB_SHDICT_KEEP_NAME);
+    if (keep == NULL) {
+        keep = ap_retained_data_create(MRB_SHDICT_KEEP_NAME,
+                                       mrb_shdict_keep_size());
+    }
+
+    mrb_shdict_keep_in(keep);
+}
+
+
 static int
 ap_mrb_pre_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp)
 {
+    ap_mrb_shdict_keep();
     mrb_shdict_config_begin();
     ap_mrb_handler_files = 0;
     return OK;
@@ -241,6 +264,23 @@ ap_mrb_cache_dir_init(apr_pool_t *pconf, server_rec *s)
 }
 
 
+/*
+ * The parent's configuration is gone, with the interpreter of its
+ * post_config scripts, and the module is unloaded next: the Cache stores
+ * those scripts opened are unmapped, where a new load could not find them.
+ * A child leaves its own to its exit.
+ */
+static apr_status_t
+ap_mrb_cache_close(void *parent)
+{
+    if (getpid() == (pid_t) (intptr_t) parent) {
+        mrb_shdict_file_close_all();
+    }
+
+    return APR_SUCCESS;
+}
+
+
 /* The configuration that opened the metrics table is gone. */
 static apr_status_t
 ap_mrb_metrics_close(void *data)
@@ -278,6 +318,8 @@ ap_mrb_post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
 
     ap_mrb_file_watch_limits(s);
     ap_mrb_cache_dir_init(pconf, s);
+    apr_pool_cleanup_register(pconf, (void *) (intptr_t) getpid(),
+                              ap_mrb_cache_close, apr_pool_cleanup_null);
 
     /* until this configuration goes; without it nothing is counted,
      * Apache serves */

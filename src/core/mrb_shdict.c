@@ -12,18 +12,20 @@
  * nginx reads a configuration and may still refuse it afterwards (a listen
  * address in use): the master then goes on with the old one and forks its
  * replacement workers from it, so the zones they find must be the old
- * ones.  What a refused reload mapped is unmapped by the next one.  Apache
- * unloads and reloads its modules on every restart, which would lose the
- * registry with the module's data, so the first declaration pins the module
- * in memory (RTLD_NODELETE): a new build of the module then needs a full
- * restart, as it does under nginx.
+ * ones.  What a refused reload mapped is unmapped by the next one.
+ *
+ * Apache unloads its modules on every restart and loads them again, maybe
+ * a newer build after a package upgrade: the registry's root is then in a
+ * block Apache keeps across that (mrb_shdict_keep_in), where the next load
+ * finds the zones in use.  The zones hold no pointer, into the module or
+ * elsewhere (mrb_shdict_layout.h), so the next build keeps one whose
+ * layout it checks to be its own.
  */
 
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include <ctype.h>
-#include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +37,7 @@
 
 #define SHD_NAME_MAX  63
 
+/* Read by the next build of the module too: see mrb_shdict_keep_s. */
 struct mrb_shdict_ref_s {
     mrb_shdict_ref   *next;
     char              name[SHD_NAME_MAX + 1];
@@ -50,28 +53,41 @@ struct mrb_shdict_ref_s {
     unsigned          by_default:1; /* made by a startup script, not declared */
 };
 
-static mrb_shdict_ref  *shd_registry;
-static pid_t            shd_config_pid;  /* the process that read it */
+/*
+ * The registry's root.  Another build of the module loaded into the same
+ * process reads it and the mrb_shdict_refs it leads to (an Apache restart
+ * after an upgrade): a change to either layout goes with a new
+ * MRB_SHDICT_KEEP_NAME, so that a build never reads another's.
+ */
+struct mrb_shdict_keep_s {
+    mrb_shdict_ref  *registry;
+    pid_t            config_pid;  /* the process that read the configuration */
+};
+
+static mrb_shdict_keep   shd_own_keep;
+static mrb_shdict_keep  *shd_keep = &shd_own_keep;
+
+
+size_t
+mrb_shdict_keep_size(void)
+{
+    return sizeof(mrb_shdict_keep);
+}
 
 
 void
-mrb_shdict_pin_module(void)
+mrb_shdict_keep_in(mrb_shdict_keep *keep)
 {
-    static int  pinned;
-    Dl_info     info;
+    shd_keep = keep != NULL ? keep : &shd_own_keep;
+}
 
-    if (pinned) {
-        return;
-    }
 
-    pinned = 1;
-
-    /* the handle is never closed: that is the point */
-    if (dladdr((void *) mrb_shdict_pin_module, &info) != 0
-        && info.dli_fname != NULL)
-    {
-        (void) dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
-    }
+/* Whether the next configuration can go on with r's zone: it is mapped
+ * and, when a build before this one made it, laid out as this build does. */
+static int
+shd_zone_kept(const mrb_shdict_ref *r)
+{
+    return r->zone != NULL && mrb_shdict_zone_attach(r->zone, r->size) != NULL;
 }
 
 
@@ -141,12 +157,12 @@ mrb_shdict_config_begin(void)
 
     /* a configuration read before and never put in use (a refused reload)
      * leaves its zones here */
-    for (r = shd_registry; r != NULL; r = r->next) {
+    for (r = shd_keep->registry; r != NULL; r = r->next) {
         shd_next_drop(r);
 
         /* what a startup script made stays, contents and all, as if the
          * configuration declared it */
-        if (r->by_default && r->zone != NULL) {
+        if (r->by_default && shd_zone_kept(r)) {
             r->next_zone = r->zone;
             r->next_size = r->size;
             r->declared = 1;
@@ -174,11 +190,7 @@ mrb_shdict_zone_add(const char *name, size_t size, char *err, size_t errlen)
         return -1;
     }
 
-    for (r = shd_registry; r != NULL; r = r->next) {
-        if (strcmp(r->name, name) == 0) {
-            break;
-        }
-    }
+    r = mrb_shdict_find(name, strlen(name));
 
     if (r != NULL && r->declared) {
         if (r->next_size != size) {
@@ -191,7 +203,7 @@ mrb_shdict_zone_add(const char *name, size_t size, char *err, size_t errlen)
         return 0;
     }
 
-    if (r != NULL && r->zone != NULL && r->size == size) {
+    if (r != NULL && r->size == size && shd_zone_kept(r)) {
         /* a reload: same zone, same contents */
         r->next_zone = r->zone;
         r->next_size = size;
@@ -213,15 +225,13 @@ mrb_shdict_zone_add(const char *name, size_t size, char *err, size_t errlen)
         }
 
         memcpy(r->name, name, strlen(name) + 1);
-        r->next = shd_registry;
-        shd_registry = r;
+        r->next = shd_keep->registry;
+        shd_keep->registry = r;
     }
 
     r->next_zone = z;
     r->next_size = size;
     r->declared = 1;
-
-    mrb_shdict_pin_module();
 
     return 0;
 }
@@ -237,7 +247,7 @@ mrb_shdict_config_end(void)
 {
     mrb_shdict_ref  *r;
 
-    for (r = shd_registry; r != NULL; r = r->next) {
+    for (r = shd_keep->registry; r != NULL; r = r->next) {
         if (r->zone != NULL && r->zone != r->next_zone) {
             munmap(r->zone, r->size);
         }
@@ -249,7 +259,7 @@ mrb_shdict_config_end(void)
         r->declared = 0;
     }
 
-    shd_config_pid = getpid();
+    shd_keep->config_pid = getpid();
 }
 
 
@@ -260,7 +270,7 @@ mrb_shdict_open_default(const char *name, size_t len, char *err,
     mrb_shdict_ref  *r;
     char             z[SHD_NAME_MAX + 1];
 
-    if (getpid() != shd_config_pid) {
+    if (getpid() != shd_keep->config_pid) {
         snprintf(err, errlen, "only a startup script of the server's parent "
                  "or master process (post_config, mruby_init) can make a "
                  "shared dictionary nobody declared");
@@ -340,7 +350,7 @@ mrb_shdict_find(const char *name, size_t len)
 {
     mrb_shdict_ref  *r;
 
-    for (r = shd_registry; r != NULL; r = r->next) {
+    for (r = shd_keep->registry; r != NULL; r = r->next) {
         if (strlen(r->name) == len && memcmp(r->name, name, len) == 0) {
             return r;
         }
@@ -353,7 +363,7 @@ mrb_shdict_find(const char *name, size_t len)
 mrb_shdict_ref *
 mrb_shdict_ref_next(const mrb_shdict_ref *prev)
 {
-    return prev != NULL ? prev->next : shd_registry;
+    return prev != NULL ? prev->next : shd_keep->registry;
 }
 
 

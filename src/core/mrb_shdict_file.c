@@ -12,10 +12,12 @@
  * it.  A process killed while making one leaves only a temporary file.
  *
  * Each process keeps the stores it opened (a list under a mutex, as Apache
- * runs scripts on several threads) and never unmaps them, so that opening
- * the same store on every request costs a string comparison, and a Ruby
- * object may keep a reference as long as it likes.  Children forked after
- * an open share the mapping and the list.
+ * runs scripts on several threads) and does not unmap them while it may run
+ * scripts, so that opening the same store on every request costs a string
+ * comparison, and a Ruby object may keep a reference as long as it likes.
+ * Children forked after an open share the mapping and the list.  Only a
+ * process that unloads the module (Apache's parent on a restart) unmaps
+ * them, first (mrb_shdict_file_close_all).
  */
 
 #ifndef _GNU_SOURCE
@@ -416,4 +418,26 @@ mrb_shdict_file_open_path(const char *path, size_t len, size_t size,
 
     free(p);
     return rc;
+}
+
+
+void
+mrb_shdict_file_close_all(void)
+{
+    shd_file  *f, *next;
+
+    pthread_mutex_lock(&shd_file_mutex);
+
+    for (f = shd_files; f != NULL; f = next) {
+        next = f->next;
+        munmap(mrb_shdict_ref_zone(f->ref), mrb_shdict_ref_size(f->ref));
+        free(f->ref);
+        free(f);
+    }
+
+    shd_files = NULL;
+    free(shd_file_dir);
+    shd_file_dir = NULL;
+
+    pthread_mutex_unlock(&shd_file_mutex);
 }

@@ -51,4 +51,12 @@ mrb_shdict_file_rc mrb_shdict_file_open_namespace(const char *name,
 mrb_shdict_file_rc mrb_shdict_file_open_path(const char *path, size_t len,
     size_t size, mrb_shdict_ref **ref, char *err, size_t errlen);
 
+/*
+ * Unmaps every store this process opened and forgets them and the
+ * directory: for a process about to unload the module (Apache's parent on
+ * a restart), once no interpreter of it holds a Cache.  The files stay, and
+ * the next load opens them again.
+ */
+void mrb_shdict_file_close_all(void);
+
 #endif /* MRB_SHDICT_FILE_H */

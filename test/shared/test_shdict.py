@@ -1,12 +1,16 @@
 """The shared dictionary on real servers: the Ruby API (one script, the same
 answers under Apache and nginx), configuration errors, atomic increments
 from several worker processes, and contents kept across a graceful restart
-or reload."""
+or reload, also one that loads a replaced module file."""
 
 import concurrent.futures
+import os
+import shutil
 
 import pytest
 import requests
+
+import harness
 
 # One script for both servers: every answer on its own line.
 API_SCRIPT = r'''
@@ -335,6 +339,49 @@ def test_graceful_restart_keeps_contents_apache(apache):
     assert a.get("/set?again").text == "ok"
     a.graceful()
     assert a.get("/get").text == '"again"'
+
+
+# A post_config script that opens a Cache store in Apache's parent.
+OPEN_CACHE = r'''
+Cache.new(:namespace => "parent")["opened"] = true
+'''
+
+
+def mapped(pid, name):
+    """The files of /proc/<pid>/maps whose path holds name, one line per
+    mapping: "path" or "path (deleted)"."""
+    with open(f"/proc/{pid}/maps") as f:
+        return [line.split(None, 5)[5].strip() for line in f
+                if name in line]
+
+
+def test_graceful_restart_loads_a_replaced_module_apache(apache):
+    """A package upgrade replaces mod_mruby.so while Apache runs: the
+    graceful restart after it maps the new file in the parent and in every
+    child, while the dictionary keeps its contents.  The Cache store that
+    a post_config script opens is mapped once in the parent, however many
+    restarts ran that script."""
+    module = "mod_mruby_copy.so"
+    a = apache_with(apache, {"/set": SET_V, "/get": GET_V}, mpm="prefork",
+                    mruby=False, start=False)
+    a.write("pc.rb", OPEN_CACHE)
+    path = os.path.join(a.dir, module)
+    shutil.copyfile(harness.MOD_MRUBY, path)
+    a.modules = (("mruby", path),)
+    a.conf = "mrubyPostConfigMiddle {dir}/pc.rb\n" + a.conf
+    a.start()
+    assert a.get("/set?kept").text == "ok"
+
+    for _ in range(3):
+        # as dpkg does: the new file beside the old, renamed over it
+        shutil.copyfile(harness.MOD_MRUBY, path + ".new")
+        os.rename(path + ".new", path)
+        a.graceful()
+        for pid in [a.master_pid()] + a.worker_pids():
+            maps = set(mapped(pid, module))
+            assert maps == {path}, (pid, maps)
+        assert a.get("/get").text == '"kept"'
+        assert len(mapped(a.master_pid(), "parent.cache")) == 1
 
 
 def test_reload_keeps_contents_nginx(nginx):

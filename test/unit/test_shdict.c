@@ -1283,6 +1283,76 @@ TEST(shdict_registry_refused_reload_changes_nothing)
 }
 
 
+/* A configuration that declares name (64k) alone, put in use; returns what
+ * declaring it did. */
+static int
+declare_only(const char *name)
+{
+    int   rc;
+    char  err[256];
+
+    mrb_shdict_config_begin();
+    rc = mrb_shdict_zone_add(name, 64 * 1024, err, sizeof(err));
+    mrb_shdict_config_end();
+    return rc;
+}
+
+
+/*
+ * Apache unloads the module on a restart and loads it again, maybe a newer
+ * build: the registry lives in a block Apache keeps, and the next load
+ * finds the zones in use there.  One of another layout is not kept.
+ */
+TEST(shdict_registry_kept_across_module_loads)
+{
+    /* static: the references of a registry live as long as the process,
+     * as the blocks Apache keeps do */
+    static mrb_shdict_keep  *kept, *other;
+    mrb_shdict_ref          *ref;
+    mrb_shdict_zone         *z1, *z2;
+
+    kept = calloc(1, mrb_shdict_keep_size());
+    other = calloc(1, mrb_shdict_keep_size());
+    REQUIRE(kept != NULL && other != NULL);
+
+    mrb_shdict_keep_in(kept);
+    CHECK_EQ(declare_only("loads"), 0);
+    ref = mrb_shdict_find("loads", 5);
+    REQUIRE(ref != NULL);
+    z1 = mrb_shdict_ref_zone(ref);
+    REQUIRE(z1 != NULL);
+    CHECK_EQ(set_int(z1, "n", 7, 0), MRB_SHDICT_OK);
+
+    /* a build with another block (a registry of another layout) sees none
+     * of it */
+    mrb_shdict_keep_in(other);
+    CHECK(mrb_shdict_find("loads", 5) == NULL);
+
+    /* the next load of this layout: same zone, same contents */
+    mrb_shdict_keep_in(kept);
+    CHECK_EQ(declare_only("loads"), 0);
+    CHECK(mrb_shdict_find("loads", 5) == ref);
+    CHECK(mrb_shdict_ref_zone(ref) == z1);
+    CHECK_EQ(get_int(z1, "n"), 7);
+
+    /* a zone laid out by a build of another zone layout: a new, empty one,
+     * and the old one unmapped once the configuration is in use */
+    z1->version = SHD_VERSION + 1;
+    CHECK_EQ(declare_only("loads"), 0);
+    z2 = mrb_shdict_ref_zone(ref);
+    REQUIRE(z2 != NULL);
+    CHECK(z2 != z1);
+    CHECK(!has(z2, "n"));
+    CHECK(msync(z1, 64 * 1024, MS_ASYNC) == -1 && errno == ENOMEM);
+
+    mrb_shdict_config_begin();
+    mrb_shdict_config_end();
+    CHECK(mrb_shdict_ref_zone(ref) == NULL);
+
+    mrb_shdict_keep_in(NULL);
+}
+
+
 /* The Ruby class, in a bare interpreter. */
 
 static mrb_state *
