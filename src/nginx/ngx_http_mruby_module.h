@@ -59,6 +59,9 @@ typedef struct {
 
 typedef struct {
     ngx_mruby_script_t   *ssl_handshake;
+    size_t                ssl_run_memory; /* the handshake run's budgets:
+                                             the server's own (merged) */
+    ngx_msec_t            ssl_run_timeout;
     ngx_uint_t            keepalive;      /* of an upstream block:
                                              mruby_upstream_keepalive */
 } ngx_http_mruby_srv_conf_t;

@@ -41,9 +41,12 @@ ngx_http_mruby_ssl_init(ngx_conf_t *cf)
             continue;
         }
 
-        /* the server's own mruby_cache (merged by now) decides the policy */
+        /* the server's own mruby_cache (merged by now) decides the
+         * policy, and its budgets are the handshake run's */
 
         mlcf = cscfp[s]->ctx->loc_conf[ngx_http_mruby_module.ctx_index];
+        mscf->ssl_run_memory = mlcf->run_memory;
+        mscf->ssl_run_timeout = mlcf->run_timeout;
 
         if (ngx_mruby_script_resolve(cf, mscf->ssl_handshake, mlcf->cache)
             != NGX_OK)
@@ -104,6 +107,8 @@ ngx_http_mruby_ssl_cert_cb(ngx_ssl_conn_t *ssl_conn, void *arg)
     mrb_run_init(&run, NULL, NGX_OK);
     run.data = &data;
     run.phase = ngx_http_mruby_phase_names[NGX_HTTP_MRUBY_SSL_HANDSHAKE];
+    run.memory_limit = mscf->ssl_run_memory;
+    run.timeout_ms = (uint32_t) mscf->ssl_run_timeout;
 
     if (mrb_script_run(interp, mscf->ssl_handshake->script, &run) != 0) {
         ngx_log_error(NGX_LOG_ERR, c->log, 0,

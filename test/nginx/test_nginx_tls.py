@@ -177,3 +177,42 @@ def test_handshakes_are_counted_in_the_metrics(tls_nginx):
     assert row["script"] == f"{n.dir}/handshake.rb"
     assert row["runs"] == 5     # with the handshake of this request
     assert row["exceptions"] == {"RuntimeError": 1}
+
+
+BUDGETS = """
+server {
+    listen 127.0.0.1:{port} ssl;
+    ssl_certificate {dir}/default.test.crt;
+    ssl_certificate_key {dir}/default.test.key;
+    mruby_run_timeout 200ms;
+    mruby_run_memory 1m;
+    mruby_ssl_handshake_handler_code '
+        case Nginx::SSL.new.servername
+        when "loop.test" then loop {}
+        when "big.test" then "x" * (8 << 20)
+        end';
+    location / { mruby_content_handler_code 'Nginx.rputs Process.pid.to_s'; }
+}"""
+
+
+@pytest.mark.parametrize("name,line", [
+    ("loop.test", "Nginx::RunTimeout: the run's time budget of 200 ms is "
+                  "spent"),
+    ("big.test", "NoMemoryError: past the run's memory budget of 1048576 "
+                 "bytes")])
+def test_handshake_script_has_the_servers_budgets(nginx, name, line):
+    """The server's mruby_run_timeout and mruby_run_memory bound the
+    handshake script: a runaway one fails its handshake with one log line,
+    and the worker goes on with the next."""
+    n = nginx(BUDGETS, start=False)
+    make_cert(n, "default.test")
+    n.start()
+    _, pid = handshake(n.port, "other.test")
+
+    with pytest.raises((ssl.SSLError, ConnectionError)):
+        handshake(n.port, name)
+    log = n.wait_log("mruby_ssl_handshake_handler: ")
+    assert line in log, log[-2000:]
+
+    _, again = handshake(n.port, "other.test")
+    assert again == pid
