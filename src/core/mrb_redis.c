@@ -12,9 +12,11 @@
  * too); all are Redis::BaseError < StandardError.
  *
  * Connections are kept per interpreter: Redis.new with a host and port
- * already connected in this interpreter reuses that connection (a hidden
- * Hash on the class holds them), so a script may call Redis.new on every
- * request at the cost of a lookup.
+ * (or path), user and TLS files already connected in this interpreter
+ * reuses that connection (a hidden Hash on the class holds them), so a
+ * script may call Redis.new on every request at the cost of a lookup.
+ * The password is not in the Hash's key: it stays in C memory
+ * (mrb_redis_conn_auth_is tells a connection of another password).
  *
  * Waiting for a reply goes through mrb_wait_fd: on nginx a request's run
  * is suspended and the worker serves others meanwhile; elsewhere the

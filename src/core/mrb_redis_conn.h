@@ -1,7 +1,9 @@
 /*
  * Redis connections on hiredis, as the Ruby class uses them: one
- * mrb_redis_conn per host and port in an interpreter, holding the links
- * (sockets) to that server.
+ * mrb_redis_conn per server (host and port, or Unix socket), user and TLS
+ * files in an interpreter, holding the links (sockets) to that server.
+ * Every link a connection opens is alike: TLS when it says so
+ * (mrb_redis_tls.h), then its AUTH, then what startup scripts set.
  *
  * A command takes an idle link (or opens one), sends, reads its replies,
  * and gives the link back.  While a request's run waits for a reply (on
