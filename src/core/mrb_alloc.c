@@ -26,6 +26,64 @@
 #include "mrb_interp_core.h"
 #include "mrb_mruby_version.h"
 
+/* Out of line: the allocator's hot path then tail-calls them without a
+ * frame. */
+#define MRB_ALLOC_NOINLINE  __attribute__((noinline))
+
+
+/* The run whose budget counts mrb's blocks now, or NULL. */
+static mrb_run_rec *
+budget_run(mrb_state *mrb)
+{
+    mrb_run_rec  *run = mrb_interp_run(mrb);
+
+    return run != NULL && run->memory_limit != 0 ? run : NULL;
+}
+
+
+/* The run's error buffer holds where it was refused until the run ends
+ * (mrb_interp_exec makes the log line of it). */
+static MRB_ALLOC_NOINLINE void
+budget_refuse(mrb_state *mrb, mrb_run_rec *run)
+{
+    run->memory_exceeded = 1;
+    mrb_error_where(mrb, run->error, sizeof(run->error));
+}
+
+
+/*
+ * Whether run may keep more bytes than it does; marks it when not.  While
+ * an exception or a break is on its way (mrb->exc set) nothing is refused:
+ * mruby then copies the envs of the frames it pops, and a second raise in
+ * the middle of a pop is not one its VM survives (it goes on unwinding
+ * frames that belong to an outer entry into the VM).  The copies are a few
+ * registers a frame.
+ */
+static int
+budget_allows(mrb_state *mrb, mrb_run_rec *run, size_t more)
+{
+    if (more <= run->memory_limit
+        && run->memory_used <= run->memory_limit - more)
+    {
+        return 1;
+    }
+
+    if (mrb->exc != NULL) {
+        return 1;
+    }
+
+    budget_refuse(mrb, run);
+    return 0;
+}
+
+
+static void
+budget_give_back(mrb_run_rec *run, size_t size)
+{
+    run->memory_used -= size < run->memory_used ? size : run->memory_used;
+}
+
+
 #ifdef MRB_STATE_ALLOCF
 
 #ifdef __SANITIZE_ADDRESS__
@@ -36,10 +94,6 @@
 #define block_poison(p, n)
 #define block_unpoison(p, n)
 #endif
-
-/* Out of line: interp_allocf then tail-calls them without a frame. */
-#define MRB_ALLOC_NOINLINE  __attribute__((noinline))
-
 
 /* Freed large blocks, kept for reuse; sizes are malloc_usable_size(). */
 typedef struct {
@@ -120,59 +174,6 @@ keep_take(mrb_alloc_keep *keep, size_t size)
     keep->block[best] = keep->block[keep->count];
     keep->size[best] = keep->size[keep->count];
     return p;
-}
-
-
-/* The run whose budget counts mrb's blocks now, or NULL. */
-static mrb_run_rec *
-budget_run(mrb_state *mrb)
-{
-    mrb_run_rec  *run = mrb_interp_run(mrb);
-
-    return run != NULL && run->memory_limit != 0 ? run : NULL;
-}
-
-
-/* The run's error buffer holds where it was refused until the run ends
- * (mrb_interp_exec makes the log line of it). */
-static MRB_ALLOC_NOINLINE void
-budget_refuse(mrb_state *mrb, mrb_run_rec *run)
-{
-    run->memory_exceeded = 1;
-    mrb_error_where(mrb, run->error, sizeof(run->error));
-}
-
-
-/*
- * Whether run may keep more bytes than it does; marks it when not.  While
- * an exception or a break is on its way (mrb->exc set) nothing is refused:
- * mruby then copies the envs of the frames it pops, and a second raise in
- * the middle of a pop is not one its VM survives (it goes on unwinding
- * frames that belong to an outer entry into the VM).  The copies are a few
- * registers a frame.
- */
-static int
-budget_allows(mrb_state *mrb, mrb_run_rec *run, size_t more)
-{
-    if (more <= run->memory_limit
-        && run->memory_used <= run->memory_limit - more)
-    {
-        return 1;
-    }
-
-    if (mrb->exc != NULL) {
-        return 1;
-    }
-
-    budget_refuse(mrb, run);
-    return 0;
-}
-
-
-static void
-budget_give_back(mrb_run_rec *run, size_t size)
-{
-    run->memory_used -= size < run->memory_used ? size : run->memory_used;
 }
 
 
@@ -358,7 +359,82 @@ mrb_alloc_kept(mrb_state *mrb, size_t *bytes)
 
 #else
 
-/* mruby 4.0: the library's allocator, which has no state to keep blocks in */
+/*
+ * mruby 4.0 asks one function for every block of every state,
+ * mrb_basic_alloc_func(), which a program may define in place of the
+ * library's (an archive member of its own, allocf.o, then not linked; the
+ * modules' version scripts keep ours local, so that the modules' copies
+ * of mruby never bind to each other's).  It is given no state: the state
+ * whose run is in progress on this thread is kept per thread, set where a
+ * run starts, ends or switches (mrb_interp_set_run).  No block is kept:
+ * with no state to keep them in, kept blocks would outlive interpreters.
+ */
+
+/* initial-exec: a load at a fixed offset from the thread pointer, where a
+ * dlopen'd module's default model calls __tls_get_addr (mrb_coro_switch.h
+ * says the same of mrb_coro_tls) */
+static __thread mrb_state  *alloc_running
+    __attribute__((tls_model("initial-exec")));
+
+
+void
+mrb_alloc_set_running(mrb_state *mrb)
+{
+    alloc_running = mrb;
+}
+
+
+/*
+ * A block of a run with a budget: counted at its usable size, refused
+ * past the budget (a block that fails to grow stays as it was, in the
+ * budget too), the GC arena's growth excepted, as in 3.x's block_realloc.
+ */
+static MRB_ALLOC_NOINLINE void *
+budget_realloc(mrb_state *mrb, mrb_run_rec *run, void *p, size_t size)
+{
+    size_t  old = p != NULL ? malloc_usable_size(p) : 0;
+    void   *q;
+
+    if (size == 0) {
+        budget_give_back(run, old);
+        free(p);
+        return NULL;
+    }
+
+    if (size > old && p != (void *) mrb->gc.arena
+        && !budget_allows(mrb, run, size - old))
+    {
+        return NULL;
+    }
+
+    q = realloc(p, size);
+    if (q != NULL) {
+        budget_give_back(run, old);
+        run->memory_used += malloc_usable_size(q);
+    }
+
+    return q;
+}
+
+
+void *
+mrb_basic_alloc_func(void *p, size_t size)
+{
+    mrb_state    *mrb = alloc_running;
+    mrb_run_rec  *run = mrb != NULL ? budget_run(mrb) : NULL;
+
+    if (run != NULL) {
+        return budget_realloc(mrb, run, p, size);
+    }
+
+    if (size == 0) {
+        free(p);
+        return NULL;
+    }
+
+    return realloc(p, size);
+}
+
 
 mrb_state *
 mrb_alloc_open(void)

@@ -18,10 +18,10 @@
  * AddressSanitizer a kept block is poisoned: a use after mruby freed it is
  * still reported until the block is handed out again.
  *
- * mruby 4.0 has no allocator of a state's own (mrb_basic_alloc_func() is
- * the process's, with no state to keep blocks in): there an interpreter
- * allocates with the library's malloc and free, keeps nothing, and a
- * run's memory budget is not enforced.
+ * mruby 4.0 has no allocator of a state's own: every state allocates
+ * through mrb_basic_alloc_func(), which mrb_alloc.c defines.  There the
+ * run whose budget counts a block is the one in progress on the thread
+ * (mrb_alloc_set_running), and no block is kept.
  */
 
 #ifndef MRB_ALLOC_H
@@ -29,6 +29,7 @@
 
 #include <stddef.h>
 #include <mruby.h>
+#include "mrb_mruby_version.h"
 
 /* What is kept: blocks of 512 bytes to 32 kB, at most 8 and 64 kB. */
 #define MRB_ALLOC_KEEP_MIN     512
@@ -59,5 +60,20 @@ mrb_state *mrb_alloc_open(void);
 
 /* How many blocks mrb's allocator keeps now, and their bytes. */
 unsigned mrb_alloc_kept(mrb_state *mrb, size_t *bytes);
+
+/*
+ * mrb is the state whose run is in progress on this thread, or NULL when
+ * none is (mrb_interp_set_run tells it): mruby 4.0's allocator, given no
+ * state, counts a block against that run's budget.  Nothing on 3.x, whose
+ * allocator is given the state.
+ */
+#ifdef MRB_STATE_ALLOCF
+static inline void
+mrb_alloc_set_running(mrb_state *mrb)
+{
+}
+#else
+void mrb_alloc_set_running(mrb_state *mrb);
+#endif
 
 #endif /* MRB_ALLOC_H */

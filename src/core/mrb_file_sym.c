@@ -1,31 +1,29 @@
 /*
  * An interpreter's symbol for a script's file name, in O(1).
  *
- * mruby 3.1.0 and 3.3.0 keep 256 hash buckets whose entries link to the
- * previous entry of their bucket by an 8-bit offset; past a gap of 254
- * entries a lookup that does not find its name scans every older entry.
- * A script's first run in an interpreter names its file there, a name the
- * table does not hold yet: with N scripts run, a scan of N names, so a new
- * worker's first pass over N scripts cost N^2/2 compares (235 s of CPU at
- * 100,000 scripts on nginx, docs/benchmarks.md).
+ * mruby 3.1.0, 3.3.0 and 4.0.0 keep 256 hash buckets whose entries link
+ * to the previous entry of their bucket by an 8-bit offset; past a gap of
+ * 254 entries a lookup that does not find its name scans every older
+ * entry.  A script's first run in an interpreter names its file there, a
+ * name the table does not hold yet: with N scripts run, a scan of N names,
+ * so a new worker's first pass over N scripts cost N^2/2 compares (235 s
+ * of CPU at 100,000 scripts on nginx with 3.1, docs/benchmarks.md).
  *
  * So each interpreter keeps an index, by name, of its whole symbol table:
  * before a lookup the names added to the table since the last one are
  * indexed (each name once, whoever interned it), so a name the index does
  * not hold is one the table does not hold either, and it is added to the
  * table here as mruby's sym_intern() adds a name after its lookup
- * (src/symbol.c: the same in both releases but for the bucket's hash).
- * mruby's own lookups find it as they find any other name.
+ * (src/symbol.c).  mruby's own lookups find it as they find any other
+ * name.  What differs between the releases: 3.1's bucket hash is its own;
+ * 4.0 marks a literal name in the entry's pointer instead of a bit table,
+ * copies the other names into 4 kB blocks of its own (sym_pool) instead
+ * of one block each, and keeps the links and buckets in a hash table that
+ * it makes once the table has 256 names (before, a lookup scans them).
  *
  * A symbol is its table index plus the number of the library's preset
  * symbols (MRB_PRESYM_MAX of its build, not in Debian's headers): learnt
  * from the first name interned the usual way.
- *
- * mruby 4.0 keeps its table otherwise (symhash, a hash table whose layout
- * its headers do not give): there the name is interned as any other, at
- * the library's cost (on 4.0.0 a new name takes time in proportion to the
- * names already interned: 62 us each at 10,000 names, 2.4 ms at 160,000,
- * mrb_intern on this machine, 2026-11-27).
  */
 
 #include <stdatomic.h>
@@ -38,8 +36,6 @@
 
 #include "mrb_file_sym.h"
 #include "mrb_mruby_version.h"
-
-#ifdef MRB_SYMTBL_LINKED
 
 #define FILE_SYM_MIN_SLOTS  1024
 
@@ -91,28 +87,77 @@ file_sym_hash(const char *name, size_t len)
 }
 
 
+/* An entry's length before its name, 7 bits a byte, low bits first;
+ * *p moves past it. */
+static size_t
+file_sym_len_decode(const uint8_t **p)
+{
+    const uint8_t  *q = *p;
+    size_t          n = 0;
+    int             shift = 0;
+
+    do {
+        n |= (size_t) (*q & 0x7f) << shift;
+        shift += 7;
+    } while (*q++ & 0x80);
+
+    *p = q;
+    return n;
+}
+
+
 /* The name of the table's entry i (src/symbol.c sym2name_len). */
+#ifdef MRB_SYMTBL_LINKED
+
 static const char *
 file_sym_entry(mrb_state *mrb, mrb_sym i, size_t *len)
 {
     const uint8_t  *p = (const uint8_t *) mrb->symtbl[i];
-    uint32_t        n = 0;
-    int             shift = 0;
 
     if (mrb->symflags[i >> 3] & (1 << (i & 7))) {
         *len = strlen((const char *) p);
         return (const char *) p;
     }
 
-    /* the length before the name, 7 bits a byte, low bits first */
-    do {
-        n |= (uint32_t) (*p & 0x7f) << shift;
-        shift += 7;
-    } while (*p++ & 0x80);
-
-    *len = n;
+    *len = file_sym_len_decode(&p);
     return (const char *) p;
 }
+
+#else
+
+/* 4.0.0's struct mrb_sym_hash_table, which mruby.h leaves incomplete */
+typedef struct {
+    uint8_t  *symlink;
+    mrb_sym   buckets[256];
+} file_sym_hash_table;
+
+/* a block of sym_pool: the names follow the header */
+typedef struct file_sym_pool_s  file_sym_pool;
+
+struct file_sym_pool_s {
+    file_sym_pool  *next;
+    size_t          used;
+};
+
+#define FILE_SYM_POOL_SIZE  4096
+#define FILE_SYM_LITERAL    ((uintptr_t) 1)
+
+static const char *
+file_sym_entry(mrb_state *mrb, mrb_sym i, size_t *len)
+{
+    uintptr_t       tagged = (uintptr_t) mrb->symtbl[i];
+    const uint8_t  *p = (const uint8_t *) (tagged & ~FILE_SYM_LITERAL);
+
+    if (tagged & FILE_SYM_LITERAL) {
+        *len = strlen((const char *) p);
+        return (const char *) p;
+    }
+
+    *len = file_sym_len_decode(&p);
+    return (const char *) p;
+}
+
+#endif
 
 
 static void
@@ -216,7 +261,7 @@ file_sym_find(mrb_state *mrb, mrb_file_syms *fs, const char *name,
 }
 
 
-/* The table's bucket of a name (src/symbol.c). */
+/* The table's bucket of a name. */
 static uint8_t
 file_sym_bucket(const char *name, size_t len)
 {
@@ -240,6 +285,45 @@ file_sym_bucket(const char *name, size_t len)
 }
 
 
+/* The link of entry i to prev, the previous one of its bucket (0: none). */
+static uint8_t
+file_sym_link(mrb_sym i, mrb_sym prev)
+{
+    return prev == 0 ? 0 : (i - prev > 0xff ? 0xff : (uint8_t) (i - prev));
+}
+
+
+/* The bytes of name's entry: its length, 7 bits a byte, low bits first,
+ * then the name and a NUL. */
+static size_t
+file_sym_len_size(size_t len)
+{
+    size_t  n = 0;
+
+    do {
+        n++;
+        len >>= 7;
+    } while (len != 0);
+
+    return n;
+}
+
+
+static void
+file_sym_entry_write(char *p, const char *name, size_t len)
+{
+    size_t  n, i = 0;
+
+    for (n = len; i == 0 || n != 0; n >>= 7) {
+        p[i++] = (char) ((n & 0x7f) | (n >> 7 != 0 ? 0x80 : 0));
+    }
+    memcpy(p + i, name, len);
+    p[i + len] = '\0';
+}
+
+
+#ifdef MRB_SYMTBL_LINKED
+
 /*
  * Adds name, which the table does not hold, as sym_intern() does after its
  * lookup: the table grown by a fifth when full, the name copied after its
@@ -249,8 +333,8 @@ file_sym_bucket(const char *name, size_t len)
 static mrb_sym
 file_sym_add(mrb_state *mrb, const char *name, size_t len)
 {
-    mrb_sym   i = mrb->symidx + 1, prev;
-    size_t    capa, n, ilen = 0;
+    mrb_sym   i = mrb->symidx + 1;
+    size_t    capa;
     uint8_t   hash = file_sym_bucket(name, len);
     char     *p;
 
@@ -265,27 +349,80 @@ file_sym_add(mrb_state *mrb, const char *name, size_t len)
         mrb->symcapa = capa;
     }
 
-    for (n = len; ilen == 0 || n != 0; n >>= 7) {
-        ilen++;
-    }
-
-    p = mrb_malloc(mrb, ilen + len + 1);
-
-    for (n = len, ilen = 0; ilen == 0 || n != 0; n >>= 7) {
-        p[ilen++] = (char) ((n & 0x7f) | (n >> 7 != 0 ? 0x80 : 0));
-    }
-    memcpy(p + ilen, name, len);
-    p[ilen + len] = '\0';
+    p = mrb_malloc(mrb, file_sym_len_size(len) + len + 1);
+    file_sym_entry_write(p, name, len);
 
     mrb->symflags[i >> 3] &= ~(1 << (i & 7));   /* not a literal */
     mrb->symtbl[i] = p;
 
-    prev = mrb->symhash[hash];
-    mrb->symlink[i] = prev == 0 ? 0 : (i - prev > 0xff ? 0xff : i - prev);
+    mrb->symlink[i] = file_sym_link(i, mrb->symhash[hash]);
     mrb->symhash[hash] = mrb->symidx = i;
 
     return i;
 }
+
+#else
+
+/*
+ * 4.0.0's sym_intern() after its lookup: the table grown by a fifth when
+ * full, the name copied after its length into the current 4 kB block of
+ * sym_pool (an entry's size even, so that bit 0 of its address, the
+ * literal mark, is clear), or into a new block that mrb_close frees with
+ * the others, and, once the table has its hash table, linked to the
+ * previous entry of its bucket (before, mruby makes the hash table of
+ * every name at the next name it adds).  Returns its index.  May raise
+ * (out of memory) before it changes anything that counts.
+ */
+static mrb_sym
+file_sym_add(mrb_state *mrb, const char *name, size_t len)
+{
+    file_sym_hash_table  *ht = (file_sym_hash_table *) mrb->symhash;
+    file_sym_pool        *pool = mrb->sym_pool;
+    mrb_sym               i = mrb->symidx + 1;
+    size_t                capa, size;
+    uint8_t               hash;
+    char                 *p;
+
+    if (mrb->symcapa <= i) {
+        capa = mrb->symcapa == 0 ? 100 : mrb->symcapa * 6 / 5;
+        mrb->symtbl = mrb_realloc(mrb, (void *) mrb->symtbl,
+                                  sizeof(char *) * capa);
+        if (ht != NULL) {
+            ht->symlink = mrb_realloc(mrb, ht->symlink, capa);
+        }
+        mrb->symcapa = capa;
+    }
+
+    size = (file_sym_len_size(len) + len + 2) & ~(size_t) 1;
+
+    if (pool != NULL && pool->used + size <= FILE_SYM_POOL_SIZE) {
+        p = (char *) (pool + 1) + pool->used;
+        pool->used += size;
+
+    } else {
+        pool = mrb_malloc(mrb, sizeof(file_sym_pool)
+                          + (size > FILE_SYM_POOL_SIZE
+                             ? size : FILE_SYM_POOL_SIZE));
+        pool->next = mrb->sym_pool;
+        pool->used = size;
+        mrb->sym_pool = pool;
+        p = (char *) (pool + 1);
+    }
+
+    file_sym_entry_write(p, name, len);
+    mrb->symtbl[i] = p;
+    mrb->symidx = i;
+
+    if (ht != NULL) {
+        hash = file_sym_bucket(name, len);
+        ht->symlink[i] = file_sym_link(i, ht->buckets[hash]);
+        ht->buckets[hash] = i;
+    }
+
+    return i;
+}
+
+#endif
 
 
 mrb_sym
@@ -326,37 +463,6 @@ usual:
 
     return sym;
 }
-
-#else
-
-/* mruby 4.0: the library's own lookup (its table is not ours to add to) */
-
-struct mrb_file_syms_s {
-    int  unused;
-};
-
-
-mrb_file_syms *
-mrb_file_syms_new(void)
-{
-    return calloc(1, sizeof(mrb_file_syms));
-}
-
-
-void
-mrb_file_syms_free(mrb_file_syms *fs)
-{
-    free(fs);
-}
-
-
-mrb_sym
-mrb_file_sym(mrb_state *mrb, mrb_file_syms *fs, const char *name)
-{
-    return mrb_intern_cstr(mrb, name);
-}
-
-#endif
 
 typedef struct {
     mrb_file_syms  *fs;

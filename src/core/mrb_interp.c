@@ -855,7 +855,7 @@ mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run_rec *run)
            ? 0 : mrb_toplevel_run_begin(interp->toplevel, proc);
 
     run->prev = interp->head.run;
-    interp->head.run = run;
+    mrb_interp_set_run(interp, run);
 
     if (run->metrics_row != 0) {
         mrb_metrics_run_start(run);
@@ -927,7 +927,7 @@ mrb_interp_exec(mrb_interp *interp, struct RProc *proc, mrb_run_rec *run)
         mrb_metrics_run_end(interp, run, rc);
     }
 
-    interp->head.run = run->prev;
+    mrb_interp_set_run(interp, run->prev);
     if (what != 0) {
         mrb_toplevel_run_end(interp->toplevel, what);
     }

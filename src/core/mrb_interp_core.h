@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <mruby.h>
 #include <mruby/proc.h>
+#include "mrb_alloc.h"
 #include "mrb_file_watch.h"
 #include "mrb_interp.h"
 
@@ -113,7 +114,8 @@ mrb_wait_state **mrb_interp_wait_state(mrb_interp *interp);
 struct mrb_file_syms_s *mrb_interp_file_syms(mrb_interp *interp);
 
 /* The run in progress in interp, or NULL; mrb_interp_set_run makes run
- * the current one (a switch between coroutines, mrb_wait.c). */
+ * the current one (a run's start and end, a switch between coroutines,
+ * mrb_wait.c), the allocator's too. */
 static inline mrb_run_rec *
 mrb_interp_current(mrb_interp *interp)
 {
@@ -123,7 +125,10 @@ mrb_interp_current(mrb_interp *interp)
 static inline void
 mrb_interp_set_run(mrb_interp *interp, mrb_run_rec *run)
 {
-    ((mrb_interp_head *) interp)->run = run;
+    mrb_interp_head  *head = (mrb_interp_head *) interp;
+
+    head->run = run;
+    mrb_alloc_set_running(run != NULL ? head->mrb : NULL);
 }
 
 /* A suspended run whose top-level state the tables still hold, or NULL

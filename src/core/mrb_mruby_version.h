@@ -144,8 +144,10 @@ MRB_API mrb_value mrb_exec_irep(mrb_state *mrb, mrb_value self,
 /*
  * The symbol table of 3.1 and 3.3: symtbl, with symflags (which names are
  * literals), symlink and 256 symhash buckets (mrb_file_sym.c adds to it).
- * 4.0 replaced them with a hash table (struct mrb_sym_hash_table) that
- * its headers do not lay out.
+ * 4.0 marks a literal in bit 0 of its symtbl entry, keeps the other names
+ * in the 4 kB blocks of sym_pool, and the links and buckets in a hash
+ * table (struct mrb_sym_hash_table, made at the 256th name) that its
+ * headers do not lay out: mrb_file_sym.c mirrors 4.0.0's.
  */
 #if MRUBY_RELEASE_NO < 40000
 #define MRB_SYMTBL_LINKED

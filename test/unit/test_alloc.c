@@ -17,8 +17,86 @@
 #include <mruby/string.h>
 #include "mrb_alloc.h"
 #include "mrb_interp.h"
+#include "mrb_interp_core.h"
 #include "mrb_mruby_version.h"
 #include "unit.h"
+
+/* What mruby asks of the allocator for mrb's blocks (size 0 frees p). */
+static void *
+alloc_block(mrb_state *mrb, void *p, size_t size)
+{
+#ifdef MRB_STATE_ALLOCF
+    return mrb->allocf(mrb, p, size, mrb->allocf_ud);
+#else
+    return mrb_basic_alloc_func(p, size);
+#endif
+}
+
+
+/*
+ * A run with a budget: blocks counted at their usable sizes, a block or a
+ * growth past it refused (the block that failed to grow intact), what is
+ * freed given back, never below zero.
+ */
+TEST(alloc_run_is_refused_past_its_memory_budget)
+{
+    mrb_state        *mrb = mrb_alloc_open();
+    mrb_interp_head   head = { 0 };
+    mrb_run_rec       run;
+    char             *p, *q;
+
+    REQUIRE(mrb != NULL);
+    mrb_run_init(&run, NULL, 0);
+    run.memory_limit = 64 * 1024;
+    head.mrb = mrb;
+    mrb->ud = &head;
+    mrb_interp_set_run((mrb_interp *) &head, &run);
+
+    p = alloc_block(mrb, NULL, 40000);
+    REQUIRE(p != NULL);
+    memset(p, 'x', 40000);
+    CHECK(run.memory_used >= 40000 && run.memory_used < 41000);
+
+    CHECK(alloc_block(mrb, NULL, 30000) == NULL);
+    CHECK(alloc_block(mrb, p, 70000) == NULL);
+    CHECK_EQ(run.memory_exceeded, 1);
+    CHECK_EQ(p[39999], 'x');
+
+    q = alloc_block(mrb, p, 60000);
+    REQUIRE(q != NULL);
+    CHECK_EQ(q[39999], 'x');
+    CHECK(run.memory_used >= 60000 && run.memory_used < 61000);
+
+    alloc_block(mrb, q, 0);
+    CHECK_EQ(run.memory_used, 0);
+
+    /* what the run did not take is no credit */
+    mrb_interp_set_run((mrb_interp *) &head, NULL);
+    p = alloc_block(mrb, NULL, 1000);
+    mrb_interp_set_run((mrb_interp *) &head, &run);
+    alloc_block(mrb, p, 0);
+    CHECK_EQ(run.memory_used, 0);
+
+    /* the GC arena grows past the budget: mruby raised its capacity
+     * before it asked */
+    run.memory_used = run.memory_limit;
+    p = alloc_block(mrb, mrb->gc.arena, 64 * 1024);
+    REQUIRE(p != NULL);
+    mrb->gc.arena = (struct RBasic **) (void *) p;
+
+    /* a budget of 0 counts nothing */
+    run.memory_used = 0;
+    run.memory_limit = 0;
+    p = alloc_block(mrb, NULL, 1 << 20);
+    CHECK(p != NULL);
+    CHECK_EQ(run.memory_used, 0);
+    alloc_block(mrb, p, 0);
+
+    mrb_interp_set_run((mrb_interp *) &head, NULL);
+    mrb->ud = NULL;
+    mrb_close(mrb);
+}
+
 
 /* what is kept: with an allocator of the state's own (not mruby 4.0) */
 #ifdef MRB_STATE_ALLOCF
@@ -54,70 +132,6 @@ TEST(alloc_freed_large_block_serves_the_next_request)
     CHECK_EQ(bytes, at_open_bytes);
 
     mrb_free(mrb, q);
-    mrb_close(mrb);
-}
-
-
-/*
- * A run with a budget: blocks counted at their usable sizes, a block or a
- * growth past it refused (the block that failed to grow intact), what is
- * freed given back, never below zero.
- */
-TEST(alloc_run_is_refused_past_its_memory_budget)
-{
-    mrb_state        *mrb = mrb_alloc_open();
-    mrb_interp_head   head = { 0 };
-    mrb_run_rec       run;
-    char             *p, *q;
-
-    REQUIRE(mrb != NULL);
-    mrb_run_init(&run, NULL, 0);
-    run.memory_limit = 64 * 1024;
-    head.mrb = mrb;
-    head.run = &run;
-    mrb->ud = &head;
-
-    p = mrb->allocf(mrb, NULL, 40000, NULL);
-    REQUIRE(p != NULL);
-    memset(p, 'x', 40000);
-    CHECK(run.memory_used >= 40000 && run.memory_used < 41000);
-
-    CHECK(mrb->allocf(mrb, NULL, 30000, NULL) == NULL);
-    CHECK(mrb->allocf(mrb, p, 70000, NULL) == NULL);
-    CHECK_EQ(run.memory_exceeded, 1);
-    CHECK_EQ(p[39999], 'x');
-
-    q = mrb->allocf(mrb, p, 60000, NULL);
-    REQUIRE(q != NULL);
-    CHECK_EQ(q[39999], 'x');
-    CHECK(run.memory_used >= 60000 && run.memory_used < 61000);
-
-    mrb->allocf(mrb, q, 0, NULL);
-    CHECK_EQ(run.memory_used, 0);
-
-    /* what the run did not take is no credit */
-    head.run = NULL;
-    p = mrb->allocf(mrb, NULL, 1000, NULL);
-    head.run = &run;
-    mrb->allocf(mrb, p, 0, NULL);
-    CHECK_EQ(run.memory_used, 0);
-
-    /* the GC arena grows past the budget: mruby raised its capacity
-     * before it asked */
-    run.memory_used = run.memory_limit;
-    p = mrb->allocf(mrb, mrb->gc.arena, 64 * 1024, NULL);
-    REQUIRE(p != NULL);
-    mrb->gc.arena = (struct RBasic **) (void *) p;
-
-    /* a budget of 0 counts nothing */
-    run.memory_used = 0;
-    run.memory_limit = 0;
-    p = mrb->allocf(mrb, NULL, 1 << 20, NULL);
-    CHECK(p != NULL);
-    CHECK_EQ(run.memory_used, 0);
-    mrb->allocf(mrb, p, 0, NULL);
-
-    mrb->ud = NULL;
     mrb_close(mrb);
 }
 

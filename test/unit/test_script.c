@@ -430,8 +430,7 @@ run_file_once(mrb_interp *interp, const char *path, mrb_run_rec *run)
  * A script's first run in an interpreter names its file there without
  * mruby's lookup (which scans the whole table for a new name:
  * mrb_file_sym.c), and a name the table holds already is not added again.
- * Fails with the usual lookup: 1 lookup of the name, not 0.  (mruby 4.0:
- * the usual lookup, whose table is not ours to add to.)
+ * Fails with the usual lookup: 1 lookup of the name, not 0.
  */
 TEST(script_first_run_looks_up_no_file_name_and_names_it)
 {
@@ -453,9 +452,7 @@ TEST(script_first_run_looks_up_no_file_name_and_names_it)
     write_file(named, "def f\n  raise 'first'\nend\nf\n");
     unit_intern_watch(mrb, named);
     CHECK_EQ(run_file_once(interp, named, &run), -1);
-#ifdef MRB_SYMTBL_LINKED
     CHECK_EQ(unit_intern_count(), 0);
-#endif
     unit_intern_watch(NULL, NULL);
 
     snprintf(where, sizeof(where), "first (%s:2", named);
@@ -595,8 +592,7 @@ TEST(script_compile_of_many_names_keeps_the_compiler)
  * A compile adds its file's name to the compiler's table through an index
  * of that table (mrb_file_sym.c), so the parser's and the code generator's
  * lookups of the name find it: none scans the table as a lookup of a new
- * name does.  Fails with their own lookups: 1 miss.  (mruby 4.0: the name
- * is interned by mruby's own lookup, mrb_file_sym.c.)
+ * name does.  Fails with their own lookups: 1 miss.
  */
 TEST(script_compile_adds_the_file_name_without_a_scan)
 {
@@ -618,9 +614,7 @@ TEST(script_compile_adds_the_file_name_without_a_scan)
                                &bin, &bin_len, err, sizeof(err)) == 0);
     free(bin);
     CHECK(unit_intern_count() > 0);
-#ifdef MRB_SYMTBL_LINKED
     CHECK_EQ(unit_intern_misses(), 0);
-#endif
     unit_intern_watch(NULL, NULL);
     CHECK(mrb_intern_check_cstr(mrb, "scan_second.rb") != 0);
 }
