@@ -5,6 +5,7 @@
  */
 
 #include "ngx_stream_mruby_module.h"
+#include "mrb_alloc.h"
 #include "mrb_wait.h"
 
 
@@ -48,6 +49,13 @@ static ngx_command_t  ngx_stream_mruby_commands[] = {
       ngx_stream_mruby_server_context,
       NGX_STREAM_SRV_CONF_OFFSET,
       0,
+      NULL },
+
+    { ngx_string("mruby_run_memory"),
+      NGX_STREAM_MAIN_CONF|NGX_STREAM_SRV_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_size_slot,
+      NGX_STREAM_SRV_CONF_OFFSET,
+      offsetof(ngx_stream_mruby_srv_conf_t, run_memory),
       NULL },
 
     { ngx_string("mruby_run_timeout"),
@@ -179,6 +187,7 @@ ngx_stream_mruby_create_srv_conf(ngx_conf_t *cf)
         return NULL;
     }
 
+    mscf->run_memory = NGX_CONF_UNSET_SIZE;
     mscf->run_timeout = NGX_CONF_UNSET_MSEC;
     return mscf;
 }
@@ -194,6 +203,8 @@ ngx_stream_mruby_merge_srv_conf(ngx_conf_t *cf, void *parent, void *child)
         conf->handler = prev->handler;
     }
 
+    ngx_conf_merge_size_value(conf->run_memory, prev->run_memory,
+                              MRB_RUN_MEMORY_DEFAULT);
     ngx_conf_merge_msec_value(conf->run_timeout, prev->run_timeout,
                               MRB_RUN_TIMEOUT_DEFAULT_MS);
 
@@ -314,6 +325,7 @@ ngx_stream_mruby_access_handler(ngx_stream_session_t *s)
     mrb_run_init(&run, s, NGX_DECLINED);
     run.data = ctx;
     run.may_wait = 1;
+    run.memory_limit = mscf->run_memory;
     run.timeout_ms = (uint32_t) mscf->run_timeout;
 
     rc = ngx_mruby_run(&ngx_stream_mruby_process, mscf->handler, &run,

@@ -20,6 +20,7 @@
 
 typedef struct {
     ngx_mruby_script_t   *handler;        /* mruby_stream(_code) */
+    size_t                run_memory;     /* mruby_run_memory; 0: none */
     ngx_msec_t            run_timeout;    /* mruby_run_timeout; 0: none */
 } ngx_stream_mruby_srv_conf_t;
 

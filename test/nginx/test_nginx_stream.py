@@ -3,6 +3,8 @@
 import re
 import socket
 
+import pytest
+
 from harness import read_until_closed
 
 
@@ -197,11 +199,17 @@ def test_stream_log_converts_with_to_s(nginx):
     n.wait_log("[1, :a]")
 
 
-def test_stream_runaway_script_is_stopped_by_its_budget(nginx):
-    # mruby_run_timeout at the stream block and in a server; the server
-    # after it still answers
-    stream = ("mruby_run_timeout 150ms;\n"
-              + stream_server(["'x = 0\nloop { x += 1 }'"])
+@pytest.mark.parametrize("budget,code,line", [
+    ("mruby_run_timeout 150ms", "x = 0\nloop { x += 1 }",
+     "RunTimeout: the run's time budget of 150 ms is spent"),
+    ("mruby_run_memory 1m", 'x = "x" * (8 << 20)',
+     "NoMemoryError: past the run's memory budget of 1048576 bytes")])
+def test_stream_runaway_script_is_stopped_by_its_budget(nginx, budget, code,
+                                                        line):
+    # the budget at the stream block and in a server; the server after it
+    # still answers
+    stream = (f"{budget};\n"
+              + stream_server([f"'{code}'"])
               + """
 server {
     listen 127.0.0.1:{port3};
@@ -211,8 +219,8 @@ server {
     n = nginx(stream_conf=stream)
     data, _ = talk(n.port2)
     assert data == b""
-    log = n.wait_log("RunTimeout")
-    assert "time budget of 150 ms is spent" in log, log[-2000:]
+    log = n.wait_log(line.split(":")[0])
+    assert line in log, log[-2000:]
     data, _ = talk(n.port3)
     assert data == b"next\n"
     assert len(n.worker_pids()) == 1
