@@ -5,9 +5,9 @@ the request gets a 500, the error log one line naming where it looped and
 for how long, and the same worker serves the next request.  In the content
 phase, on a coroutine (a script that names sleep), in an earlier phase and
 in a body filter, on nginx and on Apache's event and prefork MPMs.  A
-graceful stop during such a run ends once the run is stopped; a run stuck
-inside C, which no check reaches, ends its worker, which the server
-replaces."""
+graceful stop or reload during such a run ends once the run is stopped; a
+run stuck inside C, which no check reaches, ends its worker, which the
+server replaces."""
 
 import datetime
 import os
@@ -194,6 +194,39 @@ def test_graceful_stop_during_a_runaway_run(kind, apache, nginx):
     # the stop
     assert took < 10, took
     assert answers == [500], (answers, s.error_log()[-3000:])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_graceful_reload_during_a_runaway_run(kind, apache, nginx):
+    # the default budget, 1 s; nginx: SIGHUP, Apache: graceful (SIGUSR1).
+    # The old worker ends once its run is stopped, and the new one serves
+    s = servers(kind, apache, nginx, "loop {}", timeout=None)
+    old = s.get("/probe").text.split(" ")[0]
+    answers = []
+
+    def runaway():
+        try:
+            answers.append(s.get("/thread").status_code)
+        except Exception as e:  # the connection may close without one
+            answers.append(repr(e))
+
+    t = threading.Thread(target=runaway)
+    t.start()
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    if kind == "nginx":
+        s.reload()
+    else:
+        s.graceful()
+    took = time.monotonic() - t0
+    t.join(30)
+    assert took < 10, took
+    assert answers == [500], (answers, s.error_log()[-3000:])
+    assert int(old) not in s.worker_pids()
+    new = s.get("/probe").text.split(" ")[0]
+    assert new != old
+    assert s.get("/thread").status_code == 500
+    assert "RunTimeout" in s.error_log()
 
 
 @pytest.mark.parametrize("kind", KINDS)
