@@ -39,7 +39,17 @@ CASES = {
     "backtracking": ('("a" * 40 + "!") =~ /(a+)+$/', "RegexpError"),
     # bounded by the depth limit
     "recursion": ("def f; f; end; f", "SystemStackError"),
+    # stopped in the loop, then loops again in its ensure: stopped once
+    # more after the ensure's grace, with one log line
+    "ensure_after_stop": ("begin; loop {}; ensure; x += 1 while true; end",
+                          "RunTimeout"),
 }
+# each of the others inside an ensure clause, on the same line
+CASES.update({
+    f"in_ensure_{case}": (f"begin; x = 1; ensure; {expr}; end", named)
+    for case, (expr, named) in list(CASES.items())
+    if case in ("while", "modifier_while", "sort_by", "times", "retry",
+                "backtracking", "recursion")})
 
 
 def servers(kind, apache, nginx, expr, timeout=f"{BUDGET_MS}ms"):
