@@ -1,12 +1,13 @@
 # Redis::Cluster: the Redis API over a Redis Cluster.  Each command goes
-# to the master of its keys' slot (Redis::Cluster.__command_slot, in C:
-# src/core/mrb_redis_cluster.c) through that node's ::Redis object, so it
-# waits as ::Redis does and uses the interpreter's connection to the node.
+# to the master of its keys' slot through that node's ::Redis object, so
+# it waits as ::Redis does and uses the interpreter's connection to the
+# node.  In the steady state that is C (src/core/mrb_redis_cluster.c:
+# Redis::Cluster.new, call and the commands' methods); this is the rest:
+# the first map, redirections, retries and failures.
 #
 # The slot map is read with CLUSTER SLOTS at the first command and kept
-# in the class (Cluster.__map_for), out of reach of the cleanup that undoes
-# a run's top-level changes: every later request of the interpreter uses
-# it.  A MOVED reply changes the map's entry for its slot, once, and the
+# in the class (@maps), out of reach of the cleanup that undoes a run's
+# top-level changes: every later request of the interpreter uses it.  A MOVED reply changes the map's entry for its slot, once, and the
 # command goes to the named node; ASK sends ASKING and the command to the
 # named node, the map unchanged; TRYAGAIN and CLUSTERDOWN are retried,
 # with growing pauses, until the command's timeout.  A node whose command
@@ -24,15 +25,20 @@ class Redis
     RETRY_PAUSE = 0.01     # s, doubled at each TRYAGAIN or CLUSTERDOWN
     DEFAULT_TIMEOUT = 1.0  # s, as ::Redis's
 
+    # Redis::Cluster.new(["127.0.0.1:7000", ...], timeout: 1.0) finds its
+    # map here, by the nodes and the timeout (C: redis_cluster_initialize).
     @maps = {}
 
-    # The map of the cluster that seeds name, for this interpreter; made
-    # once per seed list, timeout, user and TLS (the seeds checked then),
-    # and again for another password.  options: ::Redis.new's for each
-    # node.
-    def self.__map_for(seeds, timeout, options = nil)
-      key = __map_key(seeds, timeout)
-      key = "#{key} #{options[:username]} #{options[:ssl_params]}" if options
+    # The map of the nodes and timeout named key (made in C) with
+    # ::Redis.new's username:, password:, ssl: and ssl_params: for every
+    # node: made once per seed list, timeout, user and TLS (the seeds
+    # checked then), and again for another password.  Without any of
+    # them, C looks the map up itself and makes it by __map_new.
+    def self.__map_for(key, seeds, timeout, username, password, ssl,
+                       ssl_params)
+      options = { username: username, password: password, ssl: ssl,
+                  ssl_params: ssl_params }
+      key = "#{key} #{username} #{ssl_params}"
       map = @maps[key]
       if map.nil? || map.__options != options
         map = @maps[key] = SlotMap.new(seeds.dup, timeout, options)
@@ -40,32 +46,25 @@ class Redis
       map
     end
 
-    # Redis::Cluster.new(["127.0.0.1:7000", ...], timeout: 1.0), with
-    # ::Redis.new's username:, password:, ssl: and ssl_params: for every
-    # node
-    def initialize(seeds, timeout: nil, username: nil, password: nil,
-                   ssl: false, ssl_params: nil)
-      options = nil
-      if password || username || ssl || ssl_params
-        options = { username: username, password: password, ssl: ssl,
-                    ssl_params: ssl_params }
-      end
-      @map = Cluster.__map_for(seeds, timeout, options)
-    end
-
-    def call(*args)
-      map = @map
-      raise ClosedError, "connection is already closed" if map.nil?
-      map.__call(Cluster.__command_slot(args), args)
+    def self.__map_new(seeds, timeout)
+      SlotMap.new(seeds.dup, timeout, nil)
     end
 
     def [](key)
-      call("GET", key)
+      get(key)
     end
 
     def []=(key, value)
-      call("SET", key, value)
+      set(key, value)
       value
+    end
+
+    # call and the commands' methods are C's; a command they do not send
+    # themselves comes here.
+    def __route(args)
+      map = @map
+      raise ClosedError, "connection is already closed" if map.nil?
+      map.__call(Cluster.__command_slot(args), args)
     end
 
     # This object's commands raise Redis::ClosedError from now on; the
@@ -109,8 +108,10 @@ class Redis
         @timeout_s = (timeout || DEFAULT_TIMEOUT).to_f
         @nodes = {}    # "host:port" => Redis
         @slots = nil   # SLOTS "host:port"s of masters, nil until read
+        @slot_nodes = nil  # SLOTS ::Redis objects of @slots, for C
         @replicas = {} # master "host:port" => its replicas' "host:port"s
-        @suspects = nil  # "host:port" => true: its last command failed
+        @suspects = nil  # "host:port" => true: its last command failed;
+                         # nil when none (C's path needs nil)
       end
 
       def __options
@@ -141,6 +142,16 @@ class Redis
           __redirected(slot, args, e)
         rescue ConnectionError => e
           __failed(slot, addr, args, e)
+        end
+      end
+
+      # The command of args after its first try on slot's master, in C,
+      # raised e.
+      def __recover(slot, args, e)
+        case e
+        when ReplyError then __redirected(slot, args, e)
+        when ConnectionError then __failed(slot, @slots[slot], args, e)
+        else raise e
         end
       end
 
@@ -176,8 +187,14 @@ class Redis
           (@suspects ||= {})[addr] = true
           raise e
         end
-        @suspects.delete(addr) if @suspects
+        __trust(addr)
         reply
+      end
+
+      def __trust(addr)
+        return if @suspects.nil?
+        @suspects.delete(addr)
+        @suspects = nil if @suspects.empty?
       end
 
       # The slot's master after reading the map again, nil if no node
@@ -215,7 +232,7 @@ class Redis
             failures << "#{addr}: #{e.message}"
             next
           end
-          @suspects.delete(addr) if @suspects
+          __trust(addr)
           return @slots = __slots_from(reply, addr)
         end
         raise ConnectionError, "Redis::Cluster: no node answered CLUSTER " \
@@ -227,6 +244,7 @@ class Redis
       # that answered.
       def __slots_from(reply, addr)
         slots = Array.new(SLOTS)
+        nodes = Array.new(SLOTS)
         replicas = {}
         reply.each do |range|
           owner = nil
@@ -242,8 +260,14 @@ class Redis
             end
           end
           slots.fill(owner, range[0], range[1] - range[0] + 1)
+          nodes.fill(__node(owner), range[0], range[1] - range[0] + 1)
         end
         @replicas = replicas
+        @slot_nodes = nodes
+        # a suspect that serves no slot now (a master failed over) is
+        # asked for nothing more: forgotten
+        @suspects.keys.each { |a| __trust(a) unless replicas.key?(a) } \
+          if @suspects
         slots
       end
 
@@ -267,7 +291,10 @@ class Redis
             end
             asking = words[0] == "ASK"
             addr = words[2]
-            @slots[words[1].to_i] = addr if !asking && @slots
+            if !asking && @slots
+              @slots[words[1].to_i] = addr
+              @slot_nodes[words[1].to_i] = __node(addr)
+            end
           when "TRYAGAIN", "CLUSTERDOWN"
             deadline ||= Time.now.to_f + @timeout_s
             raise e if Time.now.to_f + pause > deadline

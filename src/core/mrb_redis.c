@@ -1182,7 +1182,15 @@ redis_command(mrb_state *mrb, mrb_value self, mrb_value name,
 }
 
 
-/* r.call("SET", "k", 1) */
+mrb_value
+mrb_redis_command(mrb_state *mrb, mrb_value redis, mrb_value name,
+    const mrb_value *args, mrb_int argc)
+{
+    return redis_command(mrb, redis, name, args, argc);
+}
+
+
+/* r.call("SET", "k", 1), and a Redis::Cluster's (an object, not data) */
 static mrb_value
 redis_call(mrb_state *mrb, mrb_value self)
 {
@@ -1195,11 +1203,17 @@ redis_call(mrb_state *mrb, mrb_value self)
         mrb_raise(mrb, E_ARGUMENT_ERROR, "no Redis command given");
     }
 
+    if (mrb_type(self) == MRB_TT_OBJECT) {
+        return mrb_redis_cluster_send(mrb, self, args[0], args + 1,
+                                      argc - 1);
+    }
+
     return redis_command(mrb, self, mrb_nil_value(), args, argc);
 }
 
 
-/* r.get("k"), r.set("k", "v"), ...: the method's name is the command */
+/* r.get("k"), r.set("k", "v"), ...: the method's name is the command;
+ * a Redis::Cluster's too */
 static mrb_value
 redis_named(mrb_state *mrb, mrb_value self)
 {
@@ -1209,6 +1223,10 @@ redis_named(mrb_state *mrb, mrb_value self)
 
     mrb_get_args(mrb, "*", &args, &argc);
     name = mrb_sym_str(mrb, mrb_get_mid(mrb));
+
+    if (mrb_type(self) == MRB_TT_OBJECT) {
+        return mrb_redis_cluster_send(mrb, self, name, args, argc);
+    }
 
     return redis_command(mrb, self, name, args, argc);
 }
@@ -1595,7 +1613,7 @@ redis_run_end(mrb_state *mrb, const mrb_run_rec *run)
 static void
 redis_define(mrb_state *mrb)
 {
-    struct RClass  *c, *base, *conn_error, *reply_error, *conn;
+    struct RClass  *c, *base, *conn_error, *reply_error, *conn, *cluster;
     int             ai = mrb_gc_arena_save(mrb);
 
     c = mrb_api_define_class(mrb, NULL, "Redis", NULL, redis_methods);
@@ -1614,7 +1632,9 @@ redis_define(mrb_state *mrb)
     mrb_api_define_class(mrb, c, "AuthError", reply_error, NULL);
     mrb_api_define_class(mrb, c, "ClosedError", base, NULL);
     mrb_api_define_class_methods(mrb, c, redis_class_methods);
-    mrb_redis_cluster_define(mrb, c, base, redis_command_methods);
+    cluster = mrb_redis_cluster_define(mrb, c, base);
+    mrb_api_define_methods(mrb, cluster, redis_command_methods);
+    mrb_define_method(mrb, cluster, "call", redis_call, MRB_ARGS_ANY());
 
     /* holds a kept connection; not for scripts */
     conn = mrb_api_define_class(mrb, c, "Connection", NULL, NULL);

@@ -22,4 +22,11 @@ extern const mrb_part  mrb_redis_part;
  * NULL for another object (which the command sends by its to_s). */
 const char *mrb_redis_name(mrb_state *mrb, mrb_value name, mrb_int *len);
 
+/* redis.name(*args) of the ::Redis object redis (name a String): the
+ * reply, or an exception raised as the method would.  args
+ * may point into the VM's stack: they are converted before the first
+ * wait. */
+mrb_value mrb_redis_command(mrb_state *mrb, mrb_value redis, mrb_value name,
+    const mrb_value *args, mrb_int argc);
+
 #endif /* MRB_REDIS_H */

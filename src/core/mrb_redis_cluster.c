@@ -1,9 +1,16 @@
 /*
  * Redis::Cluster's C half: which of the cluster's 16384 slots a command
- * goes to, and the commands as methods.  The routing (the slot map, MOVED,
- * ASK, TRYAGAIN) is Ruby, in mrblib/redis_cluster.rb, over one ::Redis
- * object per node, so that every wait is a ::Redis wait (on nginx, on the
- * event loop).
+ * goes to, the commands as methods, and the steady state's path.  The
+ * routing (the slot map, MOVED, ASK, TRYAGAIN, failures) is Ruby, in
+ * mrblib/redis_cluster.rb, over one ::Redis object per node, so that
+ * every wait is a ::Redis wait (on nginx, on the event loop).
+ *
+ * The steady state is C: a command whose keys are Strings goes straight
+ * to the ::Redis object the map names for their slot (SlotMap's
+ * @slot_nodes), through mrb_redis_command; the Ruby half runs only when
+ * there is something to decide (no map yet, a suspect node, an error
+ * reply, a lost connection).  In Ruby, the same GET took 1.19 times the
+ * instructions of a GET through ::Redis (bench/callgrind_redis.py).
  *
  * A key's slot is CRC16 (XMODEM: polynomial 0x1021, initial 0) of the key,
  * or of its hash tag (what is between the first "{" and the next "}" after
@@ -20,6 +27,8 @@
 #include <mruby.h>
 #include <mruby/array.h>
 #include <mruby/class.h>
+#include <mruby/error.h>
+#include <mruby/hash.h>
 #include <mruby/string.h>
 #include <mruby/variable.h>
 #include "mrb_api.h"
@@ -221,6 +230,64 @@ redis_cluster_keys_of(mrb_state *mrb, mrb_value name)
 }
 
 
+#define REDIS_CLUSTER_NO_SLOT  (-1)
+
+
+/*
+ * The slot of the keys that k places among args (argc of them, the
+ * arguments after the command's name), when every key is a String and
+ * all are in one slot; REDIS_CLUSTER_NO_SLOT otherwise (no key, another
+ * object, several slots, a refused command), left to
+ * Redis::Cluster.__command_slot to say.  Runs no Ruby.
+ */
+static int
+redis_cluster_strings_slot(const redis_cluster_keys_t *k,
+    const mrb_value *args, mrb_int argc)
+{
+    mrb_int   first, last, i;
+    unsigned  slot;
+
+    if (k->first <= 0) {
+        return REDIS_CLUSTER_NO_SLOT;
+    }
+
+    /* indexes in the command, where the name is 0 */
+    first = k->first;
+    last = k->last < 0 ? argc + 1 + k->last : k->last;
+
+    if (k->numkeys) {
+        if (first - 2 >= argc || !mrb_integer_p(args[first - 2])) {
+            return REDIS_CLUSTER_NO_SLOT;
+        }
+        last = first + mrb_integer(args[first - 2]) - 1;
+    }
+
+    if (first > argc || last < first || last > argc) {
+        return REDIS_CLUSTER_NO_SLOT;
+    }
+
+    for (i = first; i <= last; i += k->step) {
+        if (!mrb_string_p(args[i - 1])) {
+            return REDIS_CLUSTER_NO_SLOT;
+        }
+    }
+
+    slot = mrb_redis_cluster_key_slot(RSTRING_PTR(args[first - 1]),
+                                      (size_t) RSTRING_LEN(args[first - 1]));
+
+    for (i = first + k->step; i <= last; i += k->step) {
+        if (mrb_redis_cluster_key_slot(RSTRING_PTR(args[i - 1]),
+                                       (size_t) RSTRING_LEN(args[i - 1]))
+            != slot)
+        {
+            return REDIS_CLUSTER_NO_SLOT;
+        }
+    }
+
+    return (int) slot;
+}
+
+
 /* The slot of argument i of args, made a String as the command sends it
  * (an earlier argument's to_s may have shortened args: then nil's). */
 static unsigned
@@ -315,18 +382,16 @@ redis_cluster_command_slot(mrb_state *mrb, mrb_value self)
 
 
 /*
- * Redis::Cluster.__map_key(["h:1", "h:2"], timeout) => "h:1,h:2 timeout":
- * what names a slot map among the interpreter's (Array#join, a tenth of
- * a GET's instructions, would take 3,800 more per Redis::Cluster.new:
- * callgrind of mruby 3.1, 2026-11-27).
+ * "h:1,h:2 timeout": what names the slot map of seeds and timeout among
+ * the interpreter's (Array#join, a tenth of a GET's instructions, would
+ * take 3,800 more per Redis::Cluster.new: callgrind of mruby 3.1,
+ * 2026-11-27).
  */
 static mrb_value
-redis_cluster_map_key(mrb_state *mrb, mrb_value self)
+redis_cluster_map_key(mrb_state *mrb, mrb_value seeds, mrb_value timeout)
 {
-    mrb_value  seeds, timeout, key, t, s;
+    mrb_value  key, t, s;
     mrb_int    i;
-
-    mrb_get_args(mrb, "oo", &seeds, &timeout);
 
     if (!mrb_array_p(seeds) || RARRAY_LEN(seeds) == 0) {
         goto bad;
@@ -361,6 +426,201 @@ bad:
 }
 
 
+/*
+ * Redis::Cluster.new(["host:port", ...], timeout: 1.0, username:,
+ * password:, ssl:, ssl_params:): an object on the interpreter's map of
+ * those nodes with that timeout, found in the class's @maps (kept there,
+ * out of reach of the cleanup that undoes a run's top-level changes),
+ * made by Redis::Cluster.__map_new the first time; with any of the
+ * ::Redis options, Redis::Cluster.__map_for finds or makes it.
+ */
+enum { REDIS_CLUSTER_TIMEOUT, REDIS_CLUSTER_USERNAME, REDIS_CLUSTER_PASSWORD,
+       REDIS_CLUSTER_SSL, REDIS_CLUSTER_SSL_PARAMS, REDIS_CLUSTER_KW };
+
+static const char  *redis_cluster_kw_names[REDIS_CLUSTER_KW] = {
+    "timeout", "username", "password", "ssl", "ssl_params"
+};
+
+static mrb_value
+redis_cluster_initialize(mrb_state *mrb, mrb_value self)
+{
+    int             i;
+    mrb_bool        options;
+    mrb_sym         kw_names[REDIS_CLUSTER_KW];
+    mrb_value       kw_values[REDIS_CLUSTER_KW], seeds, key, maps, map;
+    mrb_kwargs      kw = { .num = REDIS_CLUSTER_KW, .required = 0,
+                           .table = kw_names, .values = kw_values,
+                           .rest = NULL };
+    struct RClass  *c;
+
+    for (i = 0; i < REDIS_CLUSTER_KW; i++) {
+        kw_names[i] = mrb_intern_cstr(mrb, redis_cluster_kw_names[i]);
+    }
+
+    mrb_get_args(mrb, "o:", &seeds, &kw);
+
+    options = FALSE;
+    for (i = 0; i < REDIS_CLUSTER_KW; i++) {
+        if (mrb_undef_p(kw_values[i])) {
+            kw_values[i] = i == REDIS_CLUSTER_SSL ? mrb_false_value()
+                                                  : mrb_nil_value();
+        } else if (i != REDIS_CLUSTER_TIMEOUT && mrb_test(kw_values[i])) {
+            options = TRUE;
+        }
+    }
+
+    key = redis_cluster_map_key(mrb, seeds, kw_values[REDIS_CLUSTER_TIMEOUT]);
+
+    /* the class that has the maps: Redis::Cluster, above a subclass */
+    maps = mrb_nil_value();
+    for (c = mrb_obj_class(mrb, self); c != NULL; c = c->super) {
+        maps = mrb_iv_get(mrb, mrb_obj_value(c), mrb_intern_lit(mrb,
+                                                                "@maps"));
+        if (mrb_hash_p(maps)) {
+            break;
+        }
+    }
+
+    if (!mrb_hash_p(maps)) {
+        mrb_raise(mrb, E_RUNTIME_ERROR, "Redis::Cluster: its maps are gone");
+    }
+
+    if (options) {
+        map = mrb_funcall_id(mrb, mrb_obj_value(c),
+                             mrb_intern_lit(mrb, "__map_for"), 7, key, seeds,
+                             kw_values[REDIS_CLUSTER_TIMEOUT],
+                             kw_values[REDIS_CLUSTER_USERNAME],
+                             kw_values[REDIS_CLUSTER_PASSWORD],
+                             kw_values[REDIS_CLUSTER_SSL],
+                             kw_values[REDIS_CLUSTER_SSL_PARAMS]);
+
+    } else {
+        map = mrb_hash_get(mrb, maps, key);
+
+        if (mrb_nil_p(map)) {
+            map = mrb_funcall_id(mrb, mrb_obj_value(c),
+                                 mrb_intern_lit(mrb, "__map_new"), 2, seeds,
+                                 kw_values[REDIS_CLUSTER_TIMEOUT]);
+            mrb_hash_set(mrb, maps, key, map);
+        }
+    }
+
+    mrb_iv_set(mrb, self, mrb_intern_lit(mrb, "@map"), map);
+    return self;
+}
+
+
+/* What a command sent in C takes along into its wait. */
+typedef struct {
+    mrb_value         node;
+    mrb_value         name;
+    const mrb_value  *args;
+    mrb_int           argc;
+} redis_cluster_job;
+
+
+static mrb_value
+redis_cluster_job_run(mrb_state *mrb, void *data)
+{
+    redis_cluster_job  *job = data;
+
+    return mrb_redis_command(mrb, job->node, job->name, job->args,
+                             job->argc);
+}
+
+
+/* [name, *args] */
+static mrb_value
+redis_cluster_command_ary(mrb_state *mrb, mrb_value name,
+    const mrb_value *args, mrb_int argc)
+{
+    mrb_value  ary = mrb_ary_new_capa(mrb, argc + 1);
+    mrb_int    i;
+
+    mrb_ary_push(mrb, ary, name);
+    for (i = 0; i < argc; i++) {
+        mrb_ary_push(mrb, ary, args[i]);
+    }
+
+    return ary;
+}
+
+
+#define REDIS_CLUSTER_ARGS_MAX  8   /* the most arguments sent in C */
+
+/*
+ * In the steady state straight to the node of the command's slot, an
+ * error reply or a connection error then handed to the map's __recover;
+ * else all of it through Redis::Cluster#__route.
+ */
+mrb_value
+mrb_redis_cluster_send(mrb_state *mrb, mrb_value self, mrb_value name,
+    const mrb_value *args, mrb_int argc)
+{
+    int                 slot;
+    mrb_bool            failed;
+    mrb_value           map, nodes, node, argv[REDIS_CLUSTER_ARGS_MAX],
+                        reply;
+    redis_cluster_job   job;
+
+    if (mrb_symbol_p(name)) {
+        name = mrb_sym_str(mrb, mrb_symbol(name));
+    }
+
+    /* a name of another class is sent by its to_s, which runs Ruby */
+    if (!mrb_string_p(name) || argc > REDIS_CLUSTER_ARGS_MAX) {
+        goto route;
+    }
+
+    map = mrb_iv_get(mrb, self, mrb_intern_lit(mrb, "@map"));
+    if (mrb_type(map) != MRB_TT_OBJECT) {
+        goto route;
+    }
+
+    nodes = mrb_iv_get(mrb, map, mrb_intern_lit(mrb, "@slot_nodes"));
+    if (!mrb_array_p(nodes) || RARRAY_LEN(nodes) != REDIS_CLUSTER_SLOTS
+        || !mrb_nil_p(mrb_iv_get(mrb, map, mrb_intern_lit(mrb, "@suspects"))))
+    {
+        goto route;
+    }
+
+    slot = redis_cluster_strings_slot(redis_cluster_keys_of(mrb, name),
+                                      args, argc);
+    if (slot == REDIS_CLUSTER_NO_SLOT) {
+        goto route;
+    }
+
+    node = RARRAY_PTR(nodes)[slot];
+    if (mrb_nil_p(node)) {
+        goto route;
+    }
+
+    /* args may point into the VM's stack, which Ruby run by an argument's
+     * to_s could move: the recovery reads this copy */
+    memcpy(argv, args, (size_t) argc * sizeof(mrb_value));
+    job.node = node;
+    job.name = name;
+    job.args = argv;
+    job.argc = argc;
+
+    reply = mrb_protect_error(mrb, redis_cluster_job_run, &job, &failed);
+
+    if (!failed) {
+        return reply;
+    }
+
+    return mrb_funcall_id(mrb, map, mrb_intern_lit(mrb, "__recover"), 3,
+                          mrb_fixnum_value(slot),
+                          redis_cluster_command_ary(mrb, name, argv, argc),
+                          reply);
+
+route:
+
+    return mrb_funcall_id(mrb, self, mrb_intern_lit(mrb, "__route"), 1,
+                          redis_cluster_command_ary(mrb, name, args, argc));
+}
+
+
 /* Redis::Cluster.key_slot("{user1}:name") => 8106 */
 static mrb_value
 redis_cluster_key_slot_m(mrb_state *mrb, mrb_value self)
@@ -374,43 +634,28 @@ redis_cluster_key_slot_m(mrb_state *mrb, mrb_value self)
 }
 
 
-/* cluster.get("k"), ...: the method's name is the command, sent by call. */
-static mrb_value
-redis_cluster_named(mrb_state *mrb, mrb_value self)
-{
-    mrb_int           argc, i;
-    mrb_value         argv;
-    const mrb_value  *args;
-
-    mrb_get_args(mrb, "*", &args, &argc);
-
-    argv = mrb_ary_new_capa(mrb, argc + 1);
-    mrb_ary_push(mrb, argv, mrb_sym_str(mrb, mrb_get_mid(mrb)));
-    for (i = 0; i < argc; i++) {
-        mrb_ary_push(mrb, argv, args[i]);
-    }
-
-    return mrb_funcall_argv(mrb, self, mrb_intern_lit(mrb, "call"),
-                            RARRAY_LEN(argv), RARRAY_PTR(argv));
-}
-
-
 static const mrb_api_method  redis_cluster_class_methods[] = {
     { "__command_slot", redis_cluster_command_slot, MRB_ARGS_REQ(1) },
-    { "__map_key", redis_cluster_map_key, MRB_ARGS_REQ(2) },
     { "key_slot", redis_cluster_key_slot_m, MRB_ARGS_REQ(1) },
     MRB_API_METHOD_END
 };
 
 
-void
-mrb_redis_cluster_define(mrb_state *mrb, struct RClass *redis,
-    struct RClass *base_error, const mrb_api_method *commands)
-{
-    struct RClass         *c, *error;
-    const mrb_api_method  *m;
+static const mrb_api_method  redis_cluster_methods[] = {
+    { "initialize", redis_cluster_initialize,
+      MRB_ARGS_REQ(1) | MRB_ARGS_KEY(REDIS_CLUSTER_KW, 0) },
+    MRB_API_METHOD_END
+};
 
-    c = mrb_api_define_class(mrb, redis, "Cluster", NULL, NULL);
+
+struct RClass *
+mrb_redis_cluster_define(mrb_state *mrb, struct RClass *redis,
+    struct RClass *base_error)
+{
+    struct RClass  *c, *error;
+
+    c = mrb_api_define_class(mrb, redis, "Cluster", NULL,
+                             redis_cluster_methods);
     error = mrb_api_define_class(mrb, redis, "ClusterError", base_error,
                                  NULL);
     /* where command_slot finds it: a script may reassign the constant */
@@ -418,7 +663,5 @@ mrb_redis_cluster_define(mrb_state *mrb, struct RClass *redis,
                mrb_obj_value(error));
     mrb_api_define_class_methods(mrb, c, redis_cluster_class_methods);
 
-    for (m = commands; m->name != NULL; m++) {
-        mrb_define_method(mrb, c, m->name, redis_cluster_named, m->aspec);
-    }
+    return c;
 }

@@ -312,9 +312,9 @@ c = Redis::Cluster.new(["127.0.0.1:#{port}"], password: "%(secret)s",
 out << c.set("{u1}a", "1")
 out << c.incr("{u1}a")
 out << c.call("CONFIG", "GET", "tls-cluster").inspect
-out << (c.inspect + Redis::Cluster.__map_for(["127.0.0.1:#{port}"], 5,
-        { username: nil, password: "%(secret)s", ssl: true,
-          ssl_params: tls }).inspect).include?("%(secret)s")
+out << (c.inspect + Redis::Cluster.__map_for("127.0.0.1:#{port} 5",
+        ["127.0.0.1:#{port}"], 5, nil, "%(secret)s", true,
+        tls).inspect).include?("%(secret)s")
 begin
   Redis::Cluster.new(["127.0.0.1:#{port}"], password: "%(wrong)s",
                      ssl: true, ssl_params: tls).get("x")

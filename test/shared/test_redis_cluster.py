@@ -32,6 +32,9 @@ out << c.set("key1", "w", "NX" => true).inspect
 c.hset("h", "f", "1")
 out << c.hgetall("h").inspect
 out << c["key2"]
+out << c.call("EVAL", "return redis.call('GET', KEYS[1])", 1, "key3")
+out << c.get(:key4)
+out << c.call(:get, "key5", *[])
 out << c.ping
 Server.rputs out.join("\n")
 '''
@@ -44,6 +47,9 @@ SPREAD_EXPECTED = "\n".join([
     "nil",
     '{"f"=>"1"}',
     "v-key2",
+    "v-key3",
+    "v-key4",
+    "v-key5",
     "PONG",
 ])
 

@@ -311,9 +311,11 @@ def test_master_frozen_under_load(kind, apache, nginx, cluster):
         summary(failed)
     assert any(d[1] > t_cont and d not in failed for d in theirs)
     # the map was read elsewhere (the node reads what was sent to it while
-    # it was stopped when it runs again)
+    # it was stopped when it runs again); but an Apache interpreter made
+    # during the freeze reads its first map from the first node given
     time.sleep(0.2)
-    assert harness_slots_reads(frozen) == slots_reads
+    made = 0 if kind == "nginx" else 4    # ONE_CHILD's ThreadsPerChild
+    assert harness_slots_reads(frozen) - slots_reads <= made
 
 
 def harness_slots_reads(node):
