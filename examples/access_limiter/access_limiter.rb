@@ -4,7 +4,9 @@
 threshold = 2
 ####
 # Fleet mode: count across every server that shares this Redis, e.g.
-# redis = "127.0.0.1:6379"; nil counts in this server only.
+# redis = "127.0.0.1:6379", or this Redis Cluster (some of its nodes), e.g.
+# redis = ["127.0.0.1:7000", "127.0.0.1:7001"]; nil counts in this server
+# only.
 redis = nil
 lease = 60          # fleet mode: seconds a count outlives a dead server
 fail_open = true    # fleet mode, Redis down: let requests through

@@ -10,12 +10,14 @@
 # what a dead process held, at most a second after it died, while the counts
 # of requests still running elsewhere stay.
 #
-# Fleet mode (redis = "host:port" in access_limiter.rb): the count lives in
-# Redis, shared by every server that uses it: INCR on the way in, DECR on the
-# way out, and each INCR renews the key's lease (EXPIRE), so the counts of a
-# server that died go away once its file has been quiet for `lease` seconds.
-# Redis down: the request goes through (fail open) or gets 503 (fail
-# closed), with an error log line either way.
+# Fleet mode (redis = "host:port", or a Redis Cluster's nodes, in
+# access_limiter.rb): the count lives in Redis, shared by every server that
+# uses it: INCR on the way in, DECR on the way out, and each INCR renews the
+# key's lease (EXPIRE, in the same script), so the counts of a server that
+# died go away once its file has been quiet for `lease` seconds.  A file's
+# key is access_limiter:{file}: the hash tag keeps everything of one file
+# in one slot of a cluster.  Redis down: the request goes through (fail
+# open) or gets 503 (fail closed), with an error log line either way.
 Server = get_server_class
 
 module AccessLimiter
@@ -28,28 +30,39 @@ module AccessLimiter
 
   FLEET     = "\0fleet\0"   # this process took a fleet count for a file
   REDIS_AT  = "\0redis"     # where the fleet counts are, for the log phase
-  KEY       = "access_limiter:"
+  CLUSTER   = "cluster "    # REDIS_AT's start for a cluster's nodes
+  INCR      = "local n = redis.call('INCR', KEYS[1]) " \
+              "redis.call('EXPIRE', KEYS[1], ARGV[1]) return n"
   DECR      = "local n = redis.call('DECR', KEYS[1]) " \
               "if n <= 0 then redis.call('DEL', KEYS[1]) end return n"
 
+  def self.key(file)
+    "access_limiter:{#{file}}"
+  end
+
+  # addr: "host:port", or CLUSTER and the nodes' "host:port"s joined by
+  # commas.  One connection per worker interpreter and node, kept across
+  # requests.
   def self.redis(addr)
-    host, port = addr.split(":")
-    # one connection per worker interpreter, kept across requests
-    Redis.new(host, port.to_i, timeout: 0.5)
+    if addr.start_with?(CLUSTER)
+      Redis::Cluster.new(addr[CLUSTER.size..-1].split(","), timeout: 0.5)
+    else
+      host, port = addr.split(":")
+      Redis.new(host, port.to_i, timeout: 0.5)
+    end
   end
 
   # Fleet mode, access phase: the count in Redis.  This process holds its
   # share under FLEET + file, not under file, which is how the log phase
   # tells a fleet count from a local one.
-  def self.fleet_in(file, addr, lease, fail_open)
-    if @redis_at != addr
-      COUNTS[REDIS_AT] = addr
-      @redis_at = addr
+  def self.fleet_in(file, nodes, lease, fail_open)
+    if @redis_nodes != nodes
+      @redis_nodes = nodes
+      @redis_at = nodes.is_a?(Array) ? CLUSTER + nodes.join(",") : nodes
+      COUNTS[REDIS_AT] = @redis_at
     end
-    count = redis(addr).pipelined { |p|
-      p.incr(KEY + file)
-      p.expire(KEY + file, lease)
-    }[0]
+    addr = @redis_at
+    count = redis(addr).call("EVAL", INCR, 1, key(file), lease)
     COUNTS.hold(FLEET + file)
     count
   rescue Redis::BaseError => e
@@ -65,7 +78,7 @@ module AccessLimiter
   def self.fleet_out(file)
     return unless COUNTS.release(FLEET + file)
     addr = COUNTS[REDIS_AT]
-    redis(addr).call("EVAL", DECR, 1, KEY + file)
+    redis(addr).call("EVAL", DECR, 1, key(file))
   rescue Redis::BaseError => e
     Server.errlogger Server::LOG_ERR, "access_limiter: redis #{addr} " \
                      "unavailable (#{e.class}: #{e.message}): the count of " \

@@ -39,7 +39,10 @@ def install(server, threshold=2, redis=None, fail_open=True):
         text = read(name)
         if name == "access_limiter.rb":
             text = text.replace("threshold = 2", f"threshold = {threshold}")
-            if redis:
+            if isinstance(redis, list):    # a cluster's nodes
+                text = text.replace("redis = nil", "redis = %s" % ", ".join(
+                    f'"{n}"' for n in redis).join("[]"))
+            elif redis:
                 text = text.replace("redis = nil", f'redis = "{redis}"')
             if not fail_open:
                 text = text.replace("fail_open = true", "fail_open = false")
@@ -374,7 +377,45 @@ def test_fleet_two_apaches_share_a_limit(apache, redis_server):
         log = a.wait_log(f"file:{f} reached threshold: 2: return 503")
         assert "unavailable" not in log
     # every count went back out of Redis
-    redis_count_gone(redis_server, "access_limiter:" + f)
+    redis_count_gone(redis_server, limiter_key(f))
+
+
+def limiter_key(filename):
+    return "access_limiter:{%s}" % filename
+
+
+def test_fleet_three_apaches_share_a_limit_on_a_cluster(apache, _servers):
+    """Three servers, a six-node Redis Cluster (each server given other
+    nodes), threshold 2: five requests to each at once give two successes
+    in all; the file's count is on the master of its key's slot, and gone
+    after."""
+    cluster = harness.RedisCluster()
+    _servers.servers.append(cluster)
+    cluster.start()
+    seeds = cluster.seeds()
+    a1 = start_apache(apache, redis=seeds[0:2], sleep=30)
+    servers = [a1] + [start_apache(apache, redis=seeds[i:i + 2], sleep=30,
+                                   docroot=a1.docroot) for i in (2, 4)]
+    urls = [a.url("/access_limiter/sleep.php") for a in servers
+            for _ in range(5)]
+    rs = gated_gets(urls, servers, early=13)
+    assert statuses(rs) == [200] * 2 + [503] * 13
+
+    f = sleep_php(a1)
+    for a in servers:
+        log = a.wait_log(f"file:{f} reached threshold: 2: return 503")
+        assert "unavailable" not in log
+    owner_id, owner = cluster.node_of_slot(cluster.key_slot(limiter_key(f)))
+    redis_count_gone(owner, limiter_key(f))
+
+    def evals(node):
+        stats = node.command("INFO", "commandstats")
+        return int(stats.split("cmdstat_eval:calls=")[1].split(",")[0]) \
+            if "cmdstat_eval:" in stats else 0
+    # every count went to the file's slot, on its master: 15 in (and out)
+    assert evals(owner) >= 15
+    assert [evals(m) for i, m in cluster.masters().items()
+            if i != owner_id] == [0, 0]
 
 
 def test_fleet_each_count_renews_the_lease(apache, redis_server):
@@ -382,7 +423,7 @@ def test_fleet_each_count_renews_the_lease(apache, redis_server):
     count outlives a dead server by the lease and no longer."""
     a = start_apache(apache, redis=f"127.0.0.1:{redis_server.port}",
                      sleep=30)
-    key = "access_limiter:" + sleep_php(a)
+    key = limiter_key(sleep_php(a))
     url = a.url("/access_limiter/sleep.php")
     with concurrent.futures.ThreadPoolExecutor(2) as ex:
         first = ex.submit(requests.get, url, timeout=60)
@@ -429,7 +470,7 @@ def test_fleet_redis_restarted_reconnects(apache, redis_server):
     assert a.get("/access_limiter/sleep.php").status_code == 200
     # the log phase runs after the response went out: let its DECR finish,
     # or the kill may cut it mid-command
-    redis_count_gone(redis_server, "access_limiter:" + sleep_php(a))
+    redis_count_gone(redis_server, limiter_key(sleep_php(a)))
     redis_server.command("CLIENT", "KILL", "TYPE", "normal")
     assert a.get("/access_limiter/sleep.php").status_code == 200
     assert "unavailable" not in a.error_log()
