@@ -10,7 +10,7 @@ PACKAGES="build-essential pkg-config apache2 apache2-dev nginx nginx-dev
 libmruby-dev mruby libhiredis-dev libpcre2-dev libssl-dev zlib1g-dev
 libboost-context-dev libonig-dev
 clang libclang-rt-dev llvm debhelper lintian dpkg-dev fakeroot lua-cjson
-redis-server wrk openssl curl python3 python3-venv iproute2 procps
+redis-server redis-sentinel wrk openssl curl python3 python3-venv iproute2 procps
 libapache2-mod-perl2 libapache2-mod-php libnginx-mod-http-lua
 libnginx-mod-stream"
 
@@ -34,7 +34,7 @@ fi
 # Debian starts the servers it installs; the tests and demos start their own.
 # Not while make test-deb (which holds this lock) runs the stock servers.
 if flock -n /run/lock/mruby-test-deb.lock true 2>/dev/null; then
-    for s in apache2 nginx redis-server; do
+    for s in apache2 nginx redis-server redis-sentinel; do
         if command -v service >/dev/null 2>&1; then
             service "$s" stop >/dev/null 2>&1 || true
         fi

@@ -970,6 +970,18 @@ def tls_files(dir, name="test"):
     return f
 
 
+def stop_process(proc):
+    """SIGTERM, then SIGKILL after STOP_TIMEOUT, to a child still
+    running."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(STOP_TIMEOUT)
+
+
 class Redis:
     """redis-server on 127.0.0.1:<free port>, no persistence; args: more
     of redis-server's options; dir: its directory (made if not given).
@@ -1091,15 +1103,8 @@ class Redis:
 
     def stop(self):
         proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(STOP_TIMEOUT)
+        if proc is not None:
+            stop_process(proc)
 
     def remove(self):
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -1228,6 +1233,180 @@ class RedisCluster:
 
     def stop(self):
         for n in self.nodes:
+            n.stop()
+
+    def remove(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+REDIS_SENTINEL_BIN = "/usr/bin/redis-sentinel"
+
+
+class RedisSentinel:
+    """A master with two replicas and three redis-sentinel watching it as
+    NAME, on 127.0.0.1, each in a directory of its own under .dir.
+    .master and .replicas are harness.Redis objects (as started: after a
+    failover .master is the old master); .sentinels the sentinels' ports.
+    The sentinels call the master down after down_after ms and give a
+    failover failover_timeout ms: small, so that tests stay short, and
+    not so small that a busy machine makes them call a newly promoted
+    master down.
+    min_replicas: each server's min-replicas-to-write (a master refuses
+    writes with fewer replicas attached), 0 for Redis's default (none)."""
+
+    NAME = "mymaster"
+
+    def __init__(self, name="sentinel", down_after=3000,
+                 failover_timeout=5000, min_replicas=0):
+        self.dir = make_www_dir(f"mruby-{name}-")
+        self.down_after = down_after
+        self.failover_timeout = failover_timeout
+        args = ["--min-replicas-to-write", str(min_replicas)]
+        self.master = Redis(args=args, dir=self._subdir("master"))
+        self.replicas = [Redis(args=list(args),
+                               dir=self._subdir(f"replica{i}"))
+                         for i in range(2)]
+        self.sentinels = [free_port() for _ in range(3)]
+        self.procs = []
+
+    def _subdir(self, name):
+        d = os.path.join(self.dir, name)
+        os.mkdir(d)
+        os.chmod(d, 0o755)
+        return d
+
+    def addresses(self):
+        """The sentinels as "host:port" Strings."""
+        return [f"127.0.0.1:{p}" for p in self.sentinels]
+
+    def nodes(self):
+        return [self.master] + self.replicas
+
+    def start(self):
+        try:
+            self.master.start()
+            for r in self.replicas:
+                r.args += ["--replicaof", self.master.host,
+                           str(self.master.port)]
+                r.start()
+            for i, port in enumerate(self.sentinels):
+                self._start_sentinel(i, port)
+            self._wait("the sentinels did not start", lambda: all(
+                self.ask(p, "PING") == "PONG" for p in self.sentinels))
+            for port in self.sentinels:
+                # INFO every 200 ms rather than 10 s: the old master is made
+                # a replica at a sentinel's INFO, 4 hello periods (8 s)
+                # after the switch.  Not shorter hello periods: a sentinel
+                # turns a replica that says it is a master back into a
+                # replica after 4 of them without news, and so undid
+                # promotions still waiting for their switch
+                self.ask(port, "SENTINEL", "DEBUG", "info-period", 200)
+            self._wait("the replicas and sentinels did not find each other",
+                       self._ready)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start_sentinel(self, i, port):
+        d = self._subdir(f"sentinel{i}")
+        conf = os.path.join(d, "sentinel.conf")
+        with open(conf, "w") as f:
+            f.write(f"port {port}\nbind 127.0.0.1\nprotected-mode no\n"
+                    f"daemonize no\ndir {d}\n"
+                    f"logfile {os.path.join(d, 'sentinel.log')}\n"
+                    f"sentinel monitor {self.NAME} 127.0.0.1 "
+                    f"{self.master.port} 2\n"
+                    f"sentinel down-after-milliseconds {self.NAME} "
+                    f"{self.down_after}\n"
+                    f"sentinel failover-timeout {self.NAME} "
+                    f"{self.failover_timeout}\n"
+                    f"sentinel parallel-syncs {self.NAME} 2\n")
+        self.procs.append(subprocess.Popen(
+            [REDIS_SENTINEL_BIN, conf], stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+            start_new_session=True))
+
+    def _wait(self, what, ready, timeout=60):
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if ready():
+                    return
+            except (OSError, subprocess.SubprocessError):
+                pass
+            if time.monotonic() > deadline:
+                raise HarnessError(what)
+            time.sleep(0.1)
+
+    def _ready(self):
+        info = self.master.command("INFO", "replication")
+        if info.count("state=online") != 2:
+            return False
+        for port in self.sentinels:
+            if (self.ask(port, "SENTINEL", "REPLICAS", self.NAME)
+                    .count("master-link-status\nok") != 2
+                    or self.ask(port, "SENTINEL", "SENTINELS", self.NAME)
+                    .count("runid") != 2):
+                return False
+        return True
+
+    def ask(self, port, *args):
+        """A command to the sentinel on port through redis-cli (the whole
+        reply, as text)."""
+        out = subprocess.run([REDIS_CLI_BIN, "-h", "127.0.0.1", "-p",
+                              str(port), *map(str, args)],
+                             stdin=subprocess.DEVNULL, capture_output=True,
+                             text=True, timeout=STOP_TIMEOUT)
+        return out.stdout.strip()
+
+    def master_port(self, sentinel=None):
+        """The master's port as a sentinel names it."""
+        reply = self.ask(sentinel or self.sentinels[0], "SENTINEL",
+                         "GET-MASTER-ADDR-BY-NAME", self.NAME).split()
+        return int(reply[1])
+
+    def node(self, port):
+        return next(n for n in self.nodes() if n.port == port)
+
+    def failover(self, timeout=30):
+        """SENTINEL FAILOVER, then waits until every sentinel names the new
+        master, it says so itself (ROLE) and both others replicate it.
+        Returns the new master (a harness.Redis)."""
+        old = self.master_port()
+        # NOGOODSLAVE until the sentinel has fresh INFO of the replicas
+        deadline = time.monotonic() + timeout
+        while True:
+            reply = self.ask(self.sentinels[0], "SENTINEL", "FAILOVER",
+                             self.NAME)
+            if reply == "OK":
+                break
+            if time.monotonic() > deadline:
+                raise HarnessError(f"SENTINEL FAILOVER: {reply}")
+            time.sleep(0.1)
+
+        def switched():
+            ports = {self.master_port(p) for p in self.sentinels}
+            return len(ports) == 1 and old not in ports
+
+        self._wait("the sentinels did not all name a new master",
+                   switched, timeout)
+        new = self.node(self.master_port())
+
+        def settled():
+            info = new.command("INFO", "replication")
+            return ("role:master" in info
+                    and info.count("state=online") == 2)
+
+        self._wait("the old master and the replica did not follow the new "
+                   "master", settled, timeout)
+        return new
+
+    def stop(self):
+        for p in self.procs:
+            stop_process(p)
+        self.procs = []
+        for n in self.nodes():
             n.stop()
 
     def remove(self):

@@ -518,22 +518,36 @@ def run_redis_api(apache, nginx, redis_server):
     run_checked(n.get, checks)
 
 
-@runs("redis-cluster-api")
-def run_redis_cluster_api(apache, nginx, redis_server):
-    cluster = harness.RedisCluster("cluster-doc").start()
+def run_on_servers(apache, nginx, servers, name, addresses, least):
+    """Example name on both servers against servers (harness.RedisCluster
+    or RedisSentinel, started here), each "host:port" of the example
+    replaced with one of addresses(servers)."""
+    servers.start()
     try:
-        seeds = cluster.seeds()
-        script, checks = with_value_checks(
-            example("redis-cluster-api")
-            .replace("127.0.0.1:7000", seeds[0])
-            .replace("127.0.0.1:7001", seeds[1]))
-        assert checks >= 5
+        script = example(name)
+        for ours, theirs in zip(re.findall(r"127\.0\.0\.1:\d+", script),
+                                addresses(servers)):
+            script = script.replace(ours, theirs)
+        script, checks = with_value_checks(script)
+        assert checks >= least
         a, n = both_servers(apache, nginx, script)
         run_checked(a.get, checks)
         run_checked(n.get, checks)
     finally:
-        cluster.stop()
-    cluster.remove()
+        servers.stop()
+    servers.remove()
+
+
+@runs("redis-cluster-api")
+def run_redis_cluster_api(apache, nginx, redis_server):
+    run_on_servers(apache, nginx, harness.RedisCluster("cluster-doc"),
+                   "redis-cluster-api", harness.RedisCluster.seeds, 5)
+
+
+@runs("redis-sentinel-api")
+def run_redis_sentinel_api(apache, nginx, redis_server):
+    run_on_servers(apache, nginx, harness.RedisSentinel("sentinel-doc"),
+                   "redis-sentinel-api", harness.RedisSentinel.addresses, 4)
 
 
 def runner_ids():

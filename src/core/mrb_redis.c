@@ -63,6 +63,8 @@ typedef struct {
     size_t           cap;
     size_t           n;
     unsigned         state;
+    int              writes;  /* some command is not read-only (counted
+                                 for a Redis.new(sentinels:) only) */
 } redis_batch;
 
 /* A Redis object: a connection (owned by a Redis::Connection object that the
@@ -73,6 +75,9 @@ typedef struct {
  * (redis_run_end). */
 typedef struct {
     mrb_redis_conn  *conn;
+    unsigned         timeout_ms;  /* its own, kept when it moves */
+    int              sentinel;    /* REDIS_SENTINEL_* or 0 */
+    int              stale;       /* its server failed: find it again */
     redis_batch      queue;
     const void      *queue_owner;
     const void      *replies_owner;
@@ -81,7 +86,14 @@ typedef struct {
     int              listed;      /* in the class's __run_state__ Array */
 } redis_obj;
 
+/* Redis.new(sentinels:, role:): the object's group (its hidden
+ * __sentinel__, a Redis::Sentinel) names its server, the address of its
+ * hidden __address__ (mrblib/redis_sentinel.rb). */
+#define REDIS_SENTINEL_MASTER   1
+#define REDIS_SENTINEL_REPLICA  2
+
 static void redis_obj_free(mrb_state *mrb, void *p);
+static redis_batch *redis_batch_new(mrb_state *mrb);
 static void redis_conn_free(mrb_state *mrb, void *p);
 
 static const mrb_data_type  redis_obj_type = { "Redis", redis_obj_free };
@@ -202,6 +214,7 @@ redis_caller_init(mrb_state *mrb, mrb_redis_caller *caller, unsigned state)
     caller->state = state;
     caller->wait = redis_wait_fd;
     caller->wait_arg = mrb;
+    caller->deadline = 0;
 }
 
 
@@ -419,26 +432,198 @@ redis_conn_new(mrb_state *mrb, mrb_value connobj, const redis_target *t)
 }
 
 
+/* A target with nothing set but host:port and timeout (host a private
+ * String). */
+static void
+redis_target_tcp(redis_target *t, mrb_value host, mrb_int port,
+    unsigned timeout)
+{
+    memset(t, 0, sizeof(*t));
+    t->host = host;
+    t->port = port;
+    t->timeout = timeout;
+    t->path = t->username = t->password = mrb_nil_value();
+    t->tls_files[0] = t->tls_files[1] = t->tls_files[2] = t->tls_files[3]
+        = mrb_nil_value();
+}
+
+
+/*
+ * This interpreter's connection to t (a Redis::Connection object in the
+ * class's hidden __connections__ Hash), made once, or again for another
+ * password; t's timeout is the one of its later commands.
+ */
+static mrb_value
+redis_connection_for(mrb_state *mrb, const redis_target *t)
+{
+    mrb_value        conns, key, connobj;
+    mrb_redis_conn  *c;
+
+    conns = mrb_iv_get(mrb, mrb_obj_value(redis_class(mrb)),
+                       mrb_intern_lit(mrb, "__connections__"));
+
+    if (!mrb_hash_p(conns)) {
+        conns = mrb_hash_new(mrb);
+        mrb_iv_set(mrb, mrb_obj_value(redis_class(mrb)),
+                   mrb_intern_lit(mrb, "__connections__"), conns);
+    }
+
+    key = redis_target_key(mrb, t);
+    connobj = mrb_hash_get(mrb, conns, key);
+    c = mrb_nil_p(connobj) ? NULL : DATA_PTR(connobj);
+
+    if (c != NULL
+        && mrb_redis_conn_auth_is(c, redis_opt_cstr(mrb, t->username),
+                                  redis_opt_cstr(mrb, t->password)))
+    {
+        mrb_redis_conn_set_timeout(c, t->timeout);
+        return connobj;
+    }
+
+    /* the object first, so that the connection is never unowned; one of
+     * another password replaces the old one for later objects */
+    connobj = mrb_obj_value(mrb_data_object_alloc(mrb,
+                  mrb_class_get_under(mrb, redis_class(mrb), "Connection"),
+                  NULL, &redis_conn_type));
+    redis_conn_new(mrb, connobj, t);
+    mrb_hash_set(mrb, conns, key, connobj);
+
+    return connobj;
+}
+
+
+/* Puts r (self) on the connection to t. */
+static void
+redis_attach(mrb_state *mrb, mrb_value self, redis_obj *r,
+    const redis_target *t)
+{
+    mrb_value  connobj = redis_connection_for(mrb, t);
+
+    mrb_iv_set(mrb, self, mrb_intern_lit(mrb, "__connection__"), connobj);
+    r->conn = DATA_PTR(connobj);
+    r->closed = 0;
+}
+
+
+/*
+ * Moves a Redis.new(sentinels:) object to the server its group names
+ * (Redis::Sentinel#__resolve: asking the sentinels when the group still
+ * names the address self is on and stale says that one failed), within
+ * the time left until deadline (ms).  Raises when no server is found.
+ */
+static void
+redis_sentinel_move(mrb_state *mrb, mrb_value self, redis_obj *r, int stale,
+    uint64_t deadline)
+{
+    mrb_value      group, addr, host;
+    mrb_int        port;
+    uint64_t       now = mrb_redis_now_ms();
+    const char    *p, *colon;
+    redis_target   t;
+
+    group = mrb_iv_get(mrb, self, mrb_intern_lit(mrb, "__sentinel__"));
+    addr = mrb_iv_get(mrb, self, mrb_intern_lit(mrb, "__address__"));
+
+    addr = mrb_funcall(mrb, group, "__resolve", 2,
+                       stale ? addr : mrb_nil_value(),
+                       mrb_float_value(mrb, deadline > now
+                                            ? (deadline - now) / 1000.0
+                                            : 0.001));
+
+    /* a sentinel's answer, which ROLE confirmed: still, a "host:port" */
+    host = mrb_str_dup(mrb, mrb_ensure_string_type(mrb, addr));
+    p = mrb_string_value_cstr(mrb, &host);
+    colon = strrchr(p, ':');
+    port = colon != NULL ? strtol(colon + 1, NULL, 10) : 0;
+
+    if (colon == p || port <= 0 || port > 65535) {
+        mrb_raisef(mrb, redis_error(mrb, "ConnectionError"), "Redis: the "
+                   "sentinels named %v, not a host:port", addr);
+    }
+
+    redis_target_tcp(&t, mrb_str_new(mrb, p, colon - p), port,
+                     r->timeout_ms);
+    redis_attach(mrb, self, r, &t);
+    mrb_iv_set(mrb, self, mrb_intern_lit(mrb, "__address__"), addr);
+    r->stale = 0;
+}
+
+
+/*
+ * Redis.new(sentinels: [...], name:, role:)'s half of initialize: r on
+ * the server the sentinels name, connected (found again once when the
+ * address the interpreter knew fails).
+ */
+static void
+redis_sentinel_init(mrb_state *mrb, mrb_value self, redis_obj *r,
+    mrb_value sentinels, mrb_value name, mrb_value role)
+{
+    mrb_value          group;
+    uint64_t           deadline;
+    mrb_redis_status   st;
+    mrb_redis_caller   caller;
+
+    if (mrb_undef_p(role)) {
+        role = mrb_symbol_value(mrb_intern_lit(mrb, "master"));
+    }
+
+    group = mrb_funcall(mrb, mrb_obj_value(mrb_class_get_under(mrb,
+                            redis_class(mrb), "Sentinel")),
+                        "__group", 3, sentinels,
+                        mrb_undef_p(name) ? mrb_nil_value() : name, role);
+
+    r->sentinel = (mrb_symbol_p(role)
+                   && mrb_symbol(role) == mrb_intern_lit(mrb, "replica"))
+                  ? REDIS_SENTINEL_REPLICA : REDIS_SENTINEL_MASTER;
+    mrb_iv_set(mrb, self, mrb_intern_lit(mrb, "__sentinel__"), group);
+
+    deadline = mrb_redis_now_ms() + r->timeout_ms;
+    redis_sentinel_move(mrb, self, r, 0, deadline);
+
+    redis_caller_init(mrb, &caller, 0);
+    st = mrb_redis_conn_open(r->conn, &caller);
+
+    if (st != MRB_REDIS_OK) {
+        redis_sentinel_move(mrb, self, r, 1, deadline);
+        st = mrb_redis_conn_open(r->conn, &caller);
+    }
+
+    if (st != MRB_REDIS_OK) {
+        redis_raise_status(mrb, r->conn, st);
+    }
+}
+
+
+/* Redis.new's keywords (kw_values' order) */
+enum {
+    REDIS_KW_TIMEOUT, REDIS_KW_PATH, REDIS_KW_USERNAME, REDIS_KW_PASSWORD,
+    REDIS_KW_SSL, REDIS_KW_SSL_PARAMS, REDIS_KW_SENTINELS, REDIS_KW_NAME,
+    REDIS_KW_ROLE, REDIS_KW_N
+};
+
+
 /*
  * Redis.new(host = "127.0.0.1", port = 6379, timeout: 1.0, path: nil,
  * username: nil, password: nil, ssl: false, ssl_params: {}), or
- * mruby-redis's Redis.new(host, port, timeout) (seconds).  path: a Unix
- * socket instead of host and port.  Without host, port and path: the
- * server Redis.connect_set_raw named, if a script of this interpreter
- * called it, else the defaults.  Once per object.
+ * mruby-redis's Redis.new(host, port, timeout) (seconds), or
+ * Redis.new(sentinels: ["host:port", ...], name: "mymaster",
+ * role: :master or :replica, timeout: 1.0).  path: a Unix socket instead
+ * of host and port.  Without host, port and path: the server
+ * Redis.connect_set_raw named, if a script of this interpreter called it,
+ * else the defaults.  Once per object.
  */
 static mrb_value
 redis_initialize(mrb_state *mrb, mrb_value self)
 {
-    mrb_sym            kw_names[6];
-    mrb_value          kw_values[6], host_v, port_v, timeout_v, conns, key,
-                       connobj, target;
+    mrb_sym            kw_names[REDIS_KW_N];
+    mrb_value          kw_values[REDIS_KW_N], host_v, port_v, timeout_v,
+                       target;
     mrb_kwargs         kw;
     redis_obj         *r;
     redis_target       t;
-    mrb_redis_conn    *c;
     mrb_redis_status   st;
     mrb_redis_caller   caller;
+    int                i, sentinels;
 
     /* a second call (send(:initialize)) would drop the first one's state
      * while a suspended command of another run may still use it */
@@ -447,13 +632,16 @@ redis_initialize(mrb_state *mrb, mrb_value self)
                   "object is initialized already");
     }
 
-    kw_names[0] = mrb_intern_lit(mrb, "timeout");
-    kw_names[1] = mrb_intern_lit(mrb, "path");
-    kw_names[2] = mrb_intern_lit(mrb, "username");
-    kw_names[3] = mrb_intern_lit(mrb, "password");
-    kw_names[4] = mrb_intern_lit(mrb, "ssl");
-    kw_names[5] = mrb_intern_lit(mrb, "ssl_params");
-    kw.num = 6;
+    kw_names[REDIS_KW_TIMEOUT] = mrb_intern_lit(mrb, "timeout");
+    kw_names[REDIS_KW_PATH] = mrb_intern_lit(mrb, "path");
+    kw_names[REDIS_KW_USERNAME] = mrb_intern_lit(mrb, "username");
+    kw_names[REDIS_KW_PASSWORD] = mrb_intern_lit(mrb, "password");
+    kw_names[REDIS_KW_SSL] = mrb_intern_lit(mrb, "ssl");
+    kw_names[REDIS_KW_SSL_PARAMS] = mrb_intern_lit(mrb, "ssl_params");
+    kw_names[REDIS_KW_SENTINELS] = mrb_intern_lit(mrb, "sentinels");
+    kw_names[REDIS_KW_NAME] = mrb_intern_lit(mrb, "name");
+    kw_names[REDIS_KW_ROLE] = mrb_intern_lit(mrb, "role");
+    kw.num = REDIS_KW_N;
     kw.required = 0;
     kw.table = kw_names;
     kw.values = kw_values;
@@ -464,24 +652,48 @@ redis_initialize(mrb_state *mrb, mrb_value self)
     timeout_v = mrb_undef_value();
     mrb_get_args(mrb, "|ooo:", &host_v, &port_v, &timeout_v, &kw);
 
-    if (mrb_undef_p(host_v) && mrb_undef_p(kw_values[1])) {
+    sentinels = !mrb_undef_p(kw_values[REDIS_KW_SENTINELS]);
+
+    if (!sentinels && !(mrb_undef_p(kw_values[REDIS_KW_NAME])
+                        && mrb_undef_p(kw_values[REDIS_KW_ROLE])))
+    {
+        mrb_raise(mrb, E_ARGUMENT_ERROR, "Redis.new: name: and role: go "
+                  "with sentinels:");
+    }
+
+    if (sentinels) {
+        if (!mrb_undef_p(host_v) || !mrb_undef_p(port_v)) {
+            mrb_raise(mrb, E_ARGUMENT_ERROR, "Redis.new: a host or "
+                      "sentinels:, not both");
+        }
+        for (i = REDIS_KW_PATH; i <= REDIS_KW_SSL_PARAMS; i++) {
+            if (!mrb_undef_p(kw_values[i])) {
+                mrb_raisef(mrb, E_ARGUMENT_ERROR, "Redis.new: %n: with "
+                           "sentinels: is not supported yet", kw_names[i]);
+            }
+        }
+    }
+
+    if (!sentinels && mrb_undef_p(host_v)
+        && mrb_undef_p(kw_values[REDIS_KW_PATH]))
+    {
         target = mrb_iv_get(mrb, mrb_obj_value(redis_class(mrb)),
                             mrb_intern_lit(mrb, "__default_target__"));
         if (mrb_array_p(target) && RARRAY_LEN(target) == 3) {
             host_v = RARRAY_PTR(target)[0];
             port_v = RARRAY_PTR(target)[1];
-            if (mrb_undef_p(kw_values[0])) {
-                kw_values[0] = RARRAY_PTR(target)[2];
+            if (mrb_undef_p(kw_values[REDIS_KW_TIMEOUT])) {
+                kw_values[REDIS_KW_TIMEOUT] = RARRAY_PTR(target)[2];
             }
         }
     }
 
     if (!mrb_undef_p(timeout_v)) {
-        if (!mrb_undef_p(kw_values[0])) {
+        if (!mrb_undef_p(kw_values[REDIS_KW_TIMEOUT])) {
             mrb_raise(mrb, E_ARGUMENT_ERROR, "Redis.new: a timeout both as "
                       "an argument and as timeout:");
         }
-        kw_values[0] = timeout_v;
+        kw_values[REDIS_KW_TIMEOUT] = timeout_v;
     }
 
     /*
@@ -492,20 +704,25 @@ redis_initialize(mrb_state *mrb, mrb_value self)
     memset(&t, 0, sizeof(t));
     t.port = mrb_undef_p(port_v) ? REDIS_DEFAULT_PORT
                                  : mrb_as_int(mrb, port_v);
-    t.timeout = redis_timeout_from(mrb, kw_values[0]);
-    t.path = redis_opt_str(mrb, kw_values[1], "path");
-    t.username = redis_opt_str(mrb, kw_values[2], "username");
-    t.password = redis_opt_str(mrb, kw_values[3], "password");
-    t.tls = !mrb_undef_p(kw_values[4]) && mrb_test(kw_values[4]);
+    t.timeout = redis_timeout_from(mrb, kw_values[REDIS_KW_TIMEOUT]);
+    t.path = redis_opt_str(mrb, kw_values[REDIS_KW_PATH], "path");
+    t.username = redis_opt_str(mrb, kw_values[REDIS_KW_USERNAME],
+                               "username");
+    t.password = redis_opt_str(mrb, kw_values[REDIS_KW_PASSWORD],
+                               "password");
+    t.tls = !mrb_undef_p(kw_values[REDIS_KW_SSL])
+            && mrb_test(kw_values[REDIS_KW_SSL]);
     t.tls_files[0] = t.tls_files[1] = t.tls_files[2] = t.tls_files[3]
         = mrb_nil_value();
 
-    if (!mrb_undef_p(kw_values[5]) && !mrb_nil_p(kw_values[5])) {
+    if (!mrb_undef_p(kw_values[REDIS_KW_SSL_PARAMS])
+        && !mrb_nil_p(kw_values[REDIS_KW_SSL_PARAMS]))
+    {
         if (!t.tls) {
             mrb_raise(mrb, E_ARGUMENT_ERROR, "Redis.new: ssl_params without "
                       "ssl: true");
         }
-        redis_tls_params_from(mrb, kw_values[5], &t);
+        redis_tls_params_from(mrb, kw_values[REDIS_KW_SSL_PARAMS], &t);
     }
 
     t.host = mrb_undef_p(host_v) ? mrb_str_new_lit(mrb, REDIS_DEFAULT_HOST)
@@ -538,45 +755,26 @@ redis_initialize(mrb_state *mrb, mrb_value self)
     redis_opt_cstr(mrb, t.username);
     redis_opt_cstr(mrb, t.password);
 
-    /* this interpreter's connection to the target, made once */
-    conns = mrb_iv_get(mrb, mrb_obj_value(redis_class(mrb)),
-                       mrb_intern_lit(mrb, "__connections__"));
-
-    if (!mrb_hash_p(conns)) {
-        conns = mrb_hash_new(mrb);
-        mrb_iv_set(mrb, mrb_obj_value(redis_class(mrb)),
-                   mrb_intern_lit(mrb, "__connections__"), conns);
-    }
-
-    key = redis_target_key(mrb, &t);
-    connobj = mrb_hash_get(mrb, conns, key);
-    c = mrb_nil_p(connobj) ? NULL : DATA_PTR(connobj);
-
-    if (c == NULL
-        || !mrb_redis_conn_auth_is(c, redis_opt_cstr(mrb, t.username),
-                                   redis_opt_cstr(mrb, t.password)))
-    {
-        /* the object first, so that the connection is never unowned; one
-         * of another password replaces the old one for later objects */
-        connobj = mrb_obj_value(mrb_data_object_alloc(mrb,
-                      mrb_class_get_under(mrb, redis_class(mrb), "Connection"),
-                      NULL, &redis_conn_type));
-        c = redis_conn_new(mrb, connobj, &t);
-        mrb_hash_set(mrb, conns, key, connobj);
-
-    } else {
-        mrb_redis_conn_set_timeout(c, t.timeout);
-    }
-
+    /* closed until it is on a connection: an initialize that raised
+     * leaves an object whose commands raise ClosedError */
     r = mrb_calloc(mrb, 1, sizeof(redis_obj));
-    r->conn = c;
+    r->timeout_ms = t.timeout;
+    r->closed = 1;
     mrb_data_init(self, r, &redis_obj_type);
-    mrb_iv_set(mrb, self, mrb_intern_lit(mrb, "__connection__"), connobj);
+
+    if (sentinels) {
+        redis_sentinel_init(mrb, self, r, kw_values[REDIS_KW_SENTINELS],
+                            kw_values[REDIS_KW_NAME],
+                            kw_values[REDIS_KW_ROLE]);
+        return self;
+    }
+
+    redis_attach(mrb, self, r, &t);
 
     redis_caller_init(mrb, &caller, 0);
-    st = mrb_redis_conn_open(c, &caller);
+    st = mrb_redis_conn_open(r->conn, &caller);
     if (st != MRB_REDIS_OK) {
-        redis_raise_status(mrb, c, st);
+        redis_raise_status(mrb, r->conn, st);
     }
 
     return self;
@@ -632,6 +830,17 @@ static const char  *redis_client_stateful[] = {
  * settings, not subscriptions or reply modes. */
 static const char  *redis_setup[] = { "select", "auth", "hello", "readonly" };
 static const char  *redis_client_setup[] = { "setname", "setinfo" };
+
+/* Commands that change nothing on the server: one sent on a link that
+ * broke before its reply may be sent again (Redis.new(sentinels:)). */
+static const char  *redis_read_only[] = {
+    "bitcount", "dbsize", "echo", "exists", "get", "getrange", "hexists",
+    "hget", "hgetall", "hkeys", "hlen", "hmget", "hstrlen", "hvals", "info",
+    "keys", "lindex", "llen", "lrange", "mget", "ping", "pttl", "role",
+    "scard", "sismember", "smembers", "strlen", "time", "ttl", "type",
+    "zcard", "zcount", "zrange", "zrangebyscore", "zrank", "zrevrange",
+    "zrevrank", "zscore"
+};
 
 /* redis_track_state: a startup script's command to send on new links */
 #define REDIS_SETUP  0x100
@@ -834,6 +1043,13 @@ redis_enqueue(mrb_state *mrb, redis_obj *r, redis_batch *b, mrb_value name,
     redisFreeCommand(cmd);
 
     redis_batch_note(b, state);
+    if (r->sentinel && !b->writes
+        && !redis_name_in(RSTRING_PTR(RARRAY_PTR(strs)[0]),
+                          (size_t) RSTRING_LEN(RARRAY_PTR(strs)[0]),
+                          redis_read_only, redis_nelts(redis_read_only)))
+    {
+        b->writes = 1;
+    }
     if (state & (MRB_REDIS_STATE_DIRTY | MRB_REDIS_STATE_TX_BEGIN)) {
         mrb_part_dirty(mrb, &mrb_redis_part);
     }
@@ -959,6 +1175,148 @@ redis_count(mrb_state *mrb, size_t n, redisReply **replies)
 }
 
 
+/* An error reply by which a server says it is not (or not yet) the one a
+ * Redis.new(sentinels:) wants: the command did not run. */
+static int
+redis_sentinel_refused(const redis_obj *r, const redisReply *rep)
+{
+    static const char  *words[] = { "LOADING ", "MASTERDOWN ", "NOREPLICAS " };
+    size_t              i;
+
+    if (rep->type != REDIS_REPLY_ERROR) {
+        return 0;
+    }
+
+    for (i = 0; i < redis_nelts(words); i++) {
+        if (strncmp(rep->str, words[i], strlen(words[i])) == 0) {
+            return 1;
+        }
+    }
+
+    /* a replica refuses writes: for role :replica, the script's mistake */
+    return r->sentinel == REDIS_SENTINEL_MASTER
+           && strncmp(rep->str, "READONLY ", 9) == 0;
+}
+
+
+/* What a Redis.new(sentinels:) does after a batch's outcome (st, the n
+ * replies): */
+#define REDIS_SENTINEL_STAY   0  /* nothing: the server is the right one */
+#define REDIS_SENTINEL_MOVE   1  /* find the server again, at the next
+                                    command */
+#define REDIS_SENTINEL_RETRY  2  /* find it now and send the batch again */
+
+/*
+ * A batch is sent again only when it stands alone (no transaction, no
+ * state of the link's own, in it or held from before: held) and either
+ * did not run (refused by every reply, or the link broke before it was
+ * sent) or changes nothing (read-only commands).
+ */
+static int
+redis_sentinel_verdict(const redis_obj *r, const mrb_redis_conn *c,
+    const redis_batch *sent, int held, mrb_redis_status st,
+    redisReply **replies)
+{
+    size_t  i, refused = 0;
+    int     alone = sent->state == 0 && !held;
+
+    if (st == MRB_REDIS_ECONNECT) {
+        return (alone && (!c->maybe_ran || !sent->writes))
+               ? REDIS_SENTINEL_RETRY : REDIS_SENTINEL_MOVE;
+    }
+
+    if (st != MRB_REDIS_OK) {
+        return REDIS_SENTINEL_STAY;
+    }
+
+    for (i = 0; i < sent->n; i++) {
+        refused += redis_sentinel_refused(r, replies[i]);
+    }
+
+    if (refused == 0) {
+        return REDIS_SENTINEL_STAY;
+    }
+
+    return (alone && (refused == sent->n || !sent->writes))
+           ? REDIS_SENTINEL_RETRY : REDIS_SENTINEL_MOVE;
+}
+
+
+static void
+redis_replies_clear(redisReply **replies, size_t n)
+{
+    size_t  i;
+
+    for (i = 0; i < n; i++) {
+        if (replies[i] != NULL) {
+            freeReplyObject(replies[i]);
+            replies[i] = NULL;
+        }
+    }
+}
+
+
+/*
+ * Sends a Redis.new(sentinels:)'s batch: on the server its group names
+ * now (moved first when another run found a new one, or when its last
+ * command failed), and once more on the server found again when the
+ * first attempt says the server failed over and the batch can safely be
+ * sent twice (redis_sentinel_verdict).  All within r's timeout.  sent is
+ * the GC's (a move runs Ruby, which may raise); the replies are in rs.
+ */
+static mrb_redis_status
+redis_sentinel_exec(mrb_state *mrb, mrb_value self, redis_obj *r,
+    redis_batch *sent, redisReply **replies, mrb_redis_conn **cp)
+{
+    int                held, verdict;
+    mrb_value          group, addr;
+    mrb_redis_status   st;
+    mrb_redis_caller   caller;
+
+    redis_caller_init(mrb, &caller, sent->state);
+    caller.deadline = mrb_redis_now_ms() + r->timeout_ms;
+
+    held = mrb_redis_conn_holds(r->conn, caller.owner);
+
+    if (!held) {
+        group = mrb_iv_get(mrb, self, mrb_intern_lit(mrb, "__sentinel__"));
+        addr = mrb_iv_get(mrb, self, mrb_intern_lit(mrb, "__address__"));
+
+        if (r->stale
+            || !mrb_obj_eq(mrb, addr, mrb_iv_get(mrb, group,
+                                                 mrb_intern_lit(mrb,
+                                                     "@address"))))
+        {
+            redis_sentinel_move(mrb, self, r, r->stale, caller.deadline);
+        }
+    }
+
+    *cp = r->conn;
+    st = mrb_redis_conn_exec(r->conn, &caller, sent->buf, sent->len, sent->n,
+                             replies);
+    verdict = redis_sentinel_verdict(r, r->conn, sent, held, st, replies);
+
+    if (verdict == REDIS_SENTINEL_STAY) {
+        return st;
+    }
+
+    if (verdict == REDIS_SENTINEL_MOVE) {
+        r->stale = 1;
+        return st;
+    }
+
+    redis_count(mrb, sent->n, st == MRB_REDIS_OK ? replies : NULL);
+    redis_replies_clear(replies, sent->n);
+
+    r->stale = 1;
+    redis_sentinel_move(mrb, self, r, 1, caller.deadline);
+
+    *cp = r->conn;
+    return mrb_redis_conn_exec(r->conn, &caller, sent->buf, sent->len,
+                               sent->n, replies);
+}
+
+
 /*
  * Sends batch b on r's connection and returns the replies as an Array,
  * each made as how says (REDIS_STATUS_SYMBOL), a HGETALL's a Hash when
@@ -968,15 +1326,16 @@ redis_count(mrb_state *mrb, size_t n, redisReply **replies)
  * the caller raises them.
  */
 static mrb_value
-redis_flush(mrb_state *mrb, redis_obj *r, redis_batch *b,
+redis_flush(mrb_state *mrb, mrb_value self, redis_obj *r, redis_batch *b,
     const unsigned char *as_hash, unsigned how)
 {
     int                ai;
     size_t             i, n;
     mrb_value          ary;
     struct RData      *box;
-    redis_batch        sent;
+    redis_batch        sent, *kept;
     redis_replies     *rs;
+    mrb_redis_conn    *c;
     mrb_redis_status   st;
     mrb_redis_caller   caller;
 
@@ -989,8 +1348,10 @@ redis_flush(mrb_state *mrb, redis_obj *r, redis_batch *b,
 
     box = mrb_data_object_alloc(mrb, mrb->object_class, NULL,
                                 &redis_replies_type);
+    kept = r->sentinel ? redis_batch_new(mrb) : NULL;
 
-    /* from here on nothing raises before the buffer is freed */
+    /* from here on nothing raises before the buffer is freed (or, for a
+     * Redis.new(sentinels:), given to the GC) */
     sent = *b;
     memset(b, 0, sizeof(redis_batch));
 
@@ -1001,19 +1362,26 @@ redis_flush(mrb_state *mrb, redis_obj *r, redis_batch *b,
     }
 
     box->data = rs;
+    rs->n = n;
 
-    redis_caller_init(mrb, &caller, sent.state);
-    st = mrb_redis_conn_exec(r->conn, &caller, sent.buf, sent.len, n,
-                             rs->replies);
-    free(sent.buf);
+    if (kept != NULL) {
+        *kept = sent;
+        st = redis_sentinel_exec(mrb, self, r, kept, rs->replies, &c);
+
+    } else {
+        c = r->conn;
+        redis_caller_init(mrb, &caller, sent.state);
+        st = mrb_redis_conn_exec(c, &caller, sent.buf, sent.len, n,
+                                 rs->replies);
+        free(sent.buf);
+    }
 
     redis_count(mrb, n, st == MRB_REDIS_OK ? rs->replies : NULL);
 
     if (st != MRB_REDIS_OK) {
-        redis_raise_status(mrb, r->conn, st);
+        redis_raise_status(mrb, c, st);
     }
 
-    rs->n = n;
     ai = mrb_gc_arena_save(mrb);
 
     for (i = 0; i < n; i++) {
@@ -1171,7 +1539,7 @@ redis_command(mrb_state *mrb, mrb_value self, mrb_value name,
 
     as_hash = redis_is_hgetall(mrb, mrb_nil_p(name) ? args[0] : name);
 
-    ary = redis_flush(mrb, r, b, &as_hash, 0);
+    ary = redis_flush(mrb, self, r, b, &as_hash, 0);
     v = mrb_ary_ref(mrb, ary, 0);
 
     if (mrb_exception_p(v)) {
@@ -1295,7 +1663,7 @@ redis_pipelined(mrb_state *mrb, mrb_value self)
         mrb_exc_raise(mrb, exc);
     }
 
-    ary = redis_flush(mrb, r, q, NULL, 0);
+    ary = redis_flush(mrb, self, r, q, NULL, 0);
 
     for (i = 0; i < RARRAY_LEN(ary); i++) {
         if (mrb_exception_p(RARRAY_PTR(ary)[i])) {
@@ -1332,7 +1700,7 @@ redis_commit(mrb_state *mrb, mrb_value self)
 {
     redis_obj  *r = redis_self(mrb, self);
 
-    return redis_flush(mrb, r, redis_queue_of(mrb, self, r), NULL, 0);
+    return redis_flush(mrb, self, r, redis_queue_of(mrb, self, r), NULL, 0);
 }
 
 
@@ -1367,7 +1735,7 @@ redis_pending(mrb_state *mrb, mrb_value self, int all)
     }
 
     if ((all || RARRAY_LEN(pending) == 0) && q->n != 0) {
-        sent = redis_flush(mrb, r, q, NULL, REDIS_STATUS_SYMBOL);
+        sent = redis_flush(mrb, self, r, q, NULL, REDIS_STATUS_SYMBOL);
         mrb_ary_concat(mrb, pending, sent);
     }
 
@@ -1455,7 +1823,7 @@ redis_path(mrb_state *mrb, mrb_value self)
 
 
 static const mrb_api_method  redis_methods[] = {
-    { "initialize", redis_initialize, MRB_ARGS_OPT(3) | MRB_ARGS_KEY(6, 0) },
+    { "initialize", redis_initialize, MRB_ARGS_OPT(3) | MRB_ARGS_KEY(9, 0) },
     { "call", redis_call, MRB_ARGS_ANY() },
     { "pipelined", redis_pipelined, MRB_ARGS_BLOCK() },
     { "queue", redis_queue, MRB_ARGS_ANY() },

@@ -25,8 +25,8 @@
 #include "mrb_redis_conn.h"
 
 
-static uint64_t
-redis_now_ms(void)
+uint64_t
+mrb_redis_now_ms(void)
 {
     struct timespec  ts;
 
@@ -389,6 +389,21 @@ mrb_redis_conn_connected(mrb_redis_conn *c)
 }
 
 
+int
+mrb_redis_conn_holds(mrb_redis_conn *c, const void *owner)
+{
+    mrb_redis_link  *link;
+
+    for (link = c->links; link != NULL; link = link->next) {
+        if (owner != NULL && link->owner == owner) {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+
 unsigned
 mrb_redis_conn_release(mrb_redis_conn *c, const void *owner)
 {
@@ -449,7 +464,7 @@ redis_wait(const mrb_redis_caller *caller, mrb_redis_link *link,
     int            rc;
 
     for ( ;; ) {
-        now = redis_now_ms();
+        now = mrb_redis_now_ms();
         if (now >= deadline) {
             return 0;
         }
@@ -767,12 +782,12 @@ redis_link_open(mrb_redis_conn *c, const mrb_redis_caller *caller,
 
     *linkp = NULL;
 
-    if (c->retry_at != 0 && redis_now_ms() < c->retry_at) {
+    if (c->retry_at != 0 && mrb_redis_now_ms() < c->retry_at) {
         /* c->err still says why the last attempt failed */
         return MRB_REDIS_ECONNECT;
     }
 
-    if (redis_now_ms() >= deadline) {
+    if (mrb_redis_now_ms() >= deadline) {
         snprintf(c->err, sizeof(c->err), "connect to %s: timed out",
                  c->name);
         return MRB_REDIS_ETIMEOUT;
@@ -795,7 +810,7 @@ redis_link_open(mrb_redis_conn *c, const mrb_redis_caller *caller,
         free(link);
         snprintf(c->err, sizeof(c->err), "connect to %s: out of memory",
                  c->name);
-        c->retry_at = redis_now_ms() + MRB_REDIS_RETRY_INTERVAL;
+        c->retry_at = mrb_redis_now_ms() + MRB_REDIS_RETRY_INTERVAL;
         return MRB_REDIS_ECONNECT;
     }
 
@@ -803,14 +818,14 @@ redis_link_open(mrb_redis_conn *c, const mrb_redis_caller *caller,
     c->links = link;
 
     if (link->ctx->err != 0) {
-        c->retry_at = redis_now_ms() + MRB_REDIS_RETRY_INTERVAL;
+        c->retry_at = mrb_redis_now_ms() + MRB_REDIS_RETRY_INTERVAL;
         return redis_fail(c, link, "connect to ", errno);
     }
 
     ready = redis_wait(caller, link, POLLOUT, deadline);
     if (ready != 1) {
         if (ready != MRB_REDIS_WAIT_CANCELLED) {
-            c->retry_at = redis_now_ms() + MRB_REDIS_RETRY_INTERVAL;
+            c->retry_at = mrb_redis_now_ms() + MRB_REDIS_RETRY_INTERVAL;
         }
         return redis_wait_failed(c, link, "connect to ", ready);
     }
@@ -822,7 +837,7 @@ redis_link_open(mrb_redis_conn *c, const mrb_redis_caller *caller,
     }
 
     if (err != 0) {
-        c->retry_at = redis_now_ms() + MRB_REDIS_RETRY_INTERVAL;
+        c->retry_at = mrb_redis_now_ms() + MRB_REDIS_RETRY_INTERVAL;
         snprintf(c->err, sizeof(c->err), "connect to %s: %s",
                  c->name, strerror(err));
         redis_link_close(c, link);
@@ -837,7 +852,7 @@ redis_link_open(mrb_redis_conn *c, const mrb_redis_caller *caller,
     if (c->tls != NULL) {
         st = redis_link_tls(c, caller, link, deadline);
         if (st != MRB_REDIS_OK) {
-            c->retry_at = redis_now_ms() + MRB_REDIS_RETRY_INTERVAL;
+            c->retry_at = mrb_redis_now_ms() + MRB_REDIS_RETRY_INTERVAL;
             return st;
         }
     }
@@ -952,7 +967,7 @@ mrb_redis_conn_open(mrb_redis_conn *c, const mrb_redis_caller *caller)
 
     link = redis_link_take(c, owner);
     if (link == NULL) {
-        st = redis_link_open(c, caller, redis_now_ms() + c->timeout_ms,
+        st = redis_link_open(c, caller, mrb_redis_now_ms() + c->timeout_ms,
                              &link);
         if (st != MRB_REDIS_OK) {
             return st;
@@ -973,7 +988,14 @@ mrb_redis_conn_exec(mrb_redis_conn *c, const mrb_redis_caller *caller,
     mrb_redis_link    *link;
     mrb_redis_status   st;
 
-    deadline = redis_now_ms() + c->timeout_ms;
+    deadline = mrb_redis_now_ms() + c->timeout_ms;
+    if (caller != NULL && caller->deadline != 0
+        && caller->deadline < deadline)
+    {
+        deadline = caller->deadline;
+    }
+
+    c->maybe_ran = 0;
 
     link = redis_link_take(c, caller != NULL ? caller->owner : NULL);
     if (link == NULL) {
@@ -984,18 +1006,23 @@ mrb_redis_conn_exec(mrb_redis_conn *c, const mrb_redis_caller *caller,
 
         st = redis_exec_once(c, caller, link, cmds, len, n, replies, &got,
                              deadline);
+        c->maybe_ran = (st != MRB_REDIS_OK);
 
     } else {
         st = redis_exec_once(c, caller, link, cmds, len, n, replies, &got,
                              deadline);
+        c->maybe_ran = (st != MRB_REDIS_OK);
 
-        /* a kept link the server closed meanwhile (restart, idle timeout)
-         * fails at once, before any reply: the commands never ran */
+        /* a kept link the server closed meanwhile (restart, idle timeout,
+         * a sentinel's CLIENT KILL) fails at once, before any reply: the
+         * commands never ran */
         if (st == MRB_REDIS_ECONNECT && got == 0) {
+            c->maybe_ran = 0;
             st = redis_link_open(c, caller, deadline, &link);
             if (st == MRB_REDIS_OK) {
                 st = redis_exec_once(c, caller, link, cmds, len, n, replies,
                                      &got, deadline);
+                c->maybe_ran = (st != MRB_REDIS_OK);
             }
         }
     }

@@ -74,12 +74,14 @@ typedef int (*mrb_redis_wait_pt)(void *arg, int fd, int events, unsigned ms);
 #define MRB_REDIS_STATE_TX_END    4  /* ... EXEC or DISCARD (last wins) */
 
 /* Who sends: owner is the run (any pointer that names it while it lives;
- * NULL: nobody's), wait NULL polls. */
+ * NULL: nobody's), wait NULL polls; deadline (ms, mrb_redis_now_ms) ends
+ * the command sooner than the connection's timeout would (0: no sooner). */
 typedef struct {
     const void         *owner;
     unsigned            state;
     mrb_redis_wait_pt   wait;
     void               *wait_arg;
+    uint64_t            deadline;
 } mrb_redis_caller;
 
 typedef struct mrb_redis_link_s  mrb_redis_link;
@@ -112,6 +114,9 @@ typedef struct {
     char            *setup;       /* startup's stateful commands, formatted */
     size_t           setup_len;
     size_t           setup_n;
+    unsigned         maybe_ran:1; /* after a failed exec: the server may
+                                     have run the commands (they were sent
+                                     on a link that then broke) */
     char             err[MRB_ERR_REASON_LEN]; /* why the last call failed */
 } mrb_redis_conn;
 
@@ -150,6 +155,13 @@ void mrb_redis_conn_close(mrb_redis_conn *c, const void *owner);
 /* Whether a link of this process is open. */
 int mrb_redis_conn_connected(mrb_redis_conn *c);
 
+/* Whether owner holds a link of c (a transaction or a state of its own
+ * that lasts from one command to the next). */
+int mrb_redis_conn_holds(mrb_redis_conn *c, const void *owner);
+
+/* The monotonic clock of deadlines, in ms. */
+uint64_t mrb_redis_now_ms(void);
+
 /* Closes the links owner holds (its run ended); returns how many links
  * other runs still hold. */
 unsigned mrb_redis_conn_release(mrb_redis_conn *c, const void *owner);
@@ -168,7 +180,8 @@ void mrb_redis_conn_set_timeout(mrb_redis_conn *c, unsigned timeout_ms);
  * (the one its run holds, an idle one, or a new one) and reads their n
  * replies into replies[] (each freed by the caller with freeReplyObject).
  * A link found broken before the first reply arrives is reopened and the
- * commands sent again, once.  On failure no reply is returned.
+ * commands sent again, once.  On failure no reply is returned, and
+ * c->maybe_ran says whether the server may have run them.
  */
 mrb_redis_status mrb_redis_conn_exec(mrb_redis_conn *c,
     const mrb_redis_caller *caller, const char *cmds, size_t len, size_t n,
