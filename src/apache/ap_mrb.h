@@ -197,6 +197,9 @@ void ap_mrb_wait_child_init(apr_pool_t *pchild);
 int ap_mrb_wait_possible(request_rec *r);
 /* mrb_server.wake_after */
 int ap_mrb_wake_after(mrb_run_rec *run, mrb_int msec);
+/* mrb_server.wake_on_fd */
+int ap_mrb_wake_on_fd(mrb_run_rec *run, int fd, int events, mrb_int msec,
+    int *ready);
 /* After MRB_RUN_WAITING from a handler run in interp (given back already):
  * keeps what the callback needs; returns SUSPENDED for the handler. */
 int ap_mrb_wait_begin(request_rec *r, mrb_interp *interp, mrb_run_rec *run,

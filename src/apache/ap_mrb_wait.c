@@ -1,6 +1,7 @@
 /*
  * Content handlers that give their thread back while they wait (sleep,
- * usleep, Apache.sleep, Apache::Async.sleep), on the event MPM, the way
+ * usleep, Apache.sleep, Apache::Async.sleep, a Redis reply), on the event
+ * MPM, the way
  * httpd's mod_dialup does: the script is suspended on its coroutine
  * (mrb_wait.h), the handler returns SUSPENDED, and a timed callback of the
  * MPM resumes it on whichever worker thread runs the callback, then ends
@@ -26,6 +27,13 @@
  * what the client sent) and destroys its pool, which also tells the MPM
  * the connection is gone.
  *
+ * A Redis call waits for its socket (mrb_server.wake_on_fd) with its
+ * command's deadline: httpd 2.4's event MPM has no socket callback for
+ * modules (ap_mpm_register_poll_callback is in trunk only), so the child's
+ * timer thread (below) watches the socket in its epoll set, and whichever
+ * comes first, the socket or the deadline, ends the watch and hands the
+ * request to a worker the same way as a timer.
+ *
  * A client that goes away while its script waits: the timer fires at
  * least once a second (AP_MRB_WAIT_CHECK) and looks at the socket; a
  * closed one cancels the script (Apache::Async::Cancelled: ensure clauses
@@ -33,13 +41,18 @@
  *
  * Where the MPM cannot do this (prefork, worker), in other phases than the
  * content handler, in subrequests, internal redirects and HTTP/2 streams,
- * a sleep blocks the thread as before (mrb_server.sleep_blocks).
+ * a sleep blocks the thread as before (mrb_server.sleep_blocks), and so
+ * does a Redis call (mrb_wait_fd's poll()).
  */
 
+#include <errno.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 
 #include <ap_mpm.h>
@@ -74,6 +87,14 @@ struct ap_mrb_waiter_s {
                                   (ap_mrb_wait_now's clock) */
     apr_time_t     due;        /* its next callback: wake_at, or a check
                                   of the client */
+    apr_size_t     heap_at;    /* its place in the timer heap */
+    int            fd;         /* a Redis socket it waits for (on_fd) */
+    int            fd_events;  /* EPOLLIN or EPOLLOUT */
+    int           *fd_ready;   /* mrb_wait_fd's: 1 if the socket came first */
+    unsigned       on_fd:1;    /* the script waits for fd, wake_at is its
+                                  deadline */
+    unsigned       fd_fired:1; /* fd was ready before the deadline */
+    unsigned       watching:1; /* fd is in the timer thread's epoll set */
     unsigned       armed:1;    /* in the timer heap or the MPM's queue */
     unsigned       mpm_left:1; /* the MPM's thread is done with it */
 };
@@ -93,10 +114,12 @@ static void ap_mrb_wait_wake(void *baton);
  * stalls so).  A timer due at once is always handed to a worker at the
  * listener's next pass.  So the child keeps its waiting requests in a heap
  * by time, and one thread of its own registers each when it is due, as a
- * timer of no delay: the MPM's workers run the callbacks.
+ * timer of no delay: the MPM's workers run the callbacks.  It sleeps in
+ * epoll_wait, on the Redis sockets of its waiting requests and an eventfd
+ * that says the heap changed.
  */
 static pthread_mutex_t    ap_mrb_timer_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t     ap_mrb_timer_cond;
+static int                ap_mrb_timer_epoll = -1, ap_mrb_timer_event = -1;
 static ap_mrb_waiter    **ap_mrb_timer_heap;
 static apr_size_t         ap_mrb_timer_len, ap_mrb_timer_cap;
 static int                ap_mrb_timer_started, ap_mrb_timer_stopping;
@@ -114,52 +137,39 @@ ap_mrb_wait_now(void)
 
 
 static void
+ap_mrb_timer_place(apr_size_t i, ap_mrb_waiter *w)
+{
+    ap_mrb_timer_heap[i] = w;
+    w->heap_at = i;
+}
+
+
+static void
 ap_mrb_timer_swap(apr_size_t i, apr_size_t j)
 {
     ap_mrb_waiter  *w = ap_mrb_timer_heap[i];
 
-    ap_mrb_timer_heap[i] = ap_mrb_timer_heap[j];
-    ap_mrb_timer_heap[j] = w;
+    ap_mrb_timer_place(i, ap_mrb_timer_heap[j]);
+    ap_mrb_timer_place(j, w);
 }
 
 
-/* Adds w (ap_mrb_timer_lock held); 0, or -1 out of memory. */
-static int
-ap_mrb_timer_push_locked(ap_mrb_waiter *w)
+static void
+ap_mrb_timer_sift_up(apr_size_t i)
 {
-    ap_mrb_waiter  **heap;
-    apr_size_t       i, cap;
-
-    if (ap_mrb_timer_len == ap_mrb_timer_cap) {
-        cap = ap_mrb_timer_cap ? ap_mrb_timer_cap * 2 : 64;
-        heap = realloc(ap_mrb_timer_heap, cap * sizeof(ap_mrb_waiter *));
-        if (heap == NULL) {
-            return -1;
-        }
-        ap_mrb_timer_heap = heap;
-        ap_mrb_timer_cap = cap;
-    }
-
-    i = ap_mrb_timer_len++;
-    ap_mrb_timer_heap[i] = w;
-
-    while (i > 0 && ap_mrb_timer_heap[(i - 1) / 2]->due > w->due) {
+    while (i > 0 && ap_mrb_timer_heap[(i - 1) / 2]->due
+                    > ap_mrb_timer_heap[i]->due)
+    {
         ap_mrb_timer_swap(i, (i - 1) / 2);
         i = (i - 1) / 2;
     }
-
-    return 0;
 }
 
 
-/* Removes the earliest (ap_mrb_timer_lock held, the heap not empty). */
-static ap_mrb_waiter *
-ap_mrb_timer_pop_locked(void)
+static void
+ap_mrb_timer_sift_down(apr_size_t i)
 {
-    ap_mrb_waiter  *top = ap_mrb_timer_heap[0];
-    apr_size_t      i = 0, c;
-
-    ap_mrb_timer_heap[0] = ap_mrb_timer_heap[--ap_mrb_timer_len];
+    apr_size_t  c;
 
     for ( ;; ) {
         c = 2 * i + 1;
@@ -177,46 +187,133 @@ ap_mrb_timer_pop_locked(void)
         ap_mrb_timer_swap(i, c);
         i = c;
     }
-
-    return top;
 }
 
+
+/* Adds w (ap_mrb_timer_lock held); 0, or -1 out of memory. */
+static int
+ap_mrb_timer_push_locked(ap_mrb_waiter *w)
+{
+    ap_mrb_waiter  **heap;
+    apr_size_t       cap;
+
+    if (ap_mrb_timer_len == ap_mrb_timer_cap) {
+        cap = ap_mrb_timer_cap ? ap_mrb_timer_cap * 2 : 64;
+        heap = realloc(ap_mrb_timer_heap, cap * sizeof(ap_mrb_waiter *));
+        if (heap == NULL) {
+            return -1;
+        }
+        ap_mrb_timer_heap = heap;
+        ap_mrb_timer_cap = cap;
+    }
+
+    ap_mrb_timer_place(ap_mrb_timer_len++, w);
+    ap_mrb_timer_sift_up(w->heap_at);
+
+    return 0;
+}
+
+
+/* Takes w out of the heap (ap_mrb_timer_lock held). */
+static void
+ap_mrb_timer_remove_locked(ap_mrb_waiter *w)
+{
+    apr_size_t  i = w->heap_at;
+
+    if (i != --ap_mrb_timer_len) {
+        ap_mrb_timer_place(i, ap_mrb_timer_heap[ap_mrb_timer_len]);
+        ap_mrb_timer_sift_down(i);
+        ap_mrb_timer_sift_up(i);
+    }
+}
+
+
+/* Wakes the timer thread (ap_mrb_timer_lock held); a counter that is
+ * full (EAGAIN) wakes it as well. */
+static void
+ap_mrb_timer_poke_locked(void)
+{
+    uint64_t  one = 1;
+    ssize_t   n;
+
+    n = write(ap_mrb_timer_event, &one, sizeof(one));
+    (void) n;
+}
+
+
+/*
+ * Hands w to a worker (ap_mrb_timer_lock held, w out of the heap): its
+ * socket leaves the epoll set first, so that the watch has ended when the
+ * script resumes on that worker.
+ */
+static void
+ap_mrb_timer_fire_locked(ap_mrb_waiter *w)
+{
+    apr_status_t  rv;
+
+    if (w->watching) {
+        epoll_ctl(ap_mrb_timer_epoll, EPOLL_CTL_DEL, w->fd, NULL);
+        w->watching = 0;
+    }
+
+    rv = ap_mpm_register_timed_callback(0, ap_mrb_wait_wake, w);
+    if (rv != APR_SUCCESS) {
+        ap_log_rerror(APLOG_MARK, APLOG_CRIT, rv, w->r, "%s: cannot "
+                      "register the timed callback that resumes the "
+                      "script: the request stays suspended", w->what);
+    }
+}
+
+
+#define AP_MRB_TIMER_EVENTS  64
 
 static void *
 ap_mrb_timer_main(void *arg)
 {
-    ap_mrb_waiter    *w;
-    apr_time_t        now;
-    struct timespec   ts;
-    apr_status_t      rv;
+    ap_mrb_waiter       *w;
+    apr_time_t           now;
+    uint64_t             count;
+    ssize_t              done;
+    int                  i, n, msec;
+    struct epoll_event   ev[AP_MRB_TIMER_EVENTS];
 
     pthread_mutex_lock(&ap_mrb_timer_lock);
 
     while (!ap_mrb_timer_stopping) {
-        if (ap_mrb_timer_len == 0) {
-            pthread_cond_wait(&ap_mrb_timer_cond, &ap_mrb_timer_lock);
-            continue;
-        }
-
         now = ap_mrb_wait_now();
-        w = ap_mrb_timer_heap[0];
-
-        if (w->due > now) {
-            ts.tv_sec = w->due / APR_USEC_PER_SEC;
-            ts.tv_nsec = (long) (w->due % APR_USEC_PER_SEC) * 1000;
-            pthread_cond_timedwait(&ap_mrb_timer_cond, &ap_mrb_timer_lock,
-                                   &ts);
-            continue;
-        }
 
         /* under the lock: the child's exit stops this before the MPM's
          * timer queue goes */
-        ap_mrb_timer_pop_locked();
-        rv = ap_mpm_register_timed_callback(0, ap_mrb_wait_wake, w);
-        if (rv != APR_SUCCESS) {
-            ap_log_rerror(APLOG_MARK, APLOG_CRIT, rv, w->r, "%s: cannot "
-                          "register the timed callback that resumes the "
-                          "script: the request stays suspended", w->what);
+        while (ap_mrb_timer_len > 0 && ap_mrb_timer_heap[0]->due <= now) {
+            w = ap_mrb_timer_heap[0];
+            ap_mrb_timer_remove_locked(w);
+            ap_mrb_timer_fire_locked(w);
+        }
+
+        /* rounded up: woken early, it would only go back to sleep */
+        msec = ap_mrb_timer_len == 0
+               ? -1
+               : (int) ((ap_mrb_timer_heap[0]->due - now + 999) / 1000);
+
+        pthread_mutex_unlock(&ap_mrb_timer_lock);
+        n = epoll_wait(ap_mrb_timer_epoll, ev, AP_MRB_TIMER_EVENTS, msec);
+        pthread_mutex_lock(&ap_mrb_timer_lock);
+
+        /* a socket in the set is watched until this thread ends the
+         * watch: each w here still waits for it */
+        for (i = 0; i < n; i++) {
+            w = ev[i].data.ptr;
+            if (w == NULL) {
+                /* a poke: the heap changed, the loop looks at it again */
+                done = read(ap_mrb_timer_event, &count, sizeof(count));
+                (void) done;
+                continue;
+            }
+            if (w->watching) {
+                w->fd_fired = 1;
+                ap_mrb_timer_remove_locked(w);
+                ap_mrb_timer_fire_locked(w);
+            }
         }
     }
 
@@ -231,7 +328,7 @@ ap_mrb_timer_stop(void *data)
     pthread_mutex_lock(&ap_mrb_timer_lock);
     ap_mrb_timer_stopping = 1;
     if (ap_mrb_timer_started) {
-        pthread_cond_signal(&ap_mrb_timer_cond);
+        ap_mrb_timer_poke_locked();
     }
     pthread_mutex_unlock(&ap_mrb_timer_lock);
     return APR_SUCCESS;
@@ -242,18 +339,36 @@ ap_mrb_timer_stop(void *data)
 static int
 ap_mrb_timer_start_locked(void)
 {
-    pthread_condattr_t  attr;
     pthread_attr_t      tattr;
     pthread_t           thread;
+    struct epoll_event  ev;
 
     if (ap_mrb_timer_started) {
         return 0;
     }
 
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&ap_mrb_timer_cond, &attr);
-    pthread_condattr_destroy(&attr);
+    if (ap_mrb_timer_epoll == -1) {
+        ap_mrb_timer_epoll = epoll_create1(EPOLL_CLOEXEC);
+        if (ap_mrb_timer_epoll == -1) {
+            return -1;
+        }
+    }
+
+    if (ap_mrb_timer_event == -1) {
+        ap_mrb_timer_event = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        if (ap_mrb_timer_event == -1) {
+            return -1;
+        }
+        ev.events = EPOLLIN;
+        ev.data.ptr = NULL;
+        if (epoll_ctl(ap_mrb_timer_epoll, EPOLL_CTL_ADD, ap_mrb_timer_event,
+                      &ev) != 0)
+        {
+            close(ap_mrb_timer_event);
+            ap_mrb_timer_event = -1;
+            return -1;
+        }
+    }
 
     pthread_attr_init(&tattr);
     pthread_attr_setdetachstate(&tattr, PTHREAD_CREATE_DETACHED);
@@ -316,8 +431,28 @@ ap_mrb_waiter_get(request_rec *r)
 int
 ap_mrb_wake_after(mrb_run_rec *run, mrb_int msec)
 {
-    ap_mrb_waiter_get(run->request)->wake_at = ap_mrb_wait_now()
-                                               + apr_time_from_msec(msec);
+    ap_mrb_waiter  *w = ap_mrb_waiter_get(run->request);
+
+    w->wake_at = ap_mrb_wait_now() + apr_time_from_msec(msec);
+    w->on_fd = 0;
+    return 0;
+}
+
+
+/* mrb_server.wake_on_fd: the script is about to suspend until fd is ready
+ * for events, or for msec at most; the watch begins when it is armed. */
+int
+ap_mrb_wake_on_fd(mrb_run_rec *run, int fd, int events, mrb_int msec,
+    int *ready)
+{
+    ap_mrb_waiter  *w = ap_mrb_waiter_get(run->request);
+
+    w->wake_at = ap_mrb_wait_now() + apr_time_from_msec(msec);
+    w->fd = fd;
+    w->fd_events = (events & MRB_FD_WRITE) ? EPOLLOUT : EPOLLIN;
+    w->fd_ready = ready;
+    w->fd_fired = 0;
+    w->on_fd = 1;
     return 0;
 }
 
@@ -342,16 +477,36 @@ ap_mrb_wait_begin(request_rec *r, mrb_interp *interp, mrb_run_rec *run,
 }
 
 
+/* Puts w's socket in the timer thread's epoll set (ap_mrb_timer_lock
+ * held); 0, or -1 (errno). */
+static int
+ap_mrb_timer_watch_locked(ap_mrb_waiter *w)
+{
+    struct epoll_event  ev;
+
+    ev.events = (uint32_t) w->fd_events;
+    ev.data.ptr = w;
+    if (epoll_ctl(ap_mrb_timer_epoll, EPOLL_CTL_ADD, w->fd, &ev) != 0) {
+        return -1;
+    }
+
+    w->watching = 1;
+    return 0;
+}
+
+
 /*
- * Schedules the next callback: when the script asked to go on, or a check
- * of the client a second from now if that comes first.  -1 when no timer
- * could be set (logged): the caller ends the wait.
+ * Schedules the next callback: when the script asked to go on (its
+ * socket is ready, or its deadline), or a check of the client a second
+ * from now if that comes first.  -1 when no timer could be set (logged):
+ * the caller ends the wait.
  */
 static int
 ap_mrb_wait_arm(ap_mrb_waiter *w)
 {
-    apr_time_t  check = ap_mrb_wait_now() + AP_MRB_WAIT_CHECK;
-    int         rc;
+    apr_time_t    check = ap_mrb_wait_now() + AP_MRB_WAIT_CHECK;
+    apr_status_t  err = 0;
+    int           rc;
 
     w->due = w->wake_at < check ? w->wake_at : check;
     w->armed = 1;
@@ -361,16 +516,23 @@ ap_mrb_wait_arm(ap_mrb_waiter *w)
     if (rc == 0) {
         rc = ap_mrb_timer_push_locked(w);
     }
+    if (rc == 0 && w->on_fd && ap_mrb_timer_watch_locked(w) != 0) {
+        err = errno;
+        ap_mrb_timer_remove_locked(w);
+        rc = -1;
+    }
     if (rc == 0 && ap_mrb_timer_heap[0] == w) {
-        pthread_cond_signal(&ap_mrb_timer_cond);
+        ap_mrb_timer_poke_locked();
     }
     pthread_mutex_unlock(&ap_mrb_timer_lock);
 
     if (rc != 0) {
         w->armed = 0;
-        ap_log_rerror(APLOG_MARK, APLOG_CRIT, 0, w->r, "%s: cannot start "
-                      "the timer of a waiting script (out of memory or "
-                      "threads): the request stays suspended", w->what);
+        ap_log_rerror(APLOG_MARK, APLOG_CRIT, err, w->r, "%s: cannot "
+                      "start the timer of a waiting script or watch its "
+                      "socket (out of memory, threads or descriptors): %s",
+                      w->what, w->mpm_left ? "it waits on this thread"
+                                           : "the request stays suspended");
     }
 
     return rc;
@@ -511,6 +673,25 @@ ap_mrb_wait_mpm_left(conn_rec *c)
 }
 
 
+/* Where no timer can be set: the wait goes on on this thread. */
+static void
+ap_mrb_wait_block(ap_mrb_waiter *w, apr_time_t left)
+{
+    struct pollfd  pfd;
+
+    if (!w->on_fd) {
+        apr_sleep(left);
+        return;
+    }
+
+    pfd.fd = w->fd;
+    pfd.events = (w->fd_events == EPOLLOUT) ? POLLOUT : POLLIN;
+    pfd.revents = 0;
+    /* rounded up, as the deadline is what makes the command fail */
+    w->fd_fired = poll(&pfd, 1, (int) ((left + 999) / 1000)) != 0;
+}
+
+
 /*
  * The timed callback, on a worker thread: resume, cancel or wait on.
  * Where no timer can be set (logged), the wait goes on blocking this
@@ -540,15 +721,19 @@ ap_mrb_wait_wake(void *baton)
         gone = ap_mrb_wait_client_gone(r->connection);
         left = w->wake_at - ap_mrb_wait_now();
 
-        if (!gone && left > 0) {
+        if (!gone && left > 0 && !(w->on_fd && w->fd_fired)) {
             if (ap_mrb_wait_arm(w) == 0) {
                 apr_thread_mutex_unlock(r->invoke_mtx);
                 return;
             }
-            apr_sleep(left);
+            ap_mrb_wait_block(w, left);
         }
 
         mrb_interp_take_this(w->interp);
+
+        if (w->on_fd && w->fd_fired) {
+            *w->fd_ready = 1;
+        }
 
         if (gone) {
             ap_log_rerror(APLOG_MARK, APLOG_INFO, 0, r, "%s: %s: the client "

@@ -164,6 +164,7 @@ const mrb_server ap_mrb_server = {
     .log_enabled = ap_mrb_log_enabled,
     .log_fds = ap_mrb_log_fds,
     .wake_after = ap_mrb_wake_after,
+    .wake_on_fd = ap_mrb_wake_on_fd,   /* Redis: as a sleep, same places */
     .sleep_blocks = 1,      /* a sleep that cannot suspend blocks */
     .threaded = ap_mrb_threaded,
     .parts = mrb_parts

@@ -218,3 +218,106 @@ def test_a_sleeping_handlers_top_level_state_is_its_own(apache):
         r = second.result(120)
         assert (r.status_code, r.text) == (200, "b b b b")
     peek()
+
+
+# A Redis call waits for its reply the same way.  /blpop?<port> blocks in
+# BLPOP on the Redis side until the test pushes, /late?<port> until its
+# 3 s timeout; /ping answers at once.
+REDIS_WAITS = """\
+mrubySharedDict meet 1m
+<Location /blpop>
+    mrubyHandlerMiddleCode 'port = Apache::Request.new.args.to_i; \
+r = Redis.new("127.0.0.1", port, timeout: 60); \
+Apache.rputs r.call("BLPOP", "q", 50).inspect'
+</Location>
+<Location /late>
+    mrubyHandlerMiddleCode 'port = Apache::Request.new.args.to_i; \
+d = Apache::SharedDict.new("meet"); d.incr("in", 1, init: 0); \
+r = Redis.new("127.0.0.1", port, timeout: 3); \
+begin; r.call("BLPOP", "never", 0); \
+rescue Redis::TimeoutError => e; \
+Apache.rputs "#{e.class}: #{e.message}; in: #{d["in"]}"; end'
+</Location>
+<Location /get>
+    mrubyHandlerMiddleCode 'port = Apache::Request.new.args.to_i; \
+Apache.rputs Redis.new("127.0.0.1", port, timeout: 5).get("k")'
+</Location>
+<Location /ping>
+    mrubyHandlerMiddleCode 'Apache.rputs "pong"'
+</Location>
+<Location /access>
+    mrubyAccessCheckerMiddleCode 'port = Apache::Request.new.args.to_i; \
+Redis.new("127.0.0.1", port, timeout: 60).call("BLPOP", "q", 50); \
+Apache.return Apache::DECLINED'
+    mrubyHandlerMiddleCode 'Apache.rputs "after access"'
+</Location>
+"""
+
+REDIS_WAITERS = 12
+
+
+def blocked_clients(redis):
+    info = redis.command("INFO", "clients")
+    return int(info.split("blocked_clients:")[1].split()[0])
+
+
+def test_more_redis_waits_than_threads_all_wait_at_once(apache,
+                                                        redis_server):
+    """12 handlers blocked in BLPOP at the same moment in a child of 4
+    threads, and a request that does not wait is answered meanwhile: a
+    script waiting for Redis holds no thread.  (When the call blocks its
+    thread, Redis never sees more than 4 blocked clients.)"""
+    a = apache(REDIS_WAITS, mpm="event", mpm_conf=FOUR_THREADS)
+    port = redis_server.port
+    with concurrent.futures.ThreadPoolExecutor(REDIS_WAITERS) as pool:
+        waiters = [pool.submit(requests.get, a.url(f"/blpop?{port}"),
+                               timeout=120) for _ in range(REDIS_WAITERS)]
+        wait_for("all waiters blocked in Redis",
+                 lambda: blocked_clients(redis_server) == REDIS_WAITERS)
+        assert requests.get(a.url("/ping"), timeout=10).text == "pong"
+        values = [f"v{i}" for i in range(REDIS_WAITERS)]
+        redis_server.command("RPUSH", "q", *values)
+        rs = [f.result() for f in waiters]
+    assert [r.status_code for r in rs] == [200] * REDIS_WAITERS, \
+        a.error_log()[-2000:]
+    assert sorted(r.text for r in rs) == sorted(
+        f'["q", "{v}"]' for v in values)
+    assert {r.headers.get("Connection") for r in rs} == {"close"}
+
+
+def test_redis_timeout_while_suspended_is_a_timeout_error(apache,
+                                                          redis_server):
+    """6 handlers whose BLPOP outlasts their 3 s timeout, in a child of 4
+    threads: each gets Redis::TimeoutError after all 6 were waiting at
+    once (the deadline ended the socket's watch), and the interpreters'
+    next command gets its answer."""
+    a = apache(REDIS_WAITS, mpm="event", mpm_conf=FOUR_THREADS)
+    port = redis_server.port
+    n = 6
+    with concurrent.futures.ThreadPoolExecutor(n) as pool:
+        rs = list(pool.map(lambda _: requests.get(a.url(f"/late?{port}"),
+                                                  timeout=120), range(n)))
+    assert [r.status_code for r in rs] == [200] * n, a.error_log()[-2000:]
+    assert {r.text for r in rs} == {
+        f"Redis::TimeoutError: 127.0.0.1:{port}: timed out; in: {n}"}
+    redis_server.command("SET", "k", "after")
+    for _ in range(n):
+        assert requests.get(a.url(f"/get?{port}"), timeout=30).text == "after"
+
+
+def test_redis_waits_that_cannot_suspend_block_as_before(apache,
+                                                         redis_server):
+    """prefork, and an access checker on event: the Redis call waits on
+    its thread, and the connection stays open."""
+    port = redis_server.port
+    for mpm, path, answer in (("prefork", f"/blpop?{port}", '["q", "p"]'),
+                              ("event", f"/access?{port}", "after access")):
+        a = apache(REDIS_WAITS, mpm=mpm)
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            waiter = pool.submit(requests.get, a.url(path), timeout=120)
+            wait_for("the call blocked in Redis",
+                     lambda: blocked_clients(redis_server) == 1)
+            redis_server.command("RPUSH", "q", "p")
+            r = waiter.result()
+        assert (r.status_code, r.text) == (200, answer), a.error_log()[-2000:]
+        assert r.headers.get("Connection") != "close"
