@@ -28,8 +28,8 @@
  * the connection is gone.
  *
  * A Redis call waits for its socket (mrb_server.wake_on_fd) with its
- * command's deadline: httpd 2.4's event MPM has no socket callback for
- * modules (ap_mpm_register_poll_callback is in trunk only), so the child's
+ * command's deadline: httpd 2.4.71's event MPM offers modules timed
+ * callbacks only (no socket callback in its ap_mpm.h), so the child's
  * timer thread (below) watches the socket in its epoll set, and whichever
  * comes first, the socket or the deadline, ends the watch and hands the
  * request to a worker the same way as a timer.
