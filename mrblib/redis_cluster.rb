@@ -22,6 +22,7 @@ class Redis
 
     SLOTS = 16384
     REDIRECTS_MAX = 5
+    REDIRECTIONS = %w(MOVED ASK TRYAGAIN CLUSTERDOWN)
     RETRY_PAUSE = 0.01     # s, doubled at each TRYAGAIN or CLUSTERDOWN
     DEFAULT_TIMEOUT = 1.0  # s, as ::Redis's
 
@@ -62,6 +63,10 @@ class Redis
     # call and the commands' methods are C's; a command they do not send
     # themselves comes here.
     def __route(args)
+      if @noted
+        @noted << args
+        return nil
+      end
       map = @map
       raise ClosedError, "connection is already closed" if map.nil?
       map.__call(Cluster.__command_slot(args), args)
@@ -77,10 +82,28 @@ class Redis
       !@map.nil?
     end
 
-    %w(pipelined queue commit reply bulk_reply).each do |name|
+    # c.pipelined { |p| p.incr("{u1}n"); p.get("k") } => [1, "v"]: the
+    # block's commands, one queue and commit per node, the replies in the
+    # block's order.  As in Redis#pipelined, an error reply raises after
+    # every reply was read.  The block gets a Redis::Cluster without a map
+    # that notes each command (__route) and answers nil.
+    def pipelined
+      map = @map
+      raise ClosedError, "connection is already closed" if map.nil?
+      commands = []
+      yield Cluster.allocate.__noting(commands)
+      map.__pipeline(commands)
+    end
+
+    def __noting(commands)
+      @noted = commands
+      self
+    end
+
+    %w(queue commit reply bulk_reply).each do |name|
       define_method(name) do |*|
         raise ClusterError, "Redis::Cluster: #{name} is not supported on a " \
-                            "cluster yet (commands go one at a time)"
+                            "cluster (pipelined is)"
       end
     end
 
@@ -269,6 +292,52 @@ class Redis
         @suspects.keys.each { |a| __trust(a) unless replicas.key?(a) } \
           if @suspects
         slots
+      end
+
+      # Pipelined commands (Arrays of a name and arguments): those of
+      # each node queued and committed together, node after node; a reply
+      # that redirects (MOVED, ASK) or asks to retry (TRYAGAIN,
+      # CLUSTERDOWN) has its command sent again alone.
+      def __pipeline(commands)
+        slots = @slots || __load_slots
+        cmd_slots = []
+        by_node = {}
+        commands.each_with_index do |args, i|
+          slot = Cluster.__command_slot(args)
+          addr = slot.nil? ? (slots[0] || @seeds[0]) : slots[slot]
+          if addr.nil?
+            raise ClusterError, "Redis::Cluster: no node serves slot #{slot}"
+          end
+          cmd_slots << slot
+          (by_node[addr] ||= []) << i
+        end
+        replies = Array.new(commands.size)
+        by_node.each do |addr, indexes|
+          node = __node(addr)
+          begin
+            indexes.each { |i| node.queue(*commands[i]) }
+            got = node.commit
+          rescue ConnectionError => e
+            (@suspects ||= {})[addr] = true
+            raise e
+          end
+          indexes.each_with_index { |i, j| replies[i] = got[j] }
+        end
+        error = nil
+        replies.each_with_index do |reply, i|
+          next unless reply.is_a?(ReplyError)
+          if REDIRECTIONS.include?(reply.message.split(" ", 2)[0])
+            begin
+              replies[i] = __redirected(cmd_slots[i], commands[i], reply)
+              next
+            rescue ReplyError => e
+              replies[i] = reply = e
+            end
+          end
+          error ||= reply
+        end
+        raise error if error
+        replies
       end
 
       # The command after its first error reply e: redirected by MOVED or

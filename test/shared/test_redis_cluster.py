@@ -62,7 +62,7 @@ c.mset("{u1}a", 1, "{u1}b", 2)
 out << c.mget("{u1}a", "{u1}b").inspect
 out << c.del("{u1}a", "{u1}b").to_s
 [-> { c.mget("a", "b") }, -> { c.call("DEL", "a", "{u1}b") },
- -> { c.multi }, -> { c.pipelined { |p| p.get("a") } }].each do |f|
+ -> { c.multi }, -> { c.queue("GET", "a") }].each do |f|
   begin
     f.call
     out << "sent?!"
@@ -93,8 +93,7 @@ TAGS_EXPECTED = "\n".join([
     'keep them in one',
     "Redis::Cluster: multi is not supported on a cluster (it needs one "
     "connection, or every node)",
-    "Redis::Cluster: pipelined is not supported on a cluster yet "
-    "(commands go one at a time)",
+    "Redis::Cluster: queue is not supported on a cluster (pipelined is)",
     "true",
     'Redis::Cluster.new: the nodes are an Array of "host:port" Strings, '
     'not "127.0.0.1:1"',
@@ -113,6 +112,36 @@ tag, name = key.split(".")
 key = "{#{tag}}#{name}" if name
 Server.rputs Redis::Cluster.new(seeds.split(","), timeout: 2).get(key).inspect
 '''
+
+
+# /pipeline?seeds: a pipeline over the three masters, answered in order;
+# an error reply raises after the others ran.
+PIPELINE = r'''
+Server = get_server_class
+c = Redis::Cluster.new(Server::Request.new.args.split(","), timeout: 2)
+out = []
+out << c.pipelined { |p|
+  (0...9).each { |i| p.set("pk#{i}", "v#{i}") }
+  (0...9).each { |i| p.get("pk#{i}") }
+  p.incr("pn")
+  p.expire("pn", 30)
+  p.call("GET", "moving")
+}.inspect
+begin
+  c.pipelined { |p| p.incr("pk0"); p.set("pk1", "w") }
+rescue Redis::ReplyError => e
+  out << e.message
+end
+out << c.get("pk1")
+Server.rputs out.join("\n")
+'''
+
+PIPELINE_EXPECTED = "\n".join([
+    str(["OK"] * 9 + [f"v{i}" for i in range(9)] + [1, 1, "here"])
+    .replace("'", '"'),
+    "ERR value is not an integer or out of range",
+    "w",
+])
 
 
 @pytest.fixture
@@ -251,4 +280,32 @@ def test_ask_during_migration(kind, apache, nginx, cluster):
     assert calls([dst], "asking") == [2]
     assert calls([dst], "get") == [2]
     assert calls([src], "get") == [3]    # old 3 times; new: ASK (rejected)
+    assert slots_reads(cluster) == 1
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_pipeline_split_per_node(kind, apache, nginx, cluster):
+    """A pipeline's commands go to their masters, one queue and commit
+    each, the replies in the order sent; a command whose slot moved is
+    followed (MOVED) and its reply put in its place; an error reply
+    raises after the others ran."""
+    seeds = ",".join(cluster.seeds())
+    key = "moving"
+    slot = cluster.key_slot(key)
+    _, src = cluster.node_of_slot(slot)
+    assert src.command("SET", key, "here") == "+OK"
+    s = harness.one_interpreter(kind, apache, nginx,
+                                {"/get": "get.rb", "/pipeline": "pipe.rb"},
+                                {"get.rb": GET, "pipe.rb": PIPELINE})
+    r = s.get(f"/get?{seeds}&{key}")     # the map read
+    assert (r.status_code, r.text) == (200, '"here"'), s.error_log()[-2000:]
+    dst_id, dst = other_master(cluster, slot)
+    move_slot(cluster, slot, key, dst_id, dst)
+    r = s.get(f"/pipeline?{seeds}")
+    assert (r.status_code, r.text) == (200, PIPELINE_EXPECTED), \
+        s.error_log()[-2000:]
+    sizes = [int(m.command("DBSIZE")[1:])
+             for m in cluster.masters().values()]
+    assert all(n >= 2 for n in sizes)          # pk0..pk8 spread
+    assert rejected(src, "get") == 1           # the MOVED
     assert slots_reads(cluster) == 1
