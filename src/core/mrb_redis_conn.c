@@ -527,8 +527,9 @@ static mrb_redis_status
 redis_link_send(mrb_redis_conn *c, const mrb_redis_caller *caller,
     mrb_redis_link *link, const char *cmds, size_t len, uint64_t deadline)
 {
-    int                    done, ready;
+    int                    ready;
     size_t                 sent;
+    ssize_t                n;
     mrb_redis_status       st;
     mrb_redis_tls_status   ts;
     char                   reason[REDIS_TLS_REASON_LEN];
@@ -551,17 +552,25 @@ redis_link_send(mrb_redis_conn *c, const mrb_redis_caller *caller,
         return MRB_REDIS_OK;
     }
 
-    if (redisAppendFormattedCommand(link->ctx, cmds, len) != REDIS_OK) {
-        return redis_fail(c, link, "", errno);
-    }
-
-    for ( ;; ) {
-        if (redisBufferWrite(link->ctx, &done) != REDIS_OK) {
-            return redis_fail(c, link, "", errno);
+    /* straight from cmds, not through hiredis' output buffer, which
+     * hiredis frees unwiped: an AUTH's password is left in no freed
+     * memory */
+    for (sent = 0; sent < len; /* void */) {
+        n = send(link->ctx->fd, cmds + sent, len - sent, MSG_NOSIGNAL);
+        if (n >= 0) {
+            sent += (size_t) n;
+            continue;
         }
 
-        if (done) {
-            return MRB_REDIS_OK;
+        if (errno == EINTR) {
+            continue;
+        }
+
+        if (errno != EAGAIN && errno != EWOULDBLOCK) {
+            snprintf(c->err, sizeof(c->err), "%s: %s", c->name,
+                     strerror(errno));
+            redis_link_close(c, link);
+            return MRB_REDIS_ECONNECT;
         }
 
         ready = redis_wait(caller, link, POLLOUT, deadline);
@@ -569,6 +578,8 @@ redis_link_send(mrb_redis_conn *c, const mrb_redis_caller *caller,
             return redis_wait_failed(c, link, "", ready);
         }
     }
+
+    return MRB_REDIS_OK;
 }
 
 

@@ -2,7 +2,8 @@
  * src/core/mrb_redis_conn.c against a real redis-server on loopback, one
  * per test: the once-only resend after the server closed a kept
  * connection, the one-second pause after a failed connect, a connection
- * made before a fork left to the parent, and timeouts.
+ * made before a fork left to the parent, and timeouts.  hiredis' sdsfree
+ * is this file's, which looks into what hiredis frees for a secret.
  */
 
 #define _GNU_SOURCE  /* memmem */
@@ -22,7 +23,9 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 
+#include <dlfcn.h>
 #include <hiredis/hiredis.h>
+#include <hiredis/sds.h>
 
 #include "mrb_redis_conn.h"
 #include "unit.h"
@@ -480,6 +483,29 @@ TEST(redis_conn_a_cancelled_wait_closes_its_link)
 
 
 
+/* While set, every buffer hiredis frees is looked into for it:
+ * sds_secret_freed counts those that hold it. */
+static const char  *sds_secret;
+static int          sds_secret_freed;
+
+
+/* hiredis' own, interposed: calls from inside libhiredis come here too */
+void
+sdsfree(sds s)
+{
+    void  (*next)(sds);
+
+    if (s != NULL && sds_secret != NULL
+        && memmem(s, sdslen(s), sds_secret, strlen(sds_secret)) != NULL)
+    {
+        sds_secret_freed++;
+    }
+
+    next = (void (*)(sds)) dlsym(RTLD_NEXT, "sdsfree");
+    next(s);
+}
+
+
 /* A server of one reply: accepts on fd, reads what the client sends
  * first (up to the size of got), answers reply and closes. */
 typedef struct {
@@ -511,23 +537,40 @@ one_reply_serve(void *arg)
 }
 
 
+/* A listening one_reply_server *s (its reply to set) and a connection
+ * to it that sends AUTH app secret-pw: NULL if either failed. */
+static mrb_redis_conn *
+auth_server_open(one_reply_server *s)
+{
+    int              port;
+    mrb_redis_conn  *c;
+
+    memset(s, 0, sizeof(*s));
+    s->fd = bound_socket(&port);
+    if (s->fd < 0 || listen(s->fd, 8) != 0) {
+        return NULL;
+    }
+
+    c = mrb_redis_conn_new("127.0.0.1", port, 2000);
+    if (c != NULL && mrb_redis_conn_set_auth(c, "app", "secret-pw") != 0) {
+        mrb_redis_conn_free(c);
+        return NULL;
+    }
+
+    return c;
+}
+
+
 TEST(redis_conn_auth_goes_first_and_a_refusal_names_no_password)
 {
-    int                 port;
     mrb_redis_conn     *c;
     pthread_t           t;
     one_reply_server    s;
     static const char   auth[] = "*3\r\n$4\r\nAUTH\r\n$3\r\napp\r\n"
                                  "$9\r\nsecret-pw\r\n";
 
-    memset(&s, 0, sizeof(s));
-    s.fd = bound_socket(&port);
-    REQUIRE(s.fd >= 0);
-    REQUIRE(listen(s.fd, 8) == 0);
-
-    c = mrb_redis_conn_new("127.0.0.1", port, 2000);
+    c = auth_server_open(&s);
     REQUIRE(c != NULL);
-    REQUIRE(mrb_redis_conn_set_auth(c, "app", "secret-pw") == 0);
     CHECK(mrb_redis_conn_auth_is(c, "app", "secret-pw"));
     CHECK(!mrb_redis_conn_auth_is(c, "app", "other"));
     CHECK(!mrb_redis_conn_auth_is(c, NULL, "secret-pw"));
@@ -548,5 +591,30 @@ TEST(redis_conn_auth_goes_first_and_a_refusal_names_no_password)
     CHECK(!mrb_redis_conn_connected(c));
 
     mrb_redis_conn_free(c);
+    close(s.fd);
+}
+
+
+TEST(redis_conn_auth_leaves_no_password_in_what_hiredis_frees)
+{
+    mrb_redis_conn     *c;
+    pthread_t           t;
+    one_reply_server    s;
+
+    c = auth_server_open(&s);
+    REQUIRE(c != NULL);
+
+    s.reply = "+OK\r\n";
+    REQUIRE(pthread_create(&t, NULL, one_reply_serve, &s) == 0);
+
+    sds_secret = "secret-pw";
+    sds_secret_freed = 0;
+    CHECK_EQ(mrb_redis_conn_open(c, NULL), MRB_REDIS_OK);
+    pthread_join(t, NULL);
+    CHECK(memmem(s.got, (size_t) s.len, "secret-pw", 9) != NULL);
+
+    mrb_redis_conn_free(c);
+    sds_secret = NULL;
+    CHECK_EQ(sds_secret_freed, 0);
     close(s.fd);
 }
