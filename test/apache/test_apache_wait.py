@@ -321,3 +321,26 @@ def test_redis_waits_that_cannot_suspend_block_as_before(apache,
             r = waiter.result()
         assert (r.status_code, r.text) == (200, answer), a.error_log()[-2000:]
         assert r.headers.get("Connection") != "close"
+
+
+def test_client_that_leaves_mid_redis_wait_cancels_the_call(apache,
+                                                           redis_server):
+    """The script waiting in BLPOP is cancelled within the second the
+    request looks at its socket (its ensure runs), its link to Redis is
+    closed (Redis no longer counts a blocked client), and the next call
+    gets its answer."""
+    a = apache(REDIS_WAITS.replace(
+        "Apache.rputs r.call(\"BLPOP\", \"q\", 50).inspect'",
+        "begin; Apache.rputs r.call(\"BLPOP\", \"q\", 50).inspect; ensure; "
+        "Apache.errlogger Apache::APLOG_NOTICE, \"ensure ran\"; end'"),
+        mpm="event", mpm_conf=FOUR_THREADS)
+    port = redis_server.port
+    with socket.create_connection(("127.0.0.1", a.port), timeout=10) as s:
+        s.sendall(f"GET /blpop?{port} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+        wait_for("the call blocked in Redis",
+                 lambda: blocked_clients(redis_server) == 1)
+    log = a.wait_log("ensure ran", timeout=15)
+    assert "the client went away while the script waited" in log
+    wait_for("the link closed", lambda: blocked_clients(redis_server) == 0)
+    redis_server.command("SET", "k", "after")
+    assert requests.get(a.url(f"/get?{port}"), timeout=30).text == "after"
