@@ -18,9 +18,13 @@ class Redis
 
     @groups = {}
 
+    # The key is made of copies: a script that changes its Array or name
+    # after Redis.new must not change a key in the Hash.
     def self.__group(sentinels, name, role)
-      key = [sentinels, name, role]
-      @groups[key] || (@groups[key] = Sentinel.new(sentinels.dup, name, role))
+      @groups[[sentinels, name, role]] || begin
+        group = Sentinel.new(sentinels.dup, name, role)
+        @groups[[sentinels.dup, name.dup, role]] = group
+      end
     end
 
     def self.__address?(s)

@@ -100,6 +100,33 @@ def test_master_and_replica_found(kind, apache, nginx, sentinel):
     assert lines[1:] == ["slave", '"yes"']
 
 
+# /mutate?sentinels: a script that changes its list and name after
+# Redis.new.
+MUTATE = r'''
+Server = get_server_class
+sentinels = Server::Request.new.args.split(",")
+name = "mymaster"
+r = Redis.new(sentinels: sentinels, name: name, timeout: 2)
+sentinels << "127.0.0.1:1"
+name << "!"
+Server.rputs r.get("k").inspect
+'''
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_group_kept_when_a_script_changes_its_list(kind, apache, nginx,
+                                                   sentinel):
+    """The interpreter's group is found again after a script changed the
+    Array and the String it gave: the master is asked ROLE once."""
+    s = harness.one_interpreter(kind, apache, nginx,
+                                {"/mutate": "mutate.rb"},
+                                {"mutate.rb": MUTATE})
+    for _ in range(3):
+        r = s.get(f"/mutate?{','.join(sentinel.addresses())}")
+        assert (r.status_code, r.text) == (200, "nil"), s.error_log()[-2000:]
+    assert calls(sentinel.master, "role") == 1
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_wrong_name_and_arguments(kind, apache, nginx, sentinel):
     sentinels = ",".join(sentinel.addresses())
