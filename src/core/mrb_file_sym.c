@@ -14,8 +14,20 @@
  * indexed (each name once, whoever interned it), so a name the index does
  * not hold is one the table does not hold either, and it is added to the
  * table here as mruby's sym_intern() adds a name after its lookup
- * (src/symbol.c).  mruby's own lookups find it as they find any other
- * name.  What differs between the releases: 3.1's bucket hash is its own;
+ * (src/symbol.c).
+ *
+ * Linked into mruby's buckets, N file names also make mruby's own lookup
+ * of a name interned before them O(N): a bucket's chain from its newest
+ * entry back to that name crosses a gap of more than 254 entries, and
+ * then scans every entry below.  mruby 4.0's loader looks up every name of
+ * a script's bytecode that is not inline (4 characters at most there, 5
+ * on 3.x: `Nginx` and `rputs` are looked up on 4.0 only): 630 us a first
+ * run at 100,000 scripts on nginx.  So the interpreter's file names are
+ * entries of the table (a symbol names them) outside every bucket: mruby
+ * never finds them (a script that makes a Symbol of a file's path gets
+ * one of its own, equal in name), this index does.  The compiler's are
+ * linked: its parser looks the file name up, and it is opened again
+ * every 1,024 names.  What differs between the releases: 3.1's bucket hash is its own;
  * 4.0 marks a literal name in the entry's pointer instead of a bit table,
  * copies the other names into 4 kB blocks of its own (sym_pool) instead
  * of one block each, and keeps the links and buckets in a hash table that
@@ -49,6 +61,7 @@ struct mrb_file_syms_s {
     size_t          mask;   /* slots - 1, a power of 2 less one */
     size_t          used;
     mrb_sym         upto;   /* the table's entries indexed: 1..upto */
+    int             linked; /* names added go into mruby's buckets */
 };
 
 /* the library's preset symbols, + 1 once known (0: not yet) */
@@ -56,9 +69,15 @@ static atomic_uint  file_sym_presym;
 
 
 mrb_file_syms *
-mrb_file_syms_new(void)
+mrb_file_syms_new(int linked)
 {
-    return calloc(1, sizeof(mrb_file_syms));
+    mrb_file_syms  *fs = calloc(1, sizeof(mrb_file_syms));
+
+    if (fs != NULL) {
+        fs->linked = linked;
+    }
+
+    return fs;
 }
 
 
@@ -124,12 +143,6 @@ file_sym_entry(mrb_state *mrb, mrb_sym i, size_t *len)
 }
 
 #else
-
-/* 4.0.0's struct mrb_sym_hash_table, which mruby.h leaves incomplete */
-typedef struct {
-    uint8_t  *symlink;
-    mrb_sym   buckets[256];
-} file_sym_hash_table;
 
 /* a block of sym_pool: the names follow the header */
 typedef struct file_sym_pool_s  file_sym_pool;
@@ -327,11 +340,12 @@ file_sym_entry_write(char *p, const char *name, size_t len)
 /*
  * Adds name, which the table does not hold, as sym_intern() does after its
  * lookup: the table grown by a fifth when full, the name copied after its
- * length, linked to the previous entry of its bucket.  Returns its index.
- * May raise (out of memory) before it changes anything that counts.
+ * length, and if linked, linked to the previous entry of its bucket.
+ * Returns its index.  May raise (out of memory) before it changes anything
+ * that counts.
  */
 static mrb_sym
-file_sym_add(mrb_state *mrb, const char *name, size_t len)
+file_sym_add(mrb_state *mrb, const char *name, size_t len, int linked)
 {
     mrb_sym   i = mrb->symidx + 1;
     size_t    capa;
@@ -354,9 +368,13 @@ file_sym_add(mrb_state *mrb, const char *name, size_t len)
 
     mrb->symflags[i >> 3] &= ~(1 << (i & 7));   /* not a literal */
     mrb->symtbl[i] = p;
+    mrb->symidx = i;
+    mrb->symlink[i] = 0;
 
-    mrb->symlink[i] = file_sym_link(i, mrb->symhash[hash]);
-    mrb->symhash[hash] = mrb->symidx = i;
+    if (linked) {
+        mrb->symlink[i] = file_sym_link(i, mrb->symhash[hash]);
+        mrb->symhash[hash] = i;
+    }
 
     return i;
 }
@@ -364,24 +382,66 @@ file_sym_add(mrb_state *mrb, const char *name, size_t len)
 #else
 
 /*
+ * 4.0.0's migrate_to_hash_table(), which its sym_intern() calls before it
+ * adds a name to a table of MRB_SYMBOL_LINEAR_THRESHOLD names or more:
+ * the hash table of every name so far.  Done here too, so that file names
+ * added here never leave mruby looking names up by a scan of the table.
+ * May raise (out of memory) before it changes anything.
+ */
+static void
+file_sym_hash_all(mrb_state *mrb)
+{
+    struct mrb_sym_hash_table  *ht;
+    uint8_t                    *link, hash;
+    const char                 *name;
+    size_t                      len;
+    mrb_sym                     i;
+
+    link = mrb_calloc(mrb, mrb->symcapa, 1);
+    ht = mrb_malloc_simple(mrb, sizeof(struct mrb_sym_hash_table));
+    if (ht == NULL) {
+        mrb_free(mrb, link);
+        mrb_exc_raise(mrb, mrb_obj_value(mrb->nomem_err));
+    }
+
+    memset(ht->buckets, 0, sizeof(ht->buckets));
+    for (i = 1; i <= mrb->symidx; i++) {
+        name = file_sym_entry(mrb, i, &len);
+        hash = file_sym_bucket(name, len);
+        link[i] = file_sym_link(i, ht->buckets[hash]);
+        ht->buckets[hash] = i;
+    }
+
+    ht->symlink = link;
+    mrb->symhash = ht;
+}
+
+
+/*
  * 4.0.0's sym_intern() after its lookup: the table grown by a fifth when
  * full, the name copied after its length into the current 4 kB block of
  * sym_pool (an entry's size even, so that bit 0 of its address, the
  * literal mark, is clear), or into a new block that mrb_close frees with
- * the others, and, once the table has its hash table, linked to the
- * previous entry of its bucket (before, mruby makes the hash table of
- * every name at the next name it adds).  Returns its index.  May raise
+ * the others, and if linked, once the table has its hash table, linked to
+ * the previous entry of its bucket.  Returns its index.  May raise
  * (out of memory) before it changes anything that counts.
  */
 static mrb_sym
-file_sym_add(mrb_state *mrb, const char *name, size_t len)
+file_sym_add(mrb_state *mrb, const char *name, size_t len, int linked)
 {
-    file_sym_hash_table  *ht = (file_sym_hash_table *) mrb->symhash;
-    file_sym_pool        *pool = mrb->sym_pool;
-    mrb_sym               i = mrb->symidx + 1;
-    size_t                capa, size;
-    uint8_t               hash;
-    char                 *p;
+    struct mrb_sym_hash_table  *ht;
+    file_sym_pool              *pool;
+    mrb_sym                     i = mrb->symidx + 1;
+    size_t                      capa, size;
+    uint8_t                     hash;
+    char                       *p;
+
+    if (mrb->symhash == NULL && mrb->symidx >= MRB_SYMBOL_LINEAR_THRESHOLD) {
+        file_sym_hash_all(mrb);
+    }
+
+    ht = mrb->symhash;
+    pool = mrb->sym_pool;
 
     if (mrb->symcapa <= i) {
         capa = mrb->symcapa == 0 ? 100 : mrb->symcapa * 6 / 5;
@@ -414,9 +474,12 @@ file_sym_add(mrb_state *mrb, const char *name, size_t len)
     mrb->symidx = i;
 
     if (ht != NULL) {
-        hash = file_sym_bucket(name, len);
-        ht->symlink[i] = file_sym_link(i, ht->buckets[hash]);
-        ht->buckets[hash] = i;
+        ht->symlink[i] = 0;
+        if (linked) {
+            hash = file_sym_bucket(name, len);
+            ht->symlink[i] = file_sym_link(i, ht->buckets[hash]);
+            ht->buckets[hash] = i;
+        }
     }
 
     return i;
@@ -443,7 +506,7 @@ mrb_file_sym(mrb_state *mrb, mrb_file_syms *fs, const char *name)
             if (file_sym_room(fs, 1) != 0) {
                 goto usual;
             }
-            index = file_sym_add(mrb, name, len);
+            index = file_sym_add(mrb, name, len, fs->linked);
             file_sym_put(fs, hash, index);
             fs->upto = index;
         }

@@ -10,9 +10,16 @@
 
 typedef struct mrb_file_syms_s  mrb_file_syms;
 
-/* The index of one interpreter's symbol table, empty; NULL when out of
- * memory.  Its interpreter frees it with mrb_file_syms_free. */
-mrb_file_syms *mrb_file_syms_new(void);
+/*
+ * The index of one state's symbol table, empty; NULL when out of memory.
+ * Its state's owner frees it with mrb_file_syms_free.  With linked, a
+ * name it adds is linked into mruby's buckets, for mruby's own lookups to
+ * find (the compiler's: its parser looks the file name up); without, it
+ * is not (an interpreter's: it names its files in debug records only),
+ * so that mruby's lookups of other names never walk past file names
+ * (mrb_file_sym.c).
+ */
+mrb_file_syms *mrb_file_syms_new(int linked);
 void mrb_file_syms_free(mrb_file_syms *fs);
 
 /* mrb's symbol for name, interned if new, as mrb_intern_cstr would give

@@ -462,7 +462,7 @@ mrb_file_syms *
 mrb_interp_file_syms(mrb_interp *interp)
 {
     if (interp->file_syms == NULL) {
-        interp->file_syms = mrb_file_syms_new();
+        interp->file_syms = mrb_file_syms_new(0);
     }
 
     return interp->file_syms;

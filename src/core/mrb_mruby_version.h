@@ -147,10 +147,19 @@ MRB_API mrb_value mrb_exec_irep(mrb_state *mrb, mrb_value self,
  * 4.0 marks a literal in bit 0 of its symtbl entry, keeps the other names
  * in the 4 kB blocks of sym_pool, and the links and buckets in a hash
  * table (struct mrb_sym_hash_table, made at the 256th name) that its
- * headers do not lay out: mrb_file_sym.c mirrors 4.0.0's.
+ * headers leave incomplete: laid out here as 4.0.0's src/symbol.c has it.
+ * MRB_SYM_BUCKETS: the 256 buckets' newest entries (NULL: none yet).
  */
 #if MRUBY_RELEASE_NO < 40000
 #define MRB_SYMTBL_LINKED
+#define MRB_SYM_BUCKETS(mrb)  ((mrb)->symhash)
+#else
+struct mrb_sym_hash_table {
+    uint8_t  *symlink;
+    mrb_sym   buckets[256];
+};
+#define MRB_SYM_BUCKETS(mrb) \
+    ((mrb)->symhash != NULL ? (mrb)->symhash->buckets : NULL)
 #endif
 
 /*

@@ -192,7 +192,7 @@ compiler_get_locked(void)
 
     if (compiler == NULL) {
         compiler = MRB_OPEN_CORE();
-        compiler_syms = compiler != NULL ? mrb_file_syms_new() : NULL;
+        compiler_syms = compiler != NULL ? mrb_file_syms_new(1) : NULL;
         compiler_names_from = 0;
     }
 

@@ -12,7 +12,9 @@
 #include <mruby.h>
 #include <mruby/gc.h>
 #include "mrb_mruby_version.h"
+#include "mrb_file_sym.h"
 #include "mrb_interp.h"
+#include "mrb_interp_core.h"
 #include "mrb_script.h"
 #include "unit.h"
 #include "unit_intern.h"
@@ -460,9 +462,10 @@ TEST(script_first_run_looks_up_no_file_name_and_names_it)
     snprintf(where, sizeof(where), "%s:4", named);
     CHECK(strstr(run.error, where) != NULL);
 
-    /* mruby's own lookup finds the name that was added */
+    /* the interpreter's index finds the name that was added */
     symidx = mrb->symidx;
-    sym = mrb_intern_cstr(mrb, named);
+    REQUIRE(mrb_file_sym_protected(mrb, mrb_interp_file_syms(interp), named,
+                                   &sym) == 0);
     CHECK_EQ(mrb->symidx, symidx);
     CHECK(strcmp(mrb_sym_name(mrb, sym), named) == 0);
 
@@ -585,6 +588,75 @@ TEST(script_compile_of_many_names_keeps_the_compiler)
     mrb = mrb_script_compiler_get();
     CHECK(mrb_intern_check_cstr(mrb, "only_in_this_compiler") != 0);
     free(src);
+}
+
+
+/* The newest entry of each of mruby's 256 buckets, or NULL (none yet). */
+static mrb_sym *
+sym_buckets(mrb_state *mrb)
+{
+    return MRB_SYM_BUCKETS(mrb);
+}
+
+
+/* Runs once each of the new files PATH.I.rb for i in [from, to), while
+ * until(mrb) is 0 (NULL: to the end). */
+static void
+run_new_files(mrb_interp *interp, const char *path, int from, int to,
+    mrb_sym *(*until)(mrb_state *mrb))
+{
+    mrb_run_rec  run;
+    char         name[192];
+    int          i;
+
+    for (i = from;
+         i < to && (until == NULL || until(mrb_interp_state(interp)) == NULL);
+         i++)
+    {
+        snprintf(name, sizeof(name), "%s.%d.rb", path, i);
+        write_file(name, "Apache.return 2\n");
+        CHECK_EQ(run_file_once(interp, name, &run), 0);
+        unlink(name);
+    }
+}
+
+
+/*
+ * The file names an interpreter adds stay out of mruby's buckets: its own
+ * lookups of the names before them then never walk past them (with N
+ * scripts run, a lookup of `rputs` crossed a gap of more than 254 entries
+ * of its bucket and scanned the table down to it: O(N) at each load on
+ * mruby 4.0, mrb_file_sym.c).  Fails with the names linked: the buckets'
+ * newest entries change.
+ */
+TEST(script_first_runs_leave_mrubys_buckets_as_they_were)
+{
+    const char   *path = tmp_path("buckets.rb");
+    mrb_interp   *interp = interp_new();
+    mrb_state    *mrb;
+    mrb_run_rec   run;
+    mrb_sym       before[256];
+    mrb_sym      *buckets;
+
+    REQUIRE(interp != NULL);
+    mrb = mrb_interp_state(interp);
+    write_file(path, "Apache.return 1\n");
+
+    /* mruby 4.0 has no buckets below 256 names: file names make them */
+    run_new_files(interp, path, 0, 1000, sym_buckets);
+
+    CHECK_EQ(run_file_once(interp, path, &run), 0);
+    buckets = sym_buckets(mrb);
+    REQUIRE(buckets != NULL);
+    memcpy(before, buckets, sizeof(before));
+
+    run_new_files(interp, path, 1000, 1020, NULL);
+
+    buckets = sym_buckets(mrb);
+    REQUIRE(buckets != NULL);
+    CHECK(memcmp(before, buckets, sizeof(before)) == 0);
+    mrb_interp_close(interp);
+    unlink(path);
 }
 
 
