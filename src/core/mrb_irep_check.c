@@ -18,8 +18,10 @@
  * symbol's index needs 16 bits.  Why not a send to self: self's class is
  * the script's to change, and a method it defines, aliases, removes or
  * undefines on any class between self and the check's would turn the
- * checks off; the checker's class is not (mrb_run_budget.c says why).  Inserting it moves the code after it, so every place
- * that names a position is moved too: the relative jumps (JMP, JMPIF,
+ * checks off; the checker's class is not (mrb_run_budget.c says why).
+ *
+ * Inserting a check moves the code after it, so every place that names a
+ * position is moved too: the relative jumps (JMP, JMPIF,
  * JMPNOT, JMPNIL, JMPUW), the catch handlers (rescue and ensure ranges
  * and their targets, after the code) and the debug lines, which are
  * rewritten with one entry a line change, in the form this mruby reads
