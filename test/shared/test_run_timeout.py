@@ -66,7 +66,8 @@ KINDS = ["nginx", "apache-event", "apache-prefork"]
 
 # Scripts that try to turn the checks off before they loop: by the check's
 # name on the classes a send to self would search, on every class there is
-# (ObjectSpace), and by removing the stop's class.  One line each, so that the loop is at thread.rb:2.
+# (ObjectSpace), and by removing the stop's class.  One line each, so that
+# the loop is at thread.rb:2.
 UNCHECKS = {
     "remove_and_undef": (
         "class BasicObject; def method_missing(*); end; end; "
