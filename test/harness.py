@@ -950,8 +950,11 @@ def tls_files(dir, name="test"):
                    "client_cert", "client_key")}
     openssl("req", "-x509", "-newkey", "ec", "-pkeyopt",
             "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2",
-            "-subj", f"/CN={name} CA", "-keyout", f["ca_key"], "-out",
-            f["ca"])
+            "-subj", f"/CN={name} CA",
+            # OpenSSL's strict checks, on in Python 3.13's default context
+            # (trixie), refuse a CA without key usage
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+            "-keyout", f["ca_key"], "-out", f["ca"])
     for who, san in (("server", "IP:127.0.0.1,DNS:localhost"),
                      ("client", None)):
         csr = os.path.join(dir, f"{name}-{who}.csr")
