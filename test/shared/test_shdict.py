@@ -186,13 +186,20 @@ calls = [-> { Server::SharedDict.new },
          -> { d.delete(:k) }, -> { d.ttl }]
 ''' + ARGS_TAIL
 
+# mruby 4.0 hands keywords to a method that declares none as a last Hash
+# argument: one too many, not keywords
+GET_WITH_KEYWORDS = (
+    "ArgumentError: wrong number of arguments (given 2, expected 1)"
+    if harness.mruby_release_no() >= 40000
+    else "ArgumentError: get takes no keywords")
+
 ARGS_EXPECTED = "\n".join([
     "[12, 13, \"v\", false, \"v\", true, true]",
     "ArgumentError: wrong number of arguments (given 0, expected 1)",
     "TypeError: Symbol cannot be converted to String",
     "ArgumentError: wrong number of arguments (given 0, expected 1)",
     "ArgumentError: wrong number of arguments (given 2, expected 1)",
-    "ArgumentError: get takes no keywords",
+    GET_WITH_KEYWORDS,
     "ArgumentError: wrong number of arguments (given 1, expected 2)",
     "ArgumentError: unknown keyword: tll",
     "ArgumentError: unknown keyword: by",
