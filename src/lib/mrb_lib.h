@@ -24,8 +24,6 @@ typedef struct {
     /* looked up once: a name costs a symbol-table search each time */
     struct RClass  *regexp_class;
     struct RClass  *matchdata_class;
-    mrb_sym         sym_string;     /* MatchData's hidden ivars */
-    mrb_sym         sym_regexp;
 } mrb_lib;
 
 extern const mrb_part  mrb_lib_part;

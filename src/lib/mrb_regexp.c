@@ -240,17 +240,34 @@ regexp_compile_depth(size_t calls)
 }
 
 
+/*
+ * A hash of a pattern's source and flags, 8 bytes a step: every literal
+ * reached on every run hashes its source to find the compiled pattern in
+ * the cache, and FNV-1a a byte at a time cost ~210 instructions for the
+ * ~30-byte patterns of bench/lib_router.rb (bench/notes.md).
+ */
 static uint32_t
 regexp_hash(const char *p, mrb_int len, mrb_int flags)
 {
-    uint32_t  h = 2166136261u ^ (uint32_t) flags;
+    uint64_t  h = ((uint64_t) len << 8 | (uint64_t) flags)
+                  * 0x9e3779b97f4a7c15u;
+    uint64_t  w;
     mrb_int   i;
 
-    for (i = 0; i < len; i++) {
-        h = (h ^ (unsigned char) p[i]) * 16777619u;
+    for (i = 0; i + 8 <= len; i += 8) {
+        memcpy(&w, p + i, 8);
+        h = (h ^ w) * 0x9e3779b97f4a7c15u;
+        h ^= h >> 32;
     }
 
-    return h;
+    if (i < len) {
+        w = 0;
+        memcpy(&w, p + i, (size_t) (len - i));
+        h = (h ^ w) * 0x9e3779b97f4a7c15u;
+        h ^= h >> 32;
+    }
+
+    return (uint32_t) h;
 }
 
 
@@ -468,14 +485,14 @@ static void
 regexp_set_globals(mrb_state *mrb, regexp_state *st, uint32_t wanted,
     mrb_value md)
 {
-    mrb_match  *m = NULL;
-    mrb_value   str = mrb_nil_value(), v;
-    size_t      i;
-    mrb_int     len, last;
+    const mrb_value  *m = NULL;
+    mrb_value         str = mrb_nil_value(), v;
+    size_t            i;
+    mrb_int           len, last, ngroups = 0;
 
     if (!mrb_nil_p(md)) {
-        m = DATA_PTR(md);
-        str = mrb_iv_get(mrb, md, mrb_lib_get(mrb)->sym_string);
+        m = mrb_matchdata_check(mrb, md, &ngroups);
+        str = m[MRB_MATCH_STR];
     }
 
     mrb_gv_set(mrb, st->syms[0], md);
@@ -493,14 +510,15 @@ regexp_set_globals(mrb_state *mrb, regexp_state *st, uint32_t wanted,
                 v = mrb_matchdata_group(mrb, md, 0);
                 break;
             case 2:
-                v = mrb_str_substr(mrb, str, 0, m->beg[0]);
+                v = mrb_str_substr(mrb, str, 0, mrb_match_beg(m, 0));
                 break;
             case 3:
-                v = mrb_str_substr(mrb, str, m->end[0], len - m->end[0]);
+                v = mrb_str_substr(mrb, str, mrb_match_end(m, 0),
+                                   len - mrb_match_end(m, 0));
                 break;
             case 4:
-                for (last = m->ngroups - 1; last > 0; last--) {
-                    if (m->beg[last] >= 0) {
+                for (last = ngroups - 1; last > 0; last--) {
+                    if (mrb_match_beg(m, last) >= 0) {
                         break;
                     }
                 }
@@ -608,12 +626,12 @@ mrb_regexp_take(mrb_state *mrb)
 void
 mrb_regexp_put_back(mrb_state *mrb, mrb_value md)
 {
-    regexp_state  *st = regexp_state_get(mrb);
+    regexp_state     *st = regexp_state_get(mrb);
+    const mrb_value  *m = RARRAY_PTR(md);  /* mrb_regexp_take's MatchData:
+                                              nothing may raise here */
 
-    regexp_gc_set(mrb, st, REGEXP_LAST_RE,
-                  mrb_iv_get(mrb, md, mrb_lib_get(mrb)->sym_regexp));
-    regexp_gc_set(mrb, st, REGEXP_LAST_STR,
-                  mrb_iv_get(mrb, md, mrb_lib_get(mrb)->sym_string));
+    regexp_gc_set(mrb, st, REGEXP_LAST_RE, m[MRB_MATCH_RE]);
+    regexp_gc_set(mrb, st, REGEXP_LAST_STR, m[MRB_MATCH_STR]);
     regexp_gc_set(mrb, st, REGEXP_LAST_MD, md);
     mrb_lib_get(mrb)->run_state = 1;
 }
@@ -622,12 +640,15 @@ mrb_regexp_put_back(mrb_state *mrb, mrb_value md)
 void
 mrb_regexp_set_last_match(mrb_state *mrb, mrb_value md)
 {
-    regexp_state  *st = regexp_state_get(mrb);
-    mrb_value      re = mrb_nil_value(), str = mrb_nil_value();
+    regexp_state     *st = regexp_state_get(mrb);
+    const mrb_value  *m;
+    mrb_value         re = mrb_nil_value(), str = mrb_nil_value();
+    mrb_int           ngroups;
 
     if (!mrb_nil_p(md)) {
-        re = mrb_iv_get(mrb, md, mrb_intern_lit(mrb, "regexp"));
-        str = mrb_iv_get(mrb, md, mrb_lib_get(mrb)->sym_string);
+        m = mrb_matchdata_check(mrb, md, &ngroups);
+        re = m[MRB_MATCH_RE];
+        str = m[MRB_MATCH_STR];
     }
 
     regexp_record(mrb, st, re, str, md);

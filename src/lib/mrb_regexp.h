@@ -28,19 +28,23 @@ typedef struct {
     mrb_int     srclen;
 } mrb_regexp;
 
-/* A match: group i spans [beg[i], end[i]), -1 when it did not take part.
- * beg and end point into pos, as an OnigRegion's do, so that a region can
- * be lent to Oniguruma without a copy.  One allocation, owned by the
- * MatchData object. */
-typedef struct {
-    int         ngroups;    /* 1 + the number of capture groups */
-    int        *beg;        /* pos */
-    int        *end;        /* pos + ngroups */
-    int         pos[];
-} mrb_match;
+/*
+ * A MatchData is laid out as mruby's Struct instances are (an Array's
+ * values under another class: mrb_matchdata.c), so that the GC marks what
+ * it holds without an instance-variable table (two allocations and a hash
+ * per object: 889 of a MatchData's 1,391 instructions, bench/notes.md):
+ * the String searched, the Regexp, then group i's begin and end as
+ * Integers, -1 when it did not take part.
+ */
+#define MRB_MATCH_STR   0
+#define MRB_MATCH_RE    1
+#define MRB_MATCH_POS   2
+
+/* Group i's begin and end in a MatchData's values v. */
+#define mrb_match_beg(v, i)  mrb_integer((v)[MRB_MATCH_POS + 2 * (i)])
+#define mrb_match_end(v, i)  mrb_integer((v)[MRB_MATCH_POS + 2 * (i) + 1])
 
 extern const struct mrb_data_type  mrb_regexp_type;
-extern const struct mrb_data_type  mrb_match_type;
 
 /* The pattern of a Regexp, or raises TypeError. */
 mrb_regexp *mrb_regexp_check(mrb_state *mrb, mrb_value self);
@@ -77,7 +81,14 @@ void mrb_regexp_record(mrb_state *mrb, mrb_value re, mrb_value str,
  * script of the interpreter names. */
 void mrb_regexp_set_last_match(mrb_state *mrb, mrb_value md);
 
-/* Group n of md as a new String, or nil when it did not take part. */
+/* The values of md (MRB_MATCH_STR ...) and its number of groups (1 + the
+ * capture groups), or raises TypeError for what is not a MatchData or one
+ * never matched (MatchData.allocate). */
+const mrb_value *mrb_matchdata_check(mrb_state *mrb, mrb_value md,
+    mrb_int *ngroups);
+
+/* Group n of md (one the library made) as a new String, or nil when it
+ * did not take part. */
 mrb_value mrb_matchdata_group(mrb_state *mrb, mrb_value md, mrb_int n);
 
 /* The byte length of the character at p (UTF-8 unless re is /n). */

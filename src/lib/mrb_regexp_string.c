@@ -363,7 +363,7 @@ str_scan(mrb_state *mrb, mrb_value self)
             item = mrb_matchdata_group(mrb, md, 0);
         } else {
             item = mrb_ary_new_capa(mrb, region->num_regs - 1);
-            for (i = 1; i < ((mrb_match *) DATA_PTR(md))->ngroups; i++) {
+            for (i = 1; i < region->num_regs; i++) {
                 mrb_ary_push(mrb, item, mrb_matchdata_group(mrb, md, i));
             }
         }

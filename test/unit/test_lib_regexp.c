@@ -92,6 +92,18 @@ static const lib_case  regexp_cases[] = {
       "\"undefined group name reference: nope\"" },
     { "/b/.match('abc').string", "\"abc\"" },
     { "/b/.match('abc').regexp", "/b/" },
+    { "m = /(a)(b)/.match('ab').dup; [m[2], m.regexp, m.string, m.size]",
+      "[\"b\", /(a)(b)/, \"ab\", 3]" },
+    { "m = /(?<x>a)|(?<x>b)/.match('b'); [m[:x], m.begin('x')]",
+      "[\"b\", 0]" },
+    { "begin; MatchData.allocate; rescue NoMethodError => e; e.class; end",
+      "NoMethodError" },
+    /* a MatchData keeps its String and Regexp alive: nothing else holds
+     * these (a subclass's pattern is not in the literal cache) */
+    { "m = Class.new(Regexp).new('(\\w+)@').match('user' + '@host'); "
+      "GC.start; 200.times { 'x' * 40 }; GC.start; "
+      "[m[1], m.post_match, m.regexp.source]",
+      "[\"user\", \"host\", \"(\\\\w+)@\"]" },
 
     /* the match globals */
     { "'key=value' =~ /(\\w+)=(\\w+)/; [$~[0], $1, $2, $3, $&, $`, $', $+]",
