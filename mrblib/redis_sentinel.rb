@@ -5,26 +5,39 @@
 # that server gone or no longer in its role, the C side asks __resolve for
 # the address again and moves the object there.
 #
-# One Redis::Sentinel per sentinel list, name and role in an interpreter,
-# kept in the class (Sentinel.__group), out of reach of the cleanup that
-# undoes a run's top-level changes: every later request uses the address it
-# learned, with no round trip to a sentinel.  The sentinels are asked in
-# order, each through a ::Redis object (so every wait is a ::Redis wait: on
-# nginx, on the event loop); an answer counts once the server it names
-# says, by ROLE, that it is what was asked for.
+# One Redis::Sentinel per sentinel list, name, role, users and TLS files
+# in an interpreter, kept in the class (Sentinel.__group), out of reach of
+# the cleanup that undoes a run's top-level changes: every later request
+# uses the address it learned, with no round trip to a sentinel.  The
+# sentinels are asked in order, each through a ::Redis object (so every
+# wait is a ::Redis wait: on nginx, on the event loop); an answer counts
+# once the server it names says, by ROLE, that it is what was asked for.
+#
+# Options (C's redis_sentinel_options, nil when none): the servers' user,
+# password, ssl and TLS files, then the sentinels' user and password.  TLS
+# goes to the sentinels and the servers alike, a user and password to
+# either only as given for it, as redis-rb's sentinel_username: and
+# sentinel_password: do.  A refused password is a Redis::AuthError at
+# once, not a reason to ask the next sentinel.
 class Redis
   class Sentinel
     ROLES = { master: "master", replica: "slave" }
+    TLS_PARAMS = [:ca_file, :ca_path, :cert, :key]
 
     @groups = {}
 
-    # The key is made of copies: a script that changes its Array or name
-    # after Redis.new must not change a key in the Hash.
-    def self.__group(sentinels, name, role)
-      @groups[[sentinels, name, role]] || begin
-        group = Sentinel.new(sentinels.dup, name, role)
-        @groups[[sentinels.dup, name.dup, role]] = group
-      end
+    # The key is made of copies (a script that changes its Array or name
+    # after Redis.new must not change a key in the Hash), and holds no
+    # password: another password makes a new group.
+    def self.__group(sentinels, name, role, options)
+      key = [sentinels, name, role]
+      key << options[0] << options[2, 6] if options
+      group = @groups[key]
+      return group if group && group.__options == options
+      group = Sentinel.new(sentinels.dup, name, role, options)
+      key[0] = sentinels.dup
+      key[1] = name.dup
+      @groups[key] = group
     end
 
     def self.__address?(s)
@@ -33,7 +46,7 @@ class Redis
       i && i > 0 && s[i + 1..-1].to_i.to_s == s[i + 1..-1]
     end
 
-    def initialize(sentinels, name, role)
+    def initialize(sentinels, name, role, options)
       unless sentinels.is_a?(Array) && !sentinels.empty? &&
              sentinels.all? { |s| Sentinel.__address?(s) }
         raise ArgumentError, "Redis.new: sentinels: is an Array of " \
@@ -51,8 +64,33 @@ class Redis
       @name = name
       @role = role
       @address = nil
+      # in a closure: inspect shows instance variables, and a password is
+      # never to be shown
+      @options = lambda { options }
+      @server_options = lambda { __options_of(options, 0, 1) }
+      @sentinel_options = lambda { __options_of(options, 7, 8) }
     end
 
+    def __options
+      @options.call
+    end
+
+    # Redis.new's keywords for a server (user and password at user,
+    # password) or a sentinel; nil for none.
+    def __options_of(options, user, password)
+      return nil unless options
+      o = {}
+      o[:username] = options[user] if options[user]
+      o[:password] = options[password] if options[password]
+      return (o.empty? ? nil : o) unless options[2]
+      params = {}
+      TLS_PARAMS.each_with_index do |k, i|
+        params[k] = options[3 + i] if options[3 + i]
+      end
+      o[:ssl] = true
+      o[:ssl_params] = params
+      o
+    end
 
     # The address of the server in the role asked for: the one known,
     # unless it is stale (the address that just failed), else the first
@@ -71,6 +109,7 @@ class Redis
         begin
           addr = __ask(s, left)
         rescue BaseError => e
+          __refused!(e, s)
           failures << "#{s}: #{e.message}"
           next
         end
@@ -85,6 +124,7 @@ class Redis
         begin
           __check_role(addr, [deadline - Time.now.to_f, 0.001].max)
         rescue BaseError => e
+          __refused!(e, addr)
           failures << "#{s} names #{addr}: #{e.message}"
           next
         end
@@ -99,16 +139,27 @@ class Redis
                              "found (#{failures.join("; ")})"
     end
 
-    def __node(addr, timeout)
+    # A password refused (AUTH's WRONGPASS), or one not given that the
+    # server wants (NOAUTH): raised as Redis::AuthError.
+    def __refused!(e, addr)
+      raise e if e.is_a?(AuthError)
+      return unless e.is_a?(ReplyError) && e.message.start_with?("NOAUTH ")
+      raise AuthError, "#{addr}: #{e.message}"
+    end
+
+    def __node(addr, timeout, options)
       i = addr.rindex(":")
-      Redis.new(addr[0, i], addr[i + 1..-1].to_i, timeout: timeout)
+      return Redis.new(addr[0, i], addr[i + 1..-1].to_i, timeout: timeout) \
+        unless options
+      Redis.new(addr[0, i], addr[i + 1..-1].to_i, timeout: timeout,
+                **options)
     end
 
     # "host:port" of the master, or of the first replica in good health;
     # nil when the sentinel knows none, :unknown when it monitors no
     # master of that name.
     def __ask(sentinel, timeout)
-      r = __node(sentinel, timeout)
+      r = __node(sentinel, timeout, @sentinel_options.call)
       if @role == :master
         hp = r.call("SENTINEL", "GET-MASTER-ADDR-BY-NAME", @name)
         return hp ? "#{hp[0]}:#{hp[1]}" : :unknown
@@ -131,7 +182,7 @@ class Redis
     end
 
     def __check_role(addr, timeout)
-      role = __node(addr, timeout).call("ROLE")[0]
+      role = __node(addr, timeout, @server_options.call).call("ROLE")[0]
       return if role == ROLES[@role]
       raise ConnectionError, "its ROLE is #{role}, not #{ROLES[@role]}"
     end

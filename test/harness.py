@@ -1255,19 +1255,39 @@ class RedisSentinel:
     not so small that a busy machine makes them call a newly promoted
     master down.
     min_replicas: each server's min-replicas-to-write (a master refuses
-    writes with fewer replicas attached), 0 for Redis's default (none)."""
+    writes with fewer replicas attached), 0 for Redis's default (none).
+    password: the servers' requirepass (and masterauth, and the
+    sentinels' auth-pass); users: more ACL users on every server,
+    (name, password) pairs with every right; sentinel_password: the
+    sentinels' requirepass; tls: (ca, cert, key) files: servers and
+    sentinels TLS only, replicating over TLS, clients with a
+    certificate of that CA."""
 
     NAME = "mymaster"
 
     def __init__(self, name="sentinel", down_after=3000,
-                 failover_timeout=5000, min_replicas=0):
+                 failover_timeout=5000, min_replicas=0, password=None,
+                 users=(), sentinel_password=None, tls=None):
         self.dir = make_www_dir(f"mruby-{name}-")
         self.down_after = down_after
         self.failover_timeout = failover_timeout
+        self.password = password
+        self.sentinel_password = sentinel_password
+        self.tls = tls
         args = ["--min-replicas-to-write", str(min_replicas)]
-        self.master = Redis(args=args, dir=self._subdir("master"))
+        if password:
+            args += ["--requirepass", password, "--masterauth", password]
+        for user, secret in users:
+            args += ["--user", user, "on", f">{secret}", "~*", "&*",
+                     "+@all"]
+        if tls:
+            args += ["--tls-replication", "yes"]
+        auth = (None, password) if password else None
+        self.master = Redis(args=args, dir=self._subdir("master"),
+                            auth=auth, tls=tls)
         self.replicas = [Redis(args=list(args),
-                               dir=self._subdir(f"replica{i}"))
+                               dir=self._subdir(f"replica{i}"),
+                               auth=auth, tls=tls)
                          for i in range(2)]
         self.sentinels = [free_port() for _ in range(3)]
         self.procs = []
@@ -1314,8 +1334,19 @@ class RedisSentinel:
     def _start_sentinel(self, i, port):
         d = self._subdir(f"sentinel{i}")
         conf = os.path.join(d, "sentinel.conf")
+        if self.tls:
+            ca, cert, key = self.tls
+            listen = (f"port 0\ntls-port {port}\ntls-ca-cert-file {ca}\n"
+                      f"tls-cert-file {cert}\ntls-key-file {key}\n"
+                      f"tls-auth-clients yes\ntls-replication yes\n")
+        else:
+            listen = f"port {port}\n"
+        if self.sentinel_password:
+            listen += f"requirepass {self.sentinel_password}\n"
+        if self.password:
+            listen += f"sentinel auth-pass {self.NAME} {self.password}\n"
         with open(conf, "w") as f:
-            f.write(f"port {port}\nbind 127.0.0.1\nprotected-mode no\n"
+            f.write(f"{listen}bind 127.0.0.1\nprotected-mode no\n"
                     f"daemonize no\ndir {d}\n"
                     f"logfile {os.path.join(d, 'sentinel.log')}\n"
                     f"sentinel monitor {self.NAME} 127.0.0.1 "
@@ -1357,8 +1388,13 @@ class RedisSentinel:
     def ask(self, port, *args):
         """A command to the sentinel on port through redis-cli (the whole
         reply, as text)."""
-        out = subprocess.run([REDIS_CLI_BIN, "-h", "127.0.0.1", "-p",
-                              str(port), *map(str, args)],
+        cli = [REDIS_CLI_BIN, "-h", "127.0.0.1", "-p", str(port)]
+        if self.tls:
+            ca, cert, key = self.tls
+            cli += ["--tls", "--cacert", ca, "--cert", cert, "--key", key]
+        if self.sentinel_password:
+            cli += ["--no-auth-warning", "-a", self.sentinel_password]
+        out = subprocess.run([*cli, *map(str, args)],
                              stdin=subprocess.DEVNULL, capture_output=True,
                              text=True, timeout=STOP_TIMEOUT)
         return out.stdout.strip()

@@ -449,6 +449,68 @@ redis_target_tcp(redis_target *t, mrb_value host, mrb_int port,
 
 
 /*
+ * A Redis.new(sentinels:)'s options as its group keeps them
+ * (Redis::Sentinel#__options, in mrblib/redis_sentinel.rb, reads them in
+ * this order): an Array of private copies, nil for what was not given.
+ * The servers' user, password and TLS go to every server the sentinels
+ * name, TLS and the sentinels' own user and password to the sentinels.
+ */
+enum {
+    REDIS_OPT_USERNAME, REDIS_OPT_PASSWORD, REDIS_OPT_SSL,
+    REDIS_OPT_TLS_FILES,  /* redis_tls_params' order, 4 of them */
+    REDIS_OPT_SENTINEL_USERNAME = REDIS_OPT_TLS_FILES + 4,
+    REDIS_OPT_SENTINEL_PASSWORD, REDIS_OPT_N
+};
+
+
+/* t's user, password and TLS with the sentinels' user and password, as a
+ * group keeps them; nil when none is set. */
+static mrb_value
+redis_sentinel_options(mrb_state *mrb, const redis_target *t,
+    mrb_value sentinel_username, mrb_value sentinel_password)
+{
+    size_t     j;
+    mrb_value  a[REDIS_OPT_N];
+
+    a[REDIS_OPT_USERNAME] = t->username;
+    a[REDIS_OPT_PASSWORD] = t->password;
+    a[REDIS_OPT_SSL] = mrb_bool_value(t->tls);
+    for (j = 0; j < redis_nelts(redis_tls_params); j++) {
+        a[REDIS_OPT_TLS_FILES + j] = t->tls_files[j];
+    }
+    a[REDIS_OPT_SENTINEL_USERNAME] = sentinel_username;
+    a[REDIS_OPT_SENTINEL_PASSWORD] = sentinel_password;
+
+    for (j = 0; j < REDIS_OPT_N; j++) {
+        if (mrb_test(a[j])) {
+            return mrb_ary_new_from_values(mrb, REDIS_OPT_N, a);
+        }
+    }
+
+    return mrb_nil_value();
+}
+
+
+/* The servers' part of a group's options (nil: none) into t. */
+static void
+redis_target_from_options(redis_target *t, mrb_value opts)
+{
+    size_t  j;
+
+    if (!mrb_array_p(opts) || RARRAY_LEN(opts) != REDIS_OPT_N) {
+        return;
+    }
+
+    t->username = RARRAY_PTR(opts)[REDIS_OPT_USERNAME];
+    t->password = RARRAY_PTR(opts)[REDIS_OPT_PASSWORD];
+    t->tls = mrb_test(RARRAY_PTR(opts)[REDIS_OPT_SSL]);
+    for (j = 0; j < redis_nelts(redis_tls_params); j++) {
+        t->tls_files[j] = RARRAY_PTR(opts)[REDIS_OPT_TLS_FILES + j];
+    }
+}
+
+
+/*
  * This interpreter's connection to t (a Redis::Connection object in the
  * class's hidden __connections__ Hash), made once, or again for another
  * password; t's timeout is the one of its later commands.
@@ -543,6 +605,7 @@ redis_sentinel_move(mrb_state *mrb, mrb_value self, redis_obj *r, int stale,
 
     redis_target_tcp(&t, mrb_str_new(mrb, p, colon - p), port,
                      r->timeout_ms);
+    redis_target_from_options(&t, mrb_funcall(mrb, group, "__options", 0));
     redis_attach(mrb, self, r, &t);
     mrb_iv_set(mrb, self, mrb_intern_lit(mrb, "__address__"), addr);
     r->stale = 0;
@@ -556,7 +619,7 @@ redis_sentinel_move(mrb_state *mrb, mrb_value self, redis_obj *r, int stale,
  */
 static void
 redis_sentinel_init(mrb_state *mrb, mrb_value self, redis_obj *r,
-    mrb_value sentinels, mrb_value name, mrb_value role)
+    mrb_value sentinels, mrb_value name, mrb_value role, mrb_value options)
 {
     mrb_value          group;
     uint64_t           deadline;
@@ -569,8 +632,9 @@ redis_sentinel_init(mrb_state *mrb, mrb_value self, redis_obj *r,
 
     group = mrb_funcall(mrb, mrb_obj_value(mrb_class_get_under(mrb,
                             redis_class(mrb), "Sentinel")),
-                        "__group", 3, sentinels,
-                        mrb_undef_p(name) ? mrb_nil_value() : name, role);
+                        "__group", 4, sentinels,
+                        mrb_undef_p(name) ? mrb_nil_value() : name, role,
+                        options);
 
     r->sentinel = (mrb_symbol_p(role)
                    && mrb_symbol(role) == mrb_intern_lit(mrb, "replica"))
@@ -583,7 +647,8 @@ redis_sentinel_init(mrb_state *mrb, mrb_value self, redis_obj *r,
     redis_caller_init(mrb, &caller, 0);
     st = mrb_redis_conn_open(r->conn, &caller);
 
-    if (st != MRB_REDIS_OK) {
+    /* a refused AUTH or a timeout says nothing of a failover */
+    if (st == MRB_REDIS_ECONNECT) {
         redis_sentinel_move(mrb, self, r, 1, deadline);
         st = mrb_redis_conn_open(r->conn, &caller);
     }
@@ -598,7 +663,8 @@ redis_sentinel_init(mrb_state *mrb, mrb_value self, redis_obj *r,
 enum {
     REDIS_KW_TIMEOUT, REDIS_KW_PATH, REDIS_KW_USERNAME, REDIS_KW_PASSWORD,
     REDIS_KW_SSL, REDIS_KW_SSL_PARAMS, REDIS_KW_SENTINELS, REDIS_KW_NAME,
-    REDIS_KW_ROLE, REDIS_KW_N
+    REDIS_KW_ROLE, REDIS_KW_SENTINEL_USERNAME, REDIS_KW_SENTINEL_PASSWORD,
+    REDIS_KW_N
 };
 
 
@@ -607,17 +673,20 @@ enum {
  * username: nil, password: nil, ssl: false, ssl_params: {}), or
  * mruby-redis's Redis.new(host, port, timeout) (seconds), or
  * Redis.new(sentinels: ["host:port", ...], name: "mymaster",
- * role: :master or :replica, timeout: 1.0).  path: a Unix socket instead
- * of host and port.  Without host, port and path: the server
- * Redis.connect_set_raw named, if a script of this interpreter called it,
- * else the defaults.  Once per object.
+ * role: :master or :replica, timeout: 1.0, sentinel_username: nil,
+ * sentinel_password: nil) with the same username:, password:, ssl: and
+ * ssl_params: for the servers the sentinels name (ssl: and ssl_params:
+ * for the sentinels too).  path: a Unix socket instead of host and port.
+ * Without host, port and path: the server Redis.connect_set_raw named, if
+ * a script of this interpreter called it, else the defaults.  Once per
+ * object.
  */
 static mrb_value
 redis_initialize(mrb_state *mrb, mrb_value self)
 {
     mrb_sym            kw_names[REDIS_KW_N];
     mrb_value          kw_values[REDIS_KW_N], host_v, port_v, timeout_v,
-                       target;
+                       target, sentinel_username, sentinel_password;
     mrb_kwargs         kw;
     redis_obj         *r;
     redis_target       t;
@@ -641,6 +710,10 @@ redis_initialize(mrb_state *mrb, mrb_value self)
     kw_names[REDIS_KW_SENTINELS] = mrb_intern_lit(mrb, "sentinels");
     kw_names[REDIS_KW_NAME] = mrb_intern_lit(mrb, "name");
     kw_names[REDIS_KW_ROLE] = mrb_intern_lit(mrb, "role");
+    kw_names[REDIS_KW_SENTINEL_USERNAME] = mrb_intern_lit(mrb,
+                                                          "sentinel_username");
+    kw_names[REDIS_KW_SENTINEL_PASSWORD] = mrb_intern_lit(mrb,
+                                                          "sentinel_password");
     kw.num = REDIS_KW_N;
     kw.required = 0;
     kw.table = kw_names;
@@ -654,11 +727,11 @@ redis_initialize(mrb_state *mrb, mrb_value self)
 
     sentinels = !mrb_undef_p(kw_values[REDIS_KW_SENTINELS]);
 
-    if (!sentinels && !(mrb_undef_p(kw_values[REDIS_KW_NAME])
-                        && mrb_undef_p(kw_values[REDIS_KW_ROLE])))
-    {
-        mrb_raise(mrb, E_ARGUMENT_ERROR, "Redis.new: name: and role: go "
-                  "with sentinels:");
+    for (i = REDIS_KW_NAME; !sentinels && i < REDIS_KW_N; i++) {
+        if (!mrb_undef_p(kw_values[i])) {
+            mrb_raisef(mrb, E_ARGUMENT_ERROR, "Redis.new: %n: goes with "
+                       "sentinels:", kw_names[i]);
+        }
     }
 
     if (sentinels) {
@@ -666,11 +739,10 @@ redis_initialize(mrb_state *mrb, mrb_value self)
             mrb_raise(mrb, E_ARGUMENT_ERROR, "Redis.new: a host or "
                       "sentinels:, not both");
         }
-        for (i = REDIS_KW_PATH; i <= REDIS_KW_SSL_PARAMS; i++) {
-            if (!mrb_undef_p(kw_values[i])) {
-                mrb_raisef(mrb, E_ARGUMENT_ERROR, "Redis.new: %n: with "
-                           "sentinels: is not supported yet", kw_names[i]);
-            }
+        if (!mrb_undef_p(kw_values[REDIS_KW_PATH])) {
+            mrb_raise(mrb, E_ARGUMENT_ERROR, "Redis.new: path: with "
+                      "sentinels: the sentinels name their servers by host "
+                      "and port");
         }
     }
 
@@ -710,6 +782,12 @@ redis_initialize(mrb_state *mrb, mrb_value self)
                                "username");
     t.password = redis_opt_str(mrb, kw_values[REDIS_KW_PASSWORD],
                                "password");
+    sentinel_username = redis_opt_str(mrb,
+                                      kw_values[REDIS_KW_SENTINEL_USERNAME],
+                                      "sentinel_username");
+    sentinel_password = redis_opt_str(mrb,
+                                      kw_values[REDIS_KW_SENTINEL_PASSWORD],
+                                      "sentinel_password");
     t.tls = !mrb_undef_p(kw_values[REDIS_KW_SSL])
             && mrb_test(kw_values[REDIS_KW_SSL]);
     t.tls_files[0] = t.tls_files[1] = t.tls_files[2] = t.tls_files[3]
@@ -745,6 +823,11 @@ redis_initialize(mrb_state *mrb, mrb_value self)
                   "password:");
     }
 
+    if (!mrb_nil_p(sentinel_username) && mrb_nil_p(sentinel_password)) {
+        mrb_raise(mrb, E_ARGUMENT_ERROR, "Redis.new: sentinel_username: "
+                  "without sentinel_password:");
+    }
+
     if (t.port <= 0 || t.port > 65535) {
         mrb_raisef(mrb, E_ARGUMENT_ERROR, "invalid port %i", t.port);
     }
@@ -754,6 +837,8 @@ redis_initialize(mrb_state *mrb, mrb_value self)
     redis_opt_cstr(mrb, t.path);
     redis_opt_cstr(mrb, t.username);
     redis_opt_cstr(mrb, t.password);
+    redis_opt_cstr(mrb, sentinel_username);
+    redis_opt_cstr(mrb, sentinel_password);
 
     /* closed until it is on a connection: an initialize that raised
      * leaves an object whose commands raise ClosedError */
@@ -765,7 +850,9 @@ redis_initialize(mrb_state *mrb, mrb_value self)
     if (sentinels) {
         redis_sentinel_init(mrb, self, r, kw_values[REDIS_KW_SENTINELS],
                             kw_values[REDIS_KW_NAME],
-                            kw_values[REDIS_KW_ROLE]);
+                            kw_values[REDIS_KW_ROLE],
+                            redis_sentinel_options(mrb, &t, sentinel_username,
+                                                   sentinel_password));
         return self;
     }
 

@@ -1,10 +1,13 @@
 """Redis.new(sentinels:) on real servers against a real master with two
 replicas and three redis-sentinel on loopback: the master and a replica
 found through the sentinels and checked with ROLE, once per interpreter; a
-wrong name refused with a clear error; and SENTINEL FAILOVER under load:
-requests fail only while it runs, none waits past its timeout, none
-answers wrong, and the first request after it succeeds.  One script, both
-servers; requests one after another run in one interpreter."""
+wrong name refused with a clear error; the same over TLS with an ACL user
+on the servers and a password on the sentinels, through a failover, and a
+wrong or missing password a Redis::AuthError that names no secret; and
+SENTINEL FAILOVER under load: requests fail only while it runs, none waits
+past its timeout, none answers wrong, and the first request after it
+succeeds.  One script, both servers; requests one after another run in
+one interpreter."""
 
 import concurrent.futures
 import re
@@ -142,6 +145,187 @@ def test_wrong_name_and_arguments(kind, apache, nginx, sentinel):
     r = s.get("/where?127.0.0.1&mymaster&master")
     assert r.text == ('ArgumentError: Redis.new: sentinels: is an Array of '
                       '"host:port" Strings, not ["127.0.0.1"]')
+
+
+# Never in a URL (the access log) or in any answer or log line.
+SECRET = "app-Pw-5d2e8c"
+DEFAULT_SECRET = "dEfault-Pw-91b7f4"
+SENTINEL_SECRET = "sEntinel-Pw-3a6c0e"
+WRONG = "wr0ng-Pw-c81d27"
+
+
+@pytest.fixture
+def secure_sentinel(_servers, tmpdir_www):
+    """Servers and sentinels TLS only (client certificates of a test CA),
+    the servers with a password for the default user (the sentinels'
+    auth-pass) and an ACL user "app", the sentinels with a password of
+    their own."""
+    tls = harness.tls_files(tmpdir_www)
+    s = harness.RedisSentinel(
+        "sentinel-tls", password=DEFAULT_SECRET, users=[("app", SECRET)],
+        sentinel_password=SENTINEL_SECRET,
+        tls=(tls["ca"], tls["server_cert"], tls["server_key"]))
+    _servers.servers.append(s)
+    s.start()
+    s.client_tls = tls
+    return s
+
+
+# /secure?sentinels&role: as the ACL user "app", over TLS, the sentinels
+# with their password; on the master an INCR first (refused by a master
+# that became a replica, and sent again on the new one).
+SECURE = r'''
+Server = get_server_class
+sentinels, role = Server::Request.new.args.split("&")
+out = []
+r = Redis.new(sentinels: sentinels.split(","), name: "mymaster",
+              role: role.to_sym, username: "app", password: "%(secret)s",
+              sentinel_password: "%(sentinel_secret)s", ssl: true,
+              ssl_params: { ca_file: "%(ca)s", cert: "%(cert)s",
+                            key: "%(key)s" }, timeout: 2)
+out << r.incr("n") if role == "master"
+out << "#{r.host}:#{r.port}" << r.call("ROLE")[0]
+out << r.call("ACL", "WHOAMI") << r.call("CONFIG", "GET", "tls-port")[1]
+out << (r.inspect + Redis::Sentinel.instance_variable_get(:@groups).inspect)
+       .include?("Pw-")
+Server.rputs out.join("\n")
+'''
+
+# /wrong?sentinels: each wrong or missing password, caught; then the
+# right ones; then options that do not go together.
+WRONG_CAUGHT = r'''
+Server = get_server_class
+sentinels = Server::Request.new.args.split(",")
+tls = { ca_file: "%(ca)s", cert: "%(cert)s", key: "%(key)s" }
+out = []
+[["app", "%(wrong)s", "%(sentinel_secret)s"],
+ ["app", nil, "%(sentinel_secret)s"],
+ ["app", "%(secret)s", "%(wrong)s"],
+ ["app", "%(secret)s", nil]].each do |user, pw, sentinel_pw|
+  begin
+    Redis.new(sentinels: sentinels, name: "mymaster", username: pw && user,
+              password: pw, sentinel_password: sentinel_pw, ssl: true,
+              ssl_params: tls, timeout: 2)
+    out << "connected?!"
+  rescue Redis::ReplyError => e
+    out << "#{e.class}: #{e.message}"
+    out << e.backtrace.to_a.join(" ")
+  end
+end
+out << Redis.new(sentinels: sentinels, name: "mymaster", username: "app",
+                 password: "%(secret)s",
+                 sentinel_password: "%(sentinel_secret)s", ssl: true,
+                 ssl_params: tls).call("ACL", "WHOAMI")
+[{ sentinels: sentinels, name: "mymaster", path: "/run/redis.sock" },
+ { sentinels: sentinels, name: "mymaster", sentinel_username: "app" },
+ { sentinel_password: "%(sentinel_secret)s" }].each do |o|
+  begin
+    Redis.new(**o)
+    out << "connected?!"
+  rescue ArgumentError => e
+    out << e.message
+  end
+end
+Server.rputs out.join("\n")
+'''
+
+WRONG_UNCAUGHT = r'''
+sentinels = get_server_class::Request.new.args.split(",")
+Redis.new(sentinels: sentinels, name: "mymaster", username: "app",
+          password: "%(wrong)s", sentinel_password: "%(sentinel_secret)s",
+          ssl: true, ssl_params: { ca_file: "%(ca)s", cert: "%(cert)s",
+                                   key: "%(key)s" })
+'''
+
+
+def secure_scripts(sentinel, *scripts):
+    files = {"ca": sentinel.client_tls["ca"],
+             "cert": sentinel.client_tls["client_cert"],
+             "key": sentinel.client_tls["client_key"], "secret": SECRET,
+             "sentinel_secret": SENTINEL_SECRET, "wrong": WRONG}
+    return [script % files for script in scripts]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_acl_user_and_tls_through_a_failover(kind, apache, nginx,
+                                             secure_sentinel):
+    """The master and a replica found over TLS with the sentinels'
+    password, used as the ACL user; ROLE asked once for the master in
+    three requests; after SENTINEL FAILOVER the INCR refused by the old
+    master is sent again on the new one, with the same user and TLS."""
+    sentinel = secure_sentinel
+    sentinels = ",".join(sentinel.addresses())
+    master = sentinel.master
+    code, = secure_scripts(sentinel, SECURE)
+    s = harness.one_interpreter(kind, apache, nginx, {"/secure": "s.rb"},
+                                {"s.rb": code})
+    for n in range(1, 4):
+        r = s.get(f"/secure?{sentinels}&master")
+        assert (r.status_code, r.text) == (200, "\n".join([
+            str(n), f"127.0.0.1:{master.port}", "master", "app",
+            str(master.port), "false"])), s.error_log()[-2000:]
+    assert calls(master, "role") == 3 + 1
+
+    r = s.get(f"/secure?{sentinels}&replica")
+    lines = r.text.split("\n")
+    replica_ports = {str(n.port) for n in sentinel.replicas}
+    assert r.status_code == 200 and len(lines) == 5, s.error_log()[-2000:]
+    assert lines[0].split(":")[1] in replica_ports
+    assert lines[1:] == ["slave", "app", lines[0].split(":")[1], "false"]
+
+    new = sentinel.failover()
+    r = s.get(f"/secure?{sentinels}&master")
+    lines = r.text.split("\n")
+    assert r.status_code == 200 and lines[1:] == [
+        f"127.0.0.1:{new.port}", "master", "app", str(new.port),
+        "false"], (r.text, s.error_log()[-2000:])
+    log = s.error_log()
+    assert SECRET not in log and SENTINEL_SECRET not in log
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_wrong_password_is_a_reply_error_without_the_secret(
+        kind, apache, nginx, secure_sentinel):
+    """A wrong or missing password, the servers' or the sentinels', is a
+    Redis::AuthError naming the server that refused it and no secret, in
+    the answer or the error log; the right ones work after them; options
+    that do not go together are an ArgumentError."""
+    sentinel = secure_sentinel
+    master = sentinel.master.port
+    first = sentinel.sentinels[0]
+    caught, uncaught = secure_scripts(sentinel, WRONG_CAUGHT, WRONG_UNCAUGHT)
+    s = harness.one_interpreter(kind, apache, nginx,
+                                {"/caught": "c.rb", "/uncaught": "u.rb"},
+                                {"c.rb": caught, "u.rb": uncaught})
+    r = s.get(f"/caught?{','.join(sentinel.addresses())}")
+    assert r.status_code == 200, s.error_log()[-2000:]
+    lines = r.text.split("\n")
+    wrongpass = ("AUTH: WRONGPASS invalid username-password pair or user "
+                 "is disabled.")
+    assert lines[0::2][:4] == [
+        f"Redis::AuthError: 127.0.0.1:{master}: {wrongpass}",
+        f"Redis::AuthError: 127.0.0.1:{master}: NOAUTH Authentication "
+        "required.",
+        f"Redis::AuthError: 127.0.0.1:{first}: {wrongpass}",
+        f"Redis::AuthError: 127.0.0.1:{first}: NOAUTH Authentication "
+        "required.",
+    ], r.text
+    assert lines[8:] == [
+        "app",
+        "Redis.new: path: with sentinels: the sentinels name their servers "
+        "by host and port",
+        "Redis.new: sentinel_username: without sentinel_password:",
+        "Redis.new: sentinel_password: goes with sentinels:",
+    ], r.text
+    for secret in (WRONG, SECRET, SENTINEL_SECRET, DEFAULT_SECRET):
+        assert secret not in r.text
+
+    r = s.get(f"/uncaught?{','.join(sentinel.addresses())}")
+    assert r.status_code == 500
+    log = s.wait_log("Redis::AuthError")
+    assert "WRONGPASS" in log
+    for secret in (WRONG, SECRET, SENTINEL_SECRET, DEFAULT_SECRET):
+        assert secret not in log
 
 
 def load(server, sentinels, stop, first):
