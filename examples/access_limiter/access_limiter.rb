@@ -5,10 +5,14 @@ threshold = 2
 ####
 # Fleet mode: count across every server that shares this Redis, e.g.
 # redis = "127.0.0.1:6379", or this Redis Cluster (some of its nodes), e.g.
-# redis = ["127.0.0.1:7000", "127.0.0.1:7001"]; nil counts in this server
-# only.
+# redis = ["127.0.0.1:7000", "127.0.0.1:7001"], or the master these
+# sentinels watch, e.g.
+# redis = { sentinels: ["127.0.0.1:26379", "127.0.0.1:26380"],
+#           name: "mymaster" };
+# nil counts in this server only.
 redis = nil
-lease = 60          # fleet mode: seconds a count outlives a dead server
+lease = 60          # fleet mode: seconds after which a request no server
+                    # counted out stops counting (longer than any request)
 fail_open = true    # fleet mode, Redis down: let requests through
 
 # Counts the request in; 503 above threshold.  This runs on every request,
@@ -20,7 +24,7 @@ r, counts, server = AccessLimiter::HANDLES
 unless r.sub_request?
   file = r.filename
   count = if redis
-            AccessLimiter.fleet_in(file, redis, lease, fail_open)
+            AccessLimiter.fleet_in(r, file, redis, lease, fail_open)
           else
             counts.hold(file)
           end

@@ -6,4 +6,4 @@
 # phase this one need not ask r.sub_request?.
 r, counts = AccessLimiter::HANDLES
 file = r.filename
-AccessLimiter.fleet_out(file) unless counts.release(file)
+AccessLimiter.fleet_out(r, file) unless counts.release(file)

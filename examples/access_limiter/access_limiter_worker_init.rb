@@ -10,14 +10,15 @@
 # what a dead process held, at most a second after it died, while the counts
 # of requests still running elsewhere stay.
 #
-# Fleet mode (redis = "host:port", or a Redis Cluster's nodes, in
+# Fleet mode (redis = "host:port", a Redis Cluster's nodes, or sentinels, in
 # access_limiter.rb): the count lives in Redis, shared by every server that
-# uses it: INCR on the way in, DECR on the way out, and each INCR renews the
-# key's lease (EXPIRE, in the same script), so the counts of a server that
-# died go away once its file has been quiet for `lease` seconds.  A file's
-# key is access_limiter:{file}: the hash tag keeps everything of one file
-# in one slot of a cluster.  Redis down: the request goes through (fail
-# open) or gets 503 (fail closed), with an error log line either way.
+# uses it, as a sorted set per file with one entry per running request: its
+# name, scored with the end of its lease.  The count in drops the entries
+# whose lease ended, adds the request's and answers how many there are; the
+# count out removes the request's entry.  So a request that no server counts
+# out (its server was killed, the count out was lost to a timeout or a
+# failover) stops counting `lease` seconds after it was counted in, and
+# nothing else is touched.  One script per count, one round trip.
 Server = get_server_class
 
 module AccessLimiter
@@ -31,38 +32,104 @@ module AccessLimiter
   FLEET     = "\0fleet\0"   # this process took a fleet count for a file
   REDIS_AT  = "\0redis"     # where the fleet counts are, for the log phase
   CLUSTER   = "cluster "    # REDIS_AT's start for a cluster's nodes
-  INCR      = "local n = redis.call('INCR', KEYS[1]) " \
-              "redis.call('EXPIRE', KEYS[1], ARGV[1]) return n"
-  DECR      = "local n = redis.call('DECR', KEYS[1]) " \
-              "if n <= 0 then redis.call('DEL', KEYS[1]) end return n"
+  SENTINEL  = "sentinel "   # ... for the name sentinels watch and them
+  NOTE      = "access_limiter"
 
+  # Who runs a request, in its entry's name: the host and the nginx master
+  # or Apache parent process, which every worker of a server shares.
+  SELF      = "#{Uname.nodename}/#{Process.ppid}/"
+
+  # The count in.  KEYS[1]: the file's entries; ARGV: the request's entry,
+  # the lease in ms.  The set expires with its last lease, so a file nobody
+  # counts any more leaves nothing behind.
+  IN        = <<~LUA
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+    redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return redis.call('ZCARD', KEYS[1])
+  LUA
+  # What the next count in would add one to: the entries whose lease has
+  # not ended.  Writes nothing.
+  SUM       = <<~LUA
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    return redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
+  LUA
+
+  # A file's key: the hash tag keeps it in one slot of a cluster.
   def self.key(file)
     "access_limiter:{#{file}}"
   end
 
-  # addr: "host:port", or CLUSTER and the nodes' "host:port"s joined by
-  # commas.  One connection per worker interpreter and node, kept across
-  # requests.
+  # The name of the request being served, the same in its access and log
+  # phases (make: true in the access phase).  nginx has one for every
+  # request ($request_id: 32 random hex digits), kept for the request when
+  # the configuration names it (nginx-http.conf), else made anew at each
+  # read: the first count in of a worker checks.  Under Apache the access
+  # phase makes one, as random, and keeps it in the request's notes.
+  if Server.to_s == "Nginx"
+    def self.entry(r, make)
+      id = r.var.request_id
+      unless @request_id_kept || !make
+        unless r.var.request_id == id
+          raise "access_limiter: fleet mode needs nginx to keep " \
+                "$request_id for the request: add `map $request_id " \
+                "$access_limiter_request_id { default $request_id; }` to " \
+                "the http block (see nginx-http.conf)"
+        end
+        @request_id_kept = true
+      end
+      SELF + id
+    end
+  else
+    def self.entry(r, make)
+      return SELF + r.notes[NOTE].to_s unless make
+      r.notes[NOTE] = SecureRandom.hex(16)
+      SELF + r.notes[NOTE]
+    end
+  end
+
+  # addr: "host:port", CLUSTER and the nodes' "host:port"s joined by
+  # commas, or SENTINEL, the name the sentinels watch, a space and theirs.
+  # One connection per worker interpreter and server, kept across requests.
   def self.redis(addr)
     if addr.start_with?(CLUSTER)
       Redis::Cluster.new(addr[CLUSTER.size..-1].split(","), timeout: 0.5)
+    elsif addr.start_with?(SENTINEL)
+      name, sentinels = addr[SENTINEL.size..-1].split(" ")
+      Redis.new(sentinels: sentinels.split(","), name: name, timeout: 0.5)
     else
       host, port = addr.split(":")
       Redis.new(host, port.to_i, timeout: 0.5)
     end
   end
 
-  # Fleet mode, access phase: the count in Redis.  This process holds its
-  # share under FLEET + file, not under file, which is how the log phase
-  # tells a fleet count from a local one.
-  def self.fleet_in(file, nodes, lease, fail_open)
-    if @redis_nodes != nodes
-      @redis_nodes = nodes
-      @redis_at = nodes.is_a?(Array) ? CLUSTER + nodes.join(",") : nodes
+  # The setting `redis` of access_limiter.rb as REDIS_AT keeps it (see
+  # redis).
+  def self.address(redis)
+    case redis
+    when Array then CLUSTER + redis.join(",")
+    when Hash
+      SENTINEL + "#{redis[:name]} #{redis[:sentinels].join(",")}"
+    else redis
+    end
+  end
+
+  # Fleet mode, access phase: the request's entry into Redis; the answer
+  # is the fleet's count.  This process notes its share of fleet counts in
+  # the dictionary under FLEET + file, not under file, which is how the log
+  # phase tells a fleet count from a local one.
+  def self.fleet_in(r, file, redis, lease, fail_open)
+    if @redis != redis
+      @redis = redis
+      @redis_at = address(redis)
       COUNTS[REDIS_AT] = @redis_at
     end
     addr = @redis_at
-    count = redis(addr).call("EVAL", INCR, 1, key(file), lease)
+    count = redis(addr).call("EVAL", IN, 1, key(file), entry(r, true),
+                             (lease * 1000).to_i)
     COUNTS.hold(FLEET + file)
     count
   rescue Redis::BaseError => e
@@ -73,15 +140,23 @@ module AccessLimiter
     nil
   end
 
-  # Fleet mode, log phase, for a request that held no local count: gives
-  # back its fleet count, if it took one.
-  def self.fleet_out(file)
-    return unless COUNTS.release(FLEET + file)
-    addr = COUNTS[REDIS_AT]
-    redis(addr).call("EVAL", DECR, 1, key(file))
+  # Fleet mode, log phase, for a request that held no local count: takes
+  # its entry out of Redis, if this process took a fleet count for the
+  # file.
+  def self.fleet_out(r, file)
+    return unless COUNTS.release(FLEET + file) && (addr = COUNTS[REDIS_AT])
+    redis(addr).call("ZREM", key(file), entry(r, false))
   rescue Redis::BaseError => e
     Server.errlogger Server::LOG_ERR, "access_limiter: redis #{addr} " \
                      "unavailable (#{e.class}: #{e.message}): the count of " \
-                     "#{file} is left to its lease"
+                     "#{file} ends with its lease"
+  end
+
+  # The fleet's count of a file now, for a status page: what the next
+  # request's count in adds one to.  nil before this server's first fleet
+  # count (it does not know where the counts are yet).
+  def self.fleet_count(file)
+    addr = COUNTS[REDIS_AT]
+    addr && redis(addr).call("EVAL", SUM, 1, key(file))
   end
 end

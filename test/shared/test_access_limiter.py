@@ -1,7 +1,7 @@
 """examples/access_limiter on real servers: the access-limiter post's configuration as
 written (Apache) and the same scripts under nginx, a worker killed in the
-middle of requests, and fleet mode (two Apaches sharing a limit through
-Redis, Redis down)."""
+middle of requests, and fleet mode (servers sharing a limit through one
+Redis, a Redis Cluster or Sentinel; a server killed; Redis down)."""
 
 import concurrent.futures
 import os
@@ -25,28 +25,45 @@ d = Server::SharedDict.new("access_limiter")
 Server.rputs d[Server::Request.new.args].inspect
 '''
 
+# Reads the fleet's count in Redis: /fleet_count?<filename>
+FLEET_COUNT = r'''
+Server = get_server_class
+Server.rputs AccessLimiter.fleet_count(Server::Request.new.args).inspect
+'''
+
 
 def read(name):
     with open(os.path.join(EXAMPLE, name)) as f:
         return f.read()
 
 
-def install(server, threshold=2, redis=None, fail_open=True):
+def ruby_strings(items):
+    return "[%s]" % ", ".join(f'"{i}"' for i in items)
+
+
+def install(server, threshold=2, redis=None, fail_open=True, lease=60):
     """Copies the example's scripts under server.dir/access_limiter, with
-    the settings block of access_limiter.rb changed as asked; returns that
-    directory."""
+    the settings block of access_limiter.rb changed as asked (redis: a
+    "host:port", a list of a cluster's nodes, or a harness.RedisSentinel);
+    returns that directory."""
     for name in SCRIPTS:
         text = read(name)
         if name == "access_limiter.rb":
             text = text.replace("threshold = 2", f"threshold = {threshold}")
             if isinstance(redis, list):    # a cluster's nodes
-                text = text.replace("redis = nil", "redis = %s" % ", ".join(
-                    f'"{n}"' for n in redis).join("[]"))
+                text = text.replace("redis = nil",
+                                    f"redis = {ruby_strings(redis)}")
+            elif isinstance(redis, harness.RedisSentinel):
+                text = text.replace("redis = nil", "redis = { sentinels: "
+                                    f"{ruby_strings(redis.addresses())}, "
+                                    f'name: "{redis.NAME}" }}')
             elif redis:
                 text = text.replace("redis = nil", f'redis = "{redis}"')
             if not fail_open:
                 text = text.replace("fail_open = true", "fail_open = false")
+            text = text.replace("lease = 60 ", f"lease = {lease} ")
             assert "threshold = %d" % threshold in text
+            assert "lease = %s " % lease in text
         server.write(f"access_limiter/{name}", text)
     return os.path.join(server.dir, "access_limiter")
 
@@ -66,6 +83,7 @@ Apache.sleep 0.01 until File.exist?("{a.dir}/gate") || Time.now > deadline
 Apache.rputs "loaded"
 """)
     a.write("count.rb", COUNT)
+    a.write("fleet_count.rb", FLEET_COUNT)
     conf = read("apache.conf").replace("@DIR@", d)
     if not declare:
         # as the access-limiter post prints it: no dictionary declared
@@ -77,36 +95,59 @@ Apache.rputs "loaded"
         # fleet members share one document tree, as real ones would
         conf += (f"\nDocumentRoot {docroot}\n<Directory {docroot}>\n"
                  "  Require all granted\n</Directory>\n")
-    a.conf = conf + "\n<Location /count>\n  mrubyHandlerMiddle {dir}/count.rb\n</Location>\n" + extra_conf
+    a.conf = (conf + "\n<Location /count>\n  mrubyHandlerMiddle "
+              "{dir}/count.rb\n</Location>\n<Location /fleet_count>\n"
+              "  mrubyHandlerMiddle {dir}/fleet_count.rb\n</Location>\n"
+              + extra_conf)
     a.write_doc("access_limiter/sleep.php", "<?php sleep(3); ?>")
     a.write_doc("access_limiter/fast.php", "fast")
     a.start()
     return a
 
 
+REQUEST_ID_MAP = ("map $request_id $access_limiter_request_id "
+                  "{ default $request_id; }")
+
+
 def start_nginx(nginx, workers=2, page_kb=3, listen="", loglevel="info",
-                declare=True, **settings):
+                declare=True, docroot=None, request_id=True, **settings):
     """nginx with the example's nginx-http.conf and nginx.conf (sleep.php:
-    page_kb KB at 1 KB/s), and /count."""
+    page_kb KB at 1 KB/s), /count and /fleet_count; docroot: another
+    server's document tree to serve (fleet members share one);
+    request_id=False: without the map that keeps $request_id."""
     n = nginx(start=False, workers=workers, loglevel=loglevel)
     d = install(n, **settings)
     n.write("count.rb", COUNT)
+    n.write("fleet_count.rb", FLEET_COUNT)
     http = read("nginx-http.conf").replace("@DIR@", d)
     if not declare:
         http = http.replace("mruby_shared_dict access_limiter 1m;\n", "")
         assert "mruby_shared_dict" not in http
+    if not request_id:
+        http = http.replace(REQUEST_ID_MAP, "")
+        assert "map $request_id" not in http
     server = read("nginx.conf").replace("@DIR@", d)
+    root = docroot or "{docroot}"
     n.conf = f"""{http}
 server {{
     listen 127.0.0.1:{{port}} {listen};
-    root {{docroot}};
+    root {root};
     location = /count {{ mruby_content_handler {{dir}}/count.rb; }}
+    location = /fleet_count {{
+        mruby_content_handler {{dir}}/fleet_count.rb;
+    }}
 {server}
 }}"""
     with open(os.path.join(EXAMPLE, "htdocs", "sleep.php"), "rb") as f:
         page = f.read()
-    n.write_doc("access_limiter/sleep.php", page * (page_kb * 1024 // len(page)))
-    n.write_doc("access_limiter/fast.php", "fast")
+    page = page * (page_kb * 1024 // len(page))
+    if docroot:
+        path = os.path.join(docroot, "access_limiter", "sleep.php")
+        with open(path, "wb") as f:
+            f.write(page)
+    else:
+        n.write_doc("access_limiter/sleep.php", page)
+        n.write_doc("access_limiter/fast.php", "fast")
     n.start()
     return n
 
@@ -115,6 +156,13 @@ def open_gate(*servers):
     """Lets the slow pages of servers finish (see start_apache)."""
     for s in servers:
         s.write("gate", "")
+
+
+def close_gate(*servers):
+    """Makes the slow pages of servers wait again."""
+    for s in servers:
+        if os.path.exists(os.path.join(s.dir, "gate")):
+            os.remove(os.path.join(s.dir, "gate"))
 
 
 def gated_gets(urls, servers, early):
@@ -133,11 +181,12 @@ def gated_gets(urls, servers, early):
         return [f.result() for f in futures]
 
 
-def redis_count_gone(redis_server, key, timeout=5.0):
-    """Waits until key is gone from Redis: the log phase's DECR runs after
-    the response went out."""
+def redis_count_gone(redis_server, filename, timeout=5.0):
+    """Waits until the fleet's key of filename is gone from Redis: the log
+    phase's count out runs after the response went out."""
     deadline = time.monotonic() + timeout
-    while redis_server.command("GET", key) != "$-1":
+    key = limiter_key(filename)
+    while redis_server.command("EXISTS", key) != ":0":
         assert time.monotonic() < deadline, f"{key} still counted"
         time.sleep(0.02)
 
@@ -154,6 +203,12 @@ def concurrent_gets(urls):
 def count(server, filename):
     """The count of filename in the dictionary, as the server reads it."""
     return requests.get(server.url("/count?" + filename), timeout=10,
+                        headers={"Connection": "close"}).text
+
+
+def fleet_count(server, filename):
+    """The fleet's count of filename in Redis, as the server reads it."""
+    return requests.get(server.url("/fleet_count?" + filename), timeout=10,
                         headers={"Connection": "close"}).text
 
 
@@ -377,69 +432,281 @@ def test_fleet_two_apaches_share_a_limit(apache, redis_server):
         log = a.wait_log(f"file:{f} reached threshold: 2: return 503")
         assert "unavailable" not in log
     # every count went back out of Redis
-    redis_count_gone(redis_server, limiter_key(f))
+    redis_count_gone(redis_server, f)
 
 
 def limiter_key(filename):
+    """The fleet's key of filename: its running requests' entries."""
     return "access_limiter:{%s}" % filename
 
 
-def test_fleet_three_apaches_share_a_limit_on_a_cluster(apache, _servers):
-    """Three servers, a six-node Redis Cluster (each server given other
-    nodes), threshold 2: five requests to each at once give two successes
-    in all; the file's count is on the master of its key's slot, and gone
-    after."""
-    cluster = harness.RedisCluster()
-    _servers.servers.append(cluster)
-    cluster.start()
+@pytest.fixture
+def cluster(_servers):
+    c = harness.RedisCluster()
+    _servers.servers.append(c)
+    return c.start()
+
+
+def calls(node, command):
+    """The calls of command node has run (INFO commandstats)."""
+    m = re.search(rf"cmdstat_{command}:calls=(\d+)",
+                  node.command("INFO", "commandstats"))
+    return int(m.group(1)) if m else 0
+
+
+def test_fleet_nginx_and_apaches_share_a_limit_on_a_cluster(apache, nginx,
+                                                            cluster):
+    """Two Apaches (event) and an nginx (two workers), a six-node Redis
+    Cluster (each server given other nodes), threshold 2: two rounds of
+    five requests to each server at once give two successes in all per
+    round; the file's counts are on the master of its keys' slot, and gone
+    after each round."""
     seeds = cluster.seeds()
     a1 = start_apache(apache, redis=seeds[0:2], sleep=30)
-    servers = [a1] + [start_apache(apache, redis=seeds[i:i + 2], sleep=30,
-                                   docroot=a1.docroot) for i in (2, 4)]
-    urls = [a.url("/access_limiter/sleep.php") for a in servers
-            for _ in range(5)]
-    rs = gated_gets(urls, servers, early=13)
-    assert statuses(rs) == [200] * 2 + [503] * 13
-
+    # nginx's slow page is 6 KB at 1 KB/s: a request it lets in outlasts
+    # the refusals of its round
+    n = start_nginx(nginx, redis=seeds[2:4], page_kb=6, docroot=a1.docroot)
+    a2 = start_apache(apache, redis=seeds[4:6], sleep=30, docroot=a1.docroot)
+    servers = [a1, n, a2]
     f = sleep_php(a1)
-    for a in servers:
-        log = a.wait_log(f"file:{f} reached threshold: 2: return 503")
+    owner_id, owner = cluster.node_of_slot(
+        cluster.key_slot(limiter_key(f)))
+
+    for round in (1, 2):
+        close_gate(*servers)
+        urls = [s.url("/access_limiter/sleep.php") for s in servers
+                for _ in range(5)]
+        rs = gated_gets(urls, servers, early=13)
+        assert statuses(rs) == [200] * 2 + [503] * 13, f"round {round}"
+        redis_count_gone(owner, f, timeout=10)
+        assert fleet_count(a1, f) == fleet_count(n, f) == "0"
+
+    for s in servers:
+        log = s.wait_log(f"file:{f} reached threshold: 2: return 503")
         assert "unavailable" not in log
-    owner_id, owner = cluster.node_of_slot(cluster.key_slot(limiter_key(f)))
-    redis_count_gone(owner, limiter_key(f))
-
-    def evals(node):
-        stats = node.command("INFO", "commandstats")
-        return int(stats.split("cmdstat_eval:calls=")[1].split(",")[0]) \
-            if "cmdstat_eval:" in stats else 0
-    # every count went to the file's slot, on its master: 15 in (and out)
-    assert evals(owner) >= 15
-    assert [evals(m) for i, m in cluster.masters().items()
-            if i != owner_id] == [0, 0]
+    # every count went to the file's slot, on its master: 30 in (EVAL) and
+    # 30 out (ZREM)
+    assert calls(owner, "eval") >= 30 and calls(owner, "zrem") == 30
+    assert [calls(m, c) for i, m in cluster.masters().items()
+            if i != owner_id for c in ("eval", "zrem")] == [0] * 4
 
 
-def test_fleet_each_count_renews_the_lease(apache, redis_server):
-    """In fleet mode each INCR renews the key's EXPIRE (lease = 60 s), so a
-    count outlives a dead server by the lease and no longer."""
+# A killed server's counts: the lease (s), and how late past its end the
+# test may see them gone (the count is read every 50 ms, each read a
+# request and a round trip to Redis on a loaded machine).
+LEASE = 3
+LEASE_MARGIN = 0.5
+
+
+@pytest.mark.parametrize("victim", ["apache", "nginx"])
+def test_fleet_killed_server_gives_its_holds_back_within_the_lease(
+        victim, apache, nginx, cluster):
+    """Three servers on a cluster, lease 3 s: the victim (an Apache or an
+    nginx) counts two slow requests in, then an Apache and an nginx one
+    each; the victim is SIGKILLed whole (master and workers), so nothing
+    of it counts out.  The fleet's count is 4 until the leases of the
+    victim's requests end, 3 s after they were counted in, then 2: the
+    live servers' requests, which stay."""
+    seeds = cluster.seeds()
+    settings = dict(threshold=10, lease=LEASE)
+    a = start_apache(apache, redis=seeds[0:2], sleep=60, **settings)
+    # every nginx serves the slow page as 10 KB at 1 KB/s: the live one's
+    # request outlasts the victim's lease
+    n = start_nginx(nginx, redis=seeds[2:4], page_kb=10, docroot=a.docroot,
+                    **settings)
+    if victim == "apache":
+        v = start_apache(apache, redis=seeds[4:6], sleep=60,
+                         docroot=a.docroot, **settings)
+    else:
+        v = start_nginx(nginx, redis=seeds[4:6], page_kb=10,
+                        docroot=a.docroot, **settings)
+    f = sleep_php(a)
+    url = "/access_limiter/sleep.php"
+
+    ex = concurrent.futures.ThreadPoolExecutor(4)
+    try:
+        sent = time.monotonic()
+        held = [ex.submit(requests.get, v.url(url), timeout=60)
+                for _ in range(2)]
+        v.wait_log(f"file:{f} counter:2", timeout=10)
+        counted = time.monotonic()
+        # the live servers count in a second later: their requests' leases
+        # end a second after the victim's
+        time.sleep(1)
+        held += [ex.submit(requests.get, s.url(url), timeout=60)
+                 for s in (a, n)]
+        deadline = time.monotonic() + 10
+        while fleet_count(a, f) != "4":
+            assert time.monotonic() < deadline, fleet_count(a, f)
+            time.sleep(0.05)
+
+        os.killpg(v.proc.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        v.proc.wait(10)
+
+        # each of the victim's requests stops counting at the end of its
+        # own lease: 4, 3, 2
+        seen = []
+        while time.monotonic() < killed + LEASE + 2:
+            seen.append((time.monotonic(), fleet_count(a, f)))
+            if seen[-1][1] == "2":
+                break
+            time.sleep(0.05)
+        counts = [c for _, c in seen]
+        assert counts == sorted(counts, reverse=True), seen
+        assert set(counts) <= {"4", "3", "2"}, seen
+        first = next(t for t, c in seen if c != "4")
+        back, got = seen[-1]
+        print(f"\nvictim {victim}: its counts gone {back - killed:.2f} s "
+              f"after the kill, {back - counted:.2f} s after its last "
+              f"count in was seen, the first {first - sent:.2f} s after "
+              f"they were sent (lease {LEASE} s)")
+        assert got == "2", seen
+        # not before their leases: they began when the victim counted them
+        # in, after they were sent; and within them, plus the margin
+        assert first - sent >= LEASE
+        assert back - counted <= LEASE + LEASE_MARGIN
+        # the live servers' counts stay
+        assert fleet_count(n, f) == "2"
+        open_gate(a)
+        outcomes = []
+        for fut in held:
+            try:
+                outcomes.append(fut.result().status_code)
+            except requests.exceptions.RequestException:
+                outcomes.append("killed")
+        assert outcomes == ["killed", "killed", 200, 200]
+    finally:
+        open_gate(a)
+        ex.shutdown(wait=True)
+    # the live servers counted out; the victim's entries went with their
+    # lease, or go with the set's expiry
+    _, owner = cluster.node_of_slot(cluster.key_slot(limiter_key(f)))
+    redis_count_gone(owner, f, timeout=LEASE + 5)
+    assert fleet_count(a, f) == "0"
+
+
+def test_fleet_each_request_has_its_own_lease(apache, redis_server):
+    """Each request counted in is an entry of the file's sorted set, named
+    by its server and itself, scored with the end of its lease (lease = 60
+    s); an entry whose lease ended no longer counts, and the next count in
+    drops it; the set's expiry is renewed by each count in."""
     a = start_apache(apache, redis=f"127.0.0.1:{redis_server.port}",
                      sleep=30)
-    key = limiter_key(sleep_php(a))
+    f = sleep_php(a)
+    key = limiter_key(f)
     url = a.url("/access_limiter/sleep.php")
+
+    def first_entry():
+        # its name, and its lease's end less Redis's time now (ms)
+        return redis_server.command(
+            "EVAL", "local t = redis.call('TIME') "
+            "local e = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES') "
+            "return e[1] .. ' ' .. (e[2] - (t[1] * 1000 "
+            "+ math.floor(t[2] / 1000)))", 1, key).split()
+
     with concurrent.futures.ThreadPoolExecutor(2) as ex:
         first = ex.submit(requests.get, url, timeout=60)
         a.wait_log("counter:1")
-        ttl = int(redis_server.command("TTL", key)[1:])
-        assert 50 <= ttl <= 60
-        # shorten the lease by hand: the next count renews it
+        name, left = first_entry()
+        assert re.fullmatch(r"[^/]+/%d/[0-9a-f]{32}" % a.proc.pid, name)
+        assert 50000 <= int(left) <= 60000
+        assert 50 <= int(redis_server.command("TTL", key)[1:]) <= 60
+        # end its lease by hand: it no longer counts
+        redis_server.command("ZADD", key, "XX", 0, name)
         redis_server.command("EXPIRE", key, 5)
+        assert fleet_count(a, f) == "0"
         second = ex.submit(requests.get, url, timeout=60)
-        a.wait_log("counter:2")
-        ttl = int(redis_server.command("TTL", key)[1:])
-        assert 50 <= ttl <= 60
+        deadline = time.monotonic() + 5
+        while a.error_log().count(f"file:{f} counter:1") < 2:
+            assert time.monotonic() < deadline, "not counted in"
+            time.sleep(0.05)
+        assert redis_server.command("ZCARD", key) == ":1"
+        assert first_entry()[0] != name
+        assert 50 <= int(redis_server.command("TTL", key)[1:]) <= 60
         open_gate(a)
         assert first.result().status_code == second.result().status_code \
             == 200
-    redis_count_gone(redis_server, key)
+    redis_count_gone(redis_server, f)
+
+
+@pytest.fixture
+def sentinel(_servers):
+    s = harness.RedisSentinel()
+    _servers.servers.append(s)
+    return s.start()
+
+
+def test_fleet_through_sentinel_nginx_and_apache_share_a_limit(
+        apache, nginx, sentinel):
+    """An Apache (event) and an nginx reach the master through the
+    sentinels (redis = { sentinels: [...], name: "mymaster" }), threshold
+    2: five requests to each at once give two successes in all; the
+    counts were on the master, and are gone after."""
+    a = start_apache(apache, redis=sentinel, sleep=30)
+    n = start_nginx(nginx, redis=sentinel, page_kb=6, docroot=a.docroot)
+    urls = [s.url("/access_limiter/sleep.php") for s in (a, n)
+            for _ in range(5)]
+    rs = gated_gets(urls, [a, n], early=8)
+    assert statuses(rs) == [200] * 2 + [503] * 8
+
+    f = sleep_php(a)
+    for s in (a, n):
+        log = s.wait_log(f"file:{f} reached threshold: 2: return 503")
+        assert "unavailable" not in log
+    redis_count_gone(sentinel.master, f, timeout=10)
+    assert calls(sentinel.master, "eval") >= 10
+    assert calls(sentinel.master, "zrem") == 10
+
+
+def test_fleet_counts_through_a_sentinel_failover(apache, nginx, sentinel):
+    """Threshold 2, two requests held on an Apache, counted on the master
+    the sentinels name; SENTINEL FAILOVER.  After it the fleet's count,
+    read on the new master, is still 2 (the counts and their leases are
+    keys, replicated as any), a request to the nginx is refused, and once
+    the held requests end the count is 0 on the new master."""
+    a = start_apache(apache, redis=sentinel, sleep=60)
+    n = start_nginx(nginx, redis=sentinel, docroot=a.docroot)
+    f = sleep_php(a)
+    url = "/access_limiter/sleep.php"
+    old = sentinel.master
+    with concurrent.futures.ThreadPoolExecutor(2) as ex:
+        held = [ex.submit(requests.get, a.url(url), timeout=90)
+                for _ in range(2)]
+        a.wait_log(f"file:{f} counter:2")
+        assert n.get(url).status_code == 503
+        assert fleet_count(a, f) == fleet_count(n, f) == "2"
+
+        started = time.monotonic()
+        new = sentinel.failover()
+        took = time.monotonic() - started
+        assert new is not old
+
+        counts = [fleet_count(s, f) for s in (a, n)]
+        refused = n.get(url).status_code
+        print(f"\nfailover in {took:.1f} s; then counts {counts}, "
+              f"a third request {refused}")
+        assert counts == ["2", "2"]
+        assert refused == 503
+        open_gate(a)
+        assert [h.result().status_code for h in held] == [200, 200]
+    redis_count_gone(new, f, timeout=10)
+    for s in (a, n):
+        assert "unavailable" not in s.error_log()
+
+
+def test_fleet_nginx_without_request_id_says_what_to_add(nginx,
+                                                         redis_server):
+    """Fleet mode names a request in Redis by $request_id, which nginx
+    makes anew at each read unless the configuration names it: without the
+    example's map, the first count in of a worker refuses, with a 500 and
+    a log line that says what to add."""
+    n = start_nginx(nginx, workers=1, request_id=False,
+                    redis=f"127.0.0.1:{redis_server.port}")
+    assert n.get("/access_limiter/fast.php").status_code == 500
+    n.wait_log("access_limiter: fleet mode needs nginx to keep $request_id "
+               f"for the request: add `{REQUEST_ID_MAP}` to the http block "
+               "(see nginx-http.conf)")
 
 
 def test_fleet_redis_down_fails_open(apache):
@@ -468,9 +735,9 @@ def test_fleet_redis_restarted_reconnects(apache, redis_server):
     addr = f"127.0.0.1:{redis_server.port}"
     a = start_apache(apache, redis=addr, sleep=0)
     assert a.get("/access_limiter/sleep.php").status_code == 200
-    # the log phase runs after the response went out: let its DECR finish,
-    # or the kill may cut it mid-command
-    redis_count_gone(redis_server, limiter_key(sleep_php(a)))
+    # the log phase runs after the response went out: let its count out
+    # finish, or the kill may cut it mid-command
+    redis_count_gone(redis_server, sleep_php(a))
     redis_server.command("CLIENT", "KILL", "TYPE", "normal")
     assert a.get("/access_limiter/sleep.php").status_code == 200
     assert "unavailable" not in a.error_log()
