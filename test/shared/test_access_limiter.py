@@ -630,6 +630,13 @@ def test_fleet_each_request_has_its_own_lease(apache, redis_server):
     redis_count_gone(redis_server, f)
 
 
+def entries(node, filename):
+    """The fleet's entries of filename on node: names and lease ends."""
+    return node.command("EVAL", "return table.concat(redis.call('ZRANGE', "
+                        "KEYS[1], 0, -1, 'WITHSCORES'), ' ')", 1,
+                        limiter_key(filename))
+
+
 @pytest.fixture
 def sentinel(_servers):
     s = harness.RedisSentinel()
@@ -661,10 +668,10 @@ def test_fleet_through_sentinel_nginx_and_apache_share_a_limit(
 
 def test_fleet_counts_through_a_sentinel_failover(apache, nginx, sentinel):
     """Threshold 2, two requests held on an Apache, counted on the master
-    the sentinels name; SENTINEL FAILOVER.  After it the fleet's count,
-    read on the new master, is still 2 (the counts and their leases are
-    keys, replicated as any), a request to the nginx is refused, and once
-    the held requests end the count is 0 on the new master."""
+    the sentinels name; SENTINEL FAILOVER.  After it the new master has
+    the same entries with the same lease ends (a key like any, replicated),
+    the fleet's count read there is still 2, a request to the nginx is
+    refused, and once the held requests end the count is 0 there."""
     a = start_apache(apache, redis=sentinel, sleep=60)
     n = start_nginx(nginx, redis=sentinel, docroot=a.docroot)
     f = sleep_php(a)
@@ -676,11 +683,14 @@ def test_fleet_counts_through_a_sentinel_failover(apache, nginx, sentinel):
         a.wait_log(f"file:{f} counter:2")
         assert n.get(url).status_code == 503
         assert fleet_count(a, f) == fleet_count(n, f) == "2"
+        before = entries(old, f)
+        assert len(before.split()) == 4
 
         started = time.monotonic()
         new = sentinel.failover()
         took = time.monotonic() - started
         assert new is not old
+        assert entries(new, f) == before
 
         counts = [fleet_count(s, f) for s in (a, n)]
         refused = n.get(url).status_code
