@@ -7,6 +7,7 @@ import concurrent.futures
 import os
 import re
 import signal
+import threading
 import time
 
 import pytest
@@ -694,6 +695,63 @@ def test_fleet_counts_through_a_sentinel_failover(apache, nginx, sentinel):
     redis_count_gone(new, f, timeout=10)
     for s in (a, n):
         assert "unavailable" not in s.error_log()
+
+
+def test_fleet_counts_through_a_sentinel_failover_under_load(apache, nginx,
+                                                             sentinel):
+    """Four clients request a limited page of an Apache and an nginx
+    (threshold 1000, lease 5 s) without pause through SENTINEL FAILOVER,
+    with Redis's default configuration, which loses the writes the old
+    master takes between the promotion and its reset: a count out lost
+    there leaves its entry on the new master.  Once the load stops, every
+    entry left ends with its lease: the count is 0 within the lease (plus
+    the margin) of the last request, and no request was refused."""
+    settings = dict(threshold=1000, lease=5)
+    a = start_apache(apache, redis=sentinel, sleep=0, **settings)
+    n = start_nginx(nginx, redis=sentinel, docroot=a.docroot, **settings)
+    with open(os.path.join(a.docroot, "access_limiter", "fast.php"),
+              "w") as out:
+        out.write("fast")
+    f = os.path.join(a.docroot, "access_limiter", "fast.php")
+    stop = threading.Event()
+
+    def load(server):
+        codes = {}
+        with requests.Session() as s:
+            s.trust_env = False
+            while not stop.is_set():
+                try:
+                    code = s.get(server.url("/access_limiter/fast.php"),
+                                 timeout=10).status_code
+                except requests.exceptions.RequestException as e:
+                    code = type(e).__name__
+                codes[code] = codes.get(code, 0) + 1
+        return codes
+
+    with concurrent.futures.ThreadPoolExecutor(4) as ex:
+        clients = [ex.submit(load, s) for s in (a, n, a, n)]
+        time.sleep(1)
+        started = time.monotonic()
+        sentinel.failover()
+        took = time.monotonic() - started
+        stop.set()
+        codes = {}
+        for c in clients:
+            for code, k in c.result().items():
+                codes[code] = codes.get(code, 0) + k
+    ended = time.monotonic()
+    left = fleet_count(a, f)
+    while fleet_count(a, f) != "0" and time.monotonic() < ended + 10:
+        time.sleep(0.05)
+    zero = time.monotonic() - ended
+    failed_open = sum(s.error_log().count("failing open") for s in (a, n))
+    print(f"\nfailover in {took:.1f} s under load: {codes} responses, "
+          f"{failed_open} let through uncounted (Redis unavailable), "
+          f"{left} entries left after the load, count 0 {zero:.2f} s "
+          "after it")
+    assert set(codes) == {200}
+    assert fleet_count(a, f) == fleet_count(n, f) == "0"
+    assert zero <= 5 + LEASE_MARGIN
 
 
 def test_fleet_nginx_without_request_id_says_what_to_add(nginx,
