@@ -33,21 +33,23 @@ module AccessLimiter
   REDIS_AT  = "\0redis"     # where the fleet counts are, for the log phase
   CLUSTER   = "cluster "    # REDIS_AT's start for a cluster's nodes
   SENTINEL  = "sentinel "   # ... for the name sentinels watch and them
-  NOTE      = "access_limiter"
+  NOTE      = "access_limiter"  # Apache: the request's note of its name
 
   # Who runs a request, in its entry's name: the host and the nginx master
   # or Apache parent process, which every worker of a server shares.
   SELF      = "#{Uname.nodename}/#{Process.ppid}/"
 
   # The count in.  KEYS[1]: the file's entries; ARGV: the request's entry,
-  # the lease in ms.  The set expires with its last lease, so a file nobody
-  # counts any more leaves nothing behind.
+  # the lease in ms.  The set expires with its last lease (servers with
+  # different leases included), so a file nobody counts any more leaves
+  # nothing behind.
   IN        = <<~LUA
     local t = redis.call('TIME')
     local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
     redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2]
+    redis.call('PEXPIREAT', KEYS[1], last)
     return redis.call('ZCARD', KEYS[1])
   LUA
   # What the next count in would add one to: the entries whose lease has
@@ -72,7 +74,7 @@ module AccessLimiter
   if Server.to_s == "Nginx"
     def self.entry(r, make)
       id = r.var.request_id
-      unless @request_id_kept || !make
+      if make && !@request_id_kept
         unless r.var.request_id == id
           raise "access_limiter: fleet mode needs nginx to keep " \
                 "$request_id for the request: add `map $request_id " \
@@ -86,8 +88,9 @@ module AccessLimiter
   else
     def self.entry(r, make)
       return SELF + r.notes[NOTE].to_s unless make
-      r.notes[NOTE] = SecureRandom.hex(16)
-      SELF + r.notes[NOTE]
+      id = SecureRandom.hex(16)
+      r.notes[NOTE] = id
+      SELF + id
     end
   end
 
