@@ -9,6 +9,7 @@
 #include <mruby/hash.h>
 #include <mruby/proc.h>
 #include <mruby/string.h>
+#include <mruby/variable.h>
 #include "mrb_mruby_version.h"
 
 
@@ -336,4 +337,20 @@ mrb_api_kwargs(mrb_state *mrb, const char *const *names, mrb_value *values,
     w.values = values;
     w.n = n;
     mrb_hash_foreach(mrb, mrb_hash_ptr(kw), mrb_api_kwarg, &w);
+}
+
+
+void
+mrb_api_define_hidden(mrb_state *mrb, const char *name, mrb_func_t func,
+    mrb_aspec aspec)
+{
+    struct RClass  *c;
+    mrb_value       obj;
+
+    c = mrb_class_new(mrb, mrb_class_get(mrb, "BasicObject"));
+    mrb_define_method(mrb, c, name, func, aspec);
+    obj = mrb_obj_new(mrb, c, 0, NULL);
+    MRB_SET_FROZEN_FLAG(mrb_obj_ptr(obj));
+    MRB_SET_FROZEN_FLAG(c);
+    mrb_gv_set(mrb, mrb_intern_cstr(mrb, name), obj);
 }

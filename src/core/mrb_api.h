@@ -77,6 +77,18 @@ void mrb_api_define_fields(mrb_state *mrb, struct RClass *c,
 size_t mrb_api_field_offset(mrb_state *mrb);
 
 /*
+ * An object for the bytecode our compiler passes write (mrb_irep_check.c,
+ * mrb_irep_dstr.c) to call: an instance of a class of its own with the
+ * one method name (func), kept in the global of the same name.  name is
+ * no variable's syntax (no method sets a global by name), and object and
+ * class are frozen: should a script reach them (ObjectSpace), every change
+ * to their methods, a singleton class, an include, a prepend or an extend
+ * raises FrozenError, so the calls always find func.
+ */
+void mrb_api_define_hidden(mrb_state *mrb, const char *name,
+    mrb_func_t func, mrb_aspec aspec);
+
+/*
  * c's method name, the C function func with value (a class, or anything
  * else the GC can keep) at hand through mrb_api_method_value: what func
  * would otherwise look up by name on every call.  The method is not

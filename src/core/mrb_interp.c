@@ -34,6 +34,7 @@
 #include "mrb_file_sym.h"
 #include "mrb_interp.h"
 #include "mrb_interp_core.h"
+#include "mrb_irep_dstr.h"
 #include "mrb_metrics.h"
 #include "mrb_mruby_version.h"
 #include "mrb_part.h"
@@ -220,6 +221,7 @@ mrb_interp_open(const mrb_server *server, void *log_target, char *err,
 
     interp->server_class = mrb_server_class_define(mrb, server);
     mrb_run_budget_define(mrb, interp->server_class);
+    mrb_irep_dstr_define(mrb);
     if (interp_parts_define(interp, err, errlen) != 0) {
         mrb_interp_close(interp);
         return NULL;

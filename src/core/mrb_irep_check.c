@@ -32,9 +32,7 @@
  * world) is left as it is: its runs pay nothing; so is an irep that would
  * grow past 32 KB, the reach of a jump (the watchdog still sees it).
  *
- * The instruction lengths come from mruby's own opcode table
- * (mruby/ops.h), so a release with other opcodes reads right; the jump and
- * EXT semantics are those of 3.1.0 and 3.3.0 (mrb_mruby_version.h).
+ * The instructions are read by mrb_irep_insn.c.
  */
 
 #include <stdint.h>
@@ -46,103 +44,11 @@
 #include <mruby/opcode.h>
 
 #include "mrb_irep_check.h"
+#include "mrb_irep_insn.h"
 #include "mrb_mruby_version.h"
-
-/* Each opcode's operand kinds, as mruby/ops.h names them ("BS": an 8-bit
- * register then a 16-bit number) */
-static const char *const  irep_operands[] = {
-#define OPCODE(name, operands) #operands,
-#include <mruby/ops.h>
-#undef OPCODE
-};
-
-#define IREP_OPS  (sizeof(irep_operands) / sizeof(irep_operands[0]))
 
 /* The longest check: GETGV and SEND, each with an EXT3 prefix */
 #define IREP_CHECK_MAX  (6 + 7)
-
-
-/* Bytes of the operand kind k ('Z' none, 'B' 8 bits, 'S' 16, 'W' 24),
- * made 16 bits by an EXT prefix when wide. */
-static unsigned
-irep_operand_len(char k, int wide)
-{
-    switch (k) {
-    case 'B':
-        return wide ? 2 : 1;
-    case 'S':
-        return 2;
-    case 'W':
-        return 3;
-    default:
-        return 0;
-    }
-}
-
-
-/*
- * The instruction at pc: its length (with any EXT prefix) in *len, its
- * opcode (after the prefix) as the result, and in *jump where its 16-bit
- * relative offset is (0: not a relative jump).  -1 for an opcode this
- * mruby does not have, or an instruction that runs past end.
- */
-static int
-irep_insn(const mrb_code *iseq, uint32_t pc, uint32_t end, uint32_t *len,
-    uint32_t *jump)
-{
-    const char  *k;
-    uint32_t     at = pc;
-    unsigned     ext = 0;
-    int          op;
-
-    op = iseq[at];
-    if (op == OP_EXT1 || op == OP_EXT2 || op == OP_EXT3) {
-        ext = op == OP_EXT1 ? 1 : op == OP_EXT2 ? 2 : 3;
-        at++;
-        if (at >= end) {
-            return -1;
-        }
-        op = iseq[at];
-    }
-
-    if ((size_t) op >= IREP_OPS) {
-        return -1;
-    }
-
-    k = irep_operands[op];
-    at++;
-    *jump = 0;
-
-    if (op == OP_JMP || op == OP_JMPUW) {
-        *jump = at;
-    } else if (op == OP_JMPIF || op == OP_JMPNOT || op == OP_JMPNIL) {
-        *jump = at + irep_operand_len('B', ext & 1);
-    }
-
-    if (k[0] != 'Z') {
-        at += irep_operand_len(k[0], ext & 1);
-        if (k[1] != '\0') {
-            at += irep_operand_len(k[1], ext & 2);
-            if (k[2] != '\0') {
-                at += irep_operand_len(k[2], 0);
-            }
-        }
-    }
-
-    if (at > end) {
-        return -1;
-    }
-
-    *len = at - pc;
-    return op;
-}
-
-
-static int32_t
-irep_jump_offset(const mrb_code *iseq, uint32_t at)
-{
-    return (int16_t) (uint16_t) ((iseq[at] << 8) | iseq[at + 1]);
-}
 
 
 /* Per old position: the bytes inserted before it (a check there), and the
@@ -188,13 +94,13 @@ irep_mark(irep_map *m, const mrb_irep *irep, int is_block, unsigned size)
     int       op, n = 0;
 
     for (pc = 0; pc < irep->ilen; pc += len) {
-        op = irep_insn(irep->iseq, pc, irep->ilen, &len, &jump);
+        op = mrb_irep_insn(irep->iseq, pc, irep->ilen, &len, &jump);
         if (op < 0) {
             return -1;
         }
 
         if ((jump != 0
-             && irep_jump_offset(irep->iseq, jump) < 0)
+             && mrb_irep_jump_offset(irep->iseq, jump) < 0)
             || (is_block && irep_is_return(op)))
         {
             m->check[pc] = (uint8_t) size;
@@ -504,7 +410,7 @@ irep_rewrite(irep_map *m, mrb_irep *irep, unsigned sym_index)
                       + irep->clen * sizeof(struct mrb_irep_catch_handler));
 
     for (pc = 0, at = 0; pc < irep->ilen; pc += len) {
-        irep_insn(irep->iseq, pc, irep->ilen, &len, &jump);
+        mrb_irep_insn(irep->iseq, pc, irep->ilen, &len, &jump);
 
         if (m->check[pc] != 0) {
             at += irep_check_code(code + at, reg, sym_index);
@@ -512,7 +418,7 @@ irep_rewrite(irep_map *m, mrb_irep *irep, unsigned sym_index)
         memcpy(code + at, irep->iseq + pc, len);
 
         if (jump != 0) {
-            off = irep_jump_offset(irep->iseq, jump);
+            off = mrb_irep_jump_offset(irep->iseq, jump);
             to = (uint32_t) ((int32_t) (pc + len) + off);
             off = (int32_t) irep_map_pos(m, to)
                   - (int32_t) (at + len);
@@ -616,7 +522,7 @@ irep_check_tree(mrb_state *mrb, mrb_irep *irep, int is_block)
     blocks = mrb_calloc(mrb, irep->rlen + 1, 1);
 
     for (pc = 0; pc < irep->ilen; pc += len) {
-        op = irep_insn(irep->iseq, pc, irep->ilen, &len, &jump);
+        op = mrb_irep_insn(irep->iseq, pc, irep->ilen, &len, &jump);
         if (op < 0) {
             break;
         }

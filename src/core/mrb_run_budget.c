@@ -578,14 +578,10 @@ budget_check(mrb_state *mrb, mrb_value self)
 
 /*
  * The checker, which the bytecode's checks load from a global and send
- * the check to: an instance of a class of its own, both frozen.  A script
- * cannot name the global ($"(run check)" is no variable's syntax, and no
- * method sets a global by name), and should it reach the object or its
- * class (ObjectSpace), every change to their methods, a singleton class,
- * an include, a prepend or an extend, raises FrozenError: so the checks
- * always find budget_check.  Re-asserting a method at each run start
- * would be a cost per request and would still lose to a script that
- * removed it during its own run.
+ * the check to: mrb_api_define_hidden's object (a script cannot name it
+ * nor change its method), so the checks always find budget_check.
+ * Re-asserting a method at each run start would be a cost per request
+ * and would still lose to a script that removed it during its own run.
  *
  * The stop's class is held in the head, not looked up by name, so a
  * script that removes or replaces the constant Server::RunTimeout (with
@@ -595,16 +591,9 @@ void
 mrb_run_budget_define(mrb_state *mrb, struct RClass *server_class)
 {
     mrb_interp_head  *h = mrb->ud;
-    struct RClass    *checker_class;
-    mrb_value         checker;
 
-    checker_class = mrb_class_new(mrb, mrb_class_get(mrb, "BasicObject"));
-    mrb_define_method(mrb, checker_class, MRB_IREP_CHECK_NAME, budget_check,
-                      MRB_ARGS_NONE());
-    checker = mrb_obj_new(mrb, checker_class, 0, NULL);
-    MRB_SET_FROZEN_FLAG(mrb_obj_ptr(checker));
-    MRB_SET_FROZEN_FLAG(checker_class);
-    mrb_gv_set(mrb, mrb_intern_lit(mrb, MRB_IREP_CHECK_NAME), checker);
+    mrb_api_define_hidden(mrb, MRB_IREP_CHECK_NAME, budget_check,
+                          MRB_ARGS_NONE());
 
     h->run_timeout_class = mrb_define_class_under(mrb, server_class,
                                                   "RunTimeout",

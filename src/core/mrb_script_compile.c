@@ -47,6 +47,7 @@
 
 #include "mrb_file_sym.h"
 #include "mrb_irep_check.h"
+#include "mrb_irep_dstr.h"
 #include "mrb_mruby_version.h"
 #include "mrb_script.h"
 #include "mrb_script_compile.h"
@@ -79,6 +80,7 @@ parse_body(mrb_state *mrb, void *arg)
     if (job->p != NULL && job->p->nerr == 0) {
         job->proc = mrb_generate_code(mrb, job->p);
         if (job->proc != NULL) {
+            mrb_irep_dstr_fuse(mrb, (mrb_irep *) job->proc->body.irep);
             mrb_irep_check_insert(mrb, (mrb_irep *) job->proc->body.irep);
         }
     }

@@ -1,0 +1,150 @@
+/*
+ * Unit tests of the interpolation rewrite (mrb_irep_dstr.c): a rewritten
+ * interpolation gives the String that mruby's OP_STRCAT gave, whatever
+ * its pieces are and whatever their to_s does, in the order it did; the
+ * expected values are mruby's without the rewrite (where a case compares
+ * two forms, the second is one the rewrite leaves: a piece that is a
+ * call, [v][0], ends a run).
+ */
+
+#include <stdio.h>
+#include <string.h>
+
+#include "lib_eval.h"
+#include "mrb_interp.h"
+#include "unit.h"
+
+
+typedef struct {
+    const char  *code;
+    const char  *expected;
+} dstr_case;
+
+
+/* Each case's code in a new interpreter's run, its value inspected. */
+static void
+dstr_check(const dstr_case *c)
+{
+    mrb_interp  *interp = lib_interp();
+
+    REQUIRE(interp != NULL);
+
+    for (; c->code != NULL; c++) {
+        lib_expect(interp, __FILE__, __LINE__, c->code, c->expected, 0);
+    }
+
+    mrb_interp_close(interp);
+}
+
+
+static const dstr_case  dstr_same[] = {
+    /* Strings and Integers: the one-allocation way */
+    { "h = 'x'; a = 'agent'; n = 42\n"
+      "\"host=#{h} agent=#{a} hits=#{n}\\n\"",
+      "\"host=x agent=agent hits=42\\n\"" },
+    { "i = -9223372036854775807 - 1; j = 0; k = -7\n"
+      "\"a#{i}b#{j}c#{k}d\"",
+      "\"a-9223372036854775808b0c-7d\"" },
+    { "e = ''; l = 'l' * 30\n\"#{e}[#{l}]#{e}\"",
+      "\"[llllllllllllllllllllllllllllll]\"" },
+    { "a = 'z'\n\"\\0x#{a}\\xff#{a}\".bytes",
+      "[0, 120, 122, 255, 122]" },
+    /* anything else: converted as OP_STRCAT converts it */
+    { "x = nil; y = :sym; z = 1.5; k = String; "
+      "t = :\"with space\"\n\"a#{x}b#{y}c#{z}d#{k}e#{t}f\"",
+      "\"absymc1.5dStringewith spacef\"" },
+    { "o = Object.new\ndef o.to_s; 'O'; end\n"
+      "\"<#{o}|#{o}>\"", "\"<O|O>\"" },
+    { "o = Object.new\ndef o.to_s; 5; end\n"
+      "a = (\"<#{o}>\" rescue $!.class)\n"
+      "b = (\"<#{[o][0]}>\" rescue $!.class)\n"
+      "a == b", "true" },
+    /* more values than one template holds; a run cut by a call */
+    { "v = 'x'\n\"#{v}#{v}#{v}#{v}#{v}#{v}#{v}#{v}#{v}#{v}"
+      "#{v}#{v}#{v}#{v}#{v}#{v}#{v}#{v}#{v}#{v}.\"",
+      "\"xxxxxxxxxxxxxxxxxxxx.\"" },
+    { "a = 'A'\n\"1#{a}2#{a.downcase}3#{a}4#{a}5\"",
+      "\"1A2a3A4A5\"" },
+    /* in methods, blocks, loops; a new String at each run */
+    { "def f(a, b); \"<#{a}|#{b}>\"; end\nf(1, 'two')",
+      "\"<1|two>\"" },
+    { "[1, 2].map { |x| y = x * 2; \"#{x}:#{y}!\" }",
+      "[\"1:2!\", \"2:4!\"]" },
+    { "a = 'v'; r = []; i = 0\n"
+      "while i < 2\n  r << \"x#{a}y#{i}\"\n  i += 1\nend\n"
+      "r[0] << '!'\n[r, r[0].frozen?]",
+      "[[\"xvy0!\", \"xvy1\"], false]" },
+    /* literal arrays, regexps, symbols, heredocs */
+    { "a = 'q'\n[%W[x#{a}y#{a}z w], :\"s#{a}t#{a}u\"]",
+      "[[\"xqyqz\", \"w\"], :sqtqu]" },
+    { "n = 3\ns = <<~T\n  a #{n}\n  b #{n}\nT\ns",
+      "\"a 3\\nb 3\\n\"" },
+    { NULL, NULL }
+};
+
+
+TEST(irep_dstr_builds_the_same_strings)
+{
+    dstr_check(dstr_same);
+}
+
+
+/* The point of it: an interpolation of Strings and Integers makes its
+ * result and nothing else (OP_STRCAT's way made 4 here: a String of each
+ * literal and one of the Integer). */
+static const dstr_case  dstr_one[] = {
+    { "x = 'x'; n = 7\nGC.disable\n"
+      "a = ObjectSpace.count_objects[:T_STRING]\n"
+      "s = \"a#{x}b#{n}c\"\n"
+      "b = ObjectSpace.count_objects[:T_STRING]\nGC.enable\n"
+      "[s, b - a]", "[\"axb7c\", 1]" },
+    { NULL, NULL }
+};
+
+
+TEST(irep_dstr_makes_one_string)
+{
+    dstr_check(dstr_one);
+}
+
+
+/* A to_s that changes a later piece (a variable through a block, a String
+ * in place): seen where OP_STRCAT saw it. */
+static const dstr_case  dstr_order[] = {
+    { "x = 'before'; o = Object.new\n"
+      "o.define_singleton_method(:to_s) { x = 'after'; 'o' }\n"
+      "\"#{o}-#{x}-end\"", "\"o-after-end\"" },
+    { "x = 'before'; o = Object.new\n"
+      "o.define_singleton_method(:to_s) { x = 'after'; 'o' }\n"
+      "\"#{x}-#{o}-end\"", "\"before-o-end\"" },
+    { "x = 's'; o = Object.new\n"
+      "o.define_singleton_method(:to_s) { x << '!'; 'o' }\n"
+      "[\"#{x}-#{o}-#{x}\", x]", "[\"s-o-s!\", \"s!\"]" },
+    { NULL, NULL }
+};
+
+
+TEST(irep_dstr_reads_each_piece_when_it_is_reached)
+{
+    dstr_check(dstr_order);
+}
+
+
+/* An error converting a piece (raised in the builder's C, where
+ * OP_STRCAT raised it) is reported on the interpolation's line. */
+TEST(irep_dstr_error_names_the_line)
+{
+    mrb_interp  *interp = lib_interp();
+    char         out[1024];
+
+    REQUIRE(interp != NULL);
+
+    /* lib_eval's wrapper puts the code from line 2 */
+    CHECK(lib_eval(interp, "o = BasicObject.new\n\nx = 1\n\"a#{x}b#{o}c\"",
+                   out, sizeof(out)) == -1);
+    if (strstr(out, "TypeError") == NULL || strstr(out, "case:5") == NULL) {
+        unit_fail(__FILE__, __LINE__, "error: %s", out);
+    }
+
+    mrb_interp_close(interp);
+}
