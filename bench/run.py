@@ -442,6 +442,11 @@ def measured_wrk(server, url, headers):
                + (usage1.children_system - usage0.children_system))
     others = ((busy1 - busy0) - (ours1 - ours0)) / hz - wrk_cpu
     res["others_cores"] = round(max(others, 0) / elapsed, 3)
+    # The server's own CPU per request depends less on what else runs than
+    # its req/s does: a build next to it takes cores, not instructions.
+    if res.get("requests"):
+        res["server_cpu_us"] = round((ours1 - ours0) / hz * 1e6
+                                     / res["requests"], 2)
     return res
 
 
