@@ -190,9 +190,12 @@ test-faults: deps
 # test/unit/unit_intern.c counts the lookups of a name in mruby's symbol
 # tables through the intern functions mruby's parser and loader call;
 # test/unit/unit_oom.c fails mruby 4.0's allocations through
-# mrb_basic_alloc_func (3.x has none: the wrap is then unused).
+# mrb_basic_alloc_func (3.x has none: the wrap is then unused);
+# test/unit/unit_secret.c looks into what free, realloc and
+# redisFreeCommand are given for a password.
 UNIT_WRAP  := $(addprefix -Wl$(comma)--wrap=,mrb_intern mrb_intern_static \
-              mrb_intern_cstr mrb_basic_alloc_func)
+              mrb_intern_cstr mrb_basic_alloc_func free realloc \
+              redisFreeCommand)
 
 $(BUILD)/test_core: $(wildcard test/unit/*.c) $(CORE_SRC) $(LIB_SRC) $(RB_C) $(CORE_H) $(WRAP_LIST)
 	$(CC) $(CFLAGS_ALL) -o $@ $(wildcard test/unit/*.c) $(CORE_SRC) $(LIB_SRC) $(RB_C) $(LIBS) $(UNIT_WRAP)

@@ -435,14 +435,22 @@ mrb_redis_conn_set_timeout(mrb_redis_conn *c, unsigned timeout_ms)
 }
 
 
+/* The list grows into a new block, not by realloc: the old one may hold a
+ * startup script's AUTH, and realloc would free it unwiped. */
 int
 mrb_redis_conn_add_setup(mrb_redis_conn *c, const char *cmd, size_t len)
 {
     char  *p;
 
-    p = realloc(c->setup, c->setup_len + len);
+    p = malloc(c->setup_len + len);
     if (p == NULL) {
         return -1;
+    }
+
+    if (c->setup != NULL) {
+        memcpy(p, c->setup, c->setup_len);
+        explicit_bzero(c->setup, c->setup_len);
+        free(c->setup);
     }
 
     memcpy(p + c->setup_len, cmd, len);

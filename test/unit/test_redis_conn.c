@@ -2,8 +2,8 @@
  * src/core/mrb_redis_conn.c against a real redis-server on loopback, one
  * per test: the once-only resend after the server closed a kept
  * connection, the one-second pause after a failed connect, a connection
- * made before a fork left to the parent, and timeouts.  hiredis' sdsfree
- * is this file's, which looks into what hiredis frees for a secret.
+ * made before a fork left to the parent, timeouts, and no password left
+ * in freed memory (unit_secret.h).
  */
 
 #define _GNU_SOURCE  /* memmem */
@@ -23,12 +23,11 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 
-#include <dlfcn.h>
 #include <hiredis/hiredis.h>
-#include <hiredis/sds.h>
 
 #include "mrb_redis_conn.h"
 #include "unit.h"
+#include "unit_secret.h"
 
 
 #define REDIS_SERVER  "/usr/bin/redis-server"
@@ -483,29 +482,6 @@ TEST(redis_conn_a_cancelled_wait_closes_its_link)
 
 
 
-/* While set, every buffer hiredis frees is looked into for it:
- * sds_secret_freed counts those that hold it. */
-static const char  *sds_secret;
-static int          sds_secret_freed;
-
-
-/* hiredis' own, interposed: calls from inside libhiredis come here too */
-void
-sdsfree(sds s)
-{
-    void  (*next)(sds);
-
-    if (s != NULL && sds_secret != NULL
-        && memmem(s, sdslen(s), sds_secret, strlen(sds_secret)) != NULL)
-    {
-        sds_secret_freed++;
-    }
-
-    next = (void (*)(sds)) dlsym(RTLD_NEXT, "sdsfree");
-    next(s);
-}
-
-
 /* A server of one reply: accepts on fd, reads what the client sends
  * first (up to the size of got), answers reply and closes. */
 typedef struct {
@@ -607,14 +583,41 @@ TEST(redis_conn_auth_leaves_no_password_in_what_hiredis_frees)
     s.reply = "+OK\r\n";
     REQUIRE(pthread_create(&t, NULL, one_reply_serve, &s) == 0);
 
-    sds_secret = "secret-pw";
-    sds_secret_freed = 0;
+    unit_secret_watch("secret-pw");
     CHECK_EQ(mrb_redis_conn_open(c, NULL), MRB_REDIS_OK);
     pthread_join(t, NULL);
     CHECK(memmem(s.got, (size_t) s.len, "secret-pw", 9) != NULL);
 
     mrb_redis_conn_free(c);
-    sds_secret = NULL;
-    CHECK_EQ(sds_secret_freed, 0);
+    CHECK_EQ(unit_secret_end(), 0);
     close(s.fd);
+}
+
+
+/* A startup script's AUTH among the commands every new link sends first:
+ * the block that held it is wiped when a later command grows the list. */
+TEST(redis_conn_setup_leaves_no_password_in_freed_memory)
+{
+    char            *auth, *select;
+    int              auth_len, select_len;
+    mrb_redis_conn  *c;
+
+    c = mrb_redis_conn_new("127.0.0.1", 6379, 1000);
+    REQUIRE(c != NULL);
+    auth_len = redisFormatCommand(&auth, "AUTH app %s", "secret-pw");
+    select_len = redisFormatCommand(&select, "SELECT 2");
+    REQUIRE(auth_len > 0 && select_len > 0);
+
+    unit_secret_watch("secret-pw");
+    CHECK_EQ(mrb_redis_conn_add_setup(c, auth, (size_t) auth_len), 0);
+    CHECK_EQ(mrb_redis_conn_add_setup(c, select, (size_t) select_len), 0);
+    CHECK_EQ(c->setup_n, 2);
+    CHECK(memmem(c->setup, c->setup_len, "secret-pw", 9) != NULL);
+    CHECK(memmem(c->setup, c->setup_len, "SELECT", 6) != NULL);
+    mrb_redis_conn_free(c);
+    CHECK_EQ(unit_secret_end(), 0);
+
+    explicit_bzero(auth, (size_t) auth_len);
+    redisFreeCommand(auth);
+    redisFreeCommand(select);
 }
