@@ -93,6 +93,7 @@ typedef struct {
 #define REDIS_SENTINEL_REPLICA  2
 
 static void redis_obj_free(mrb_state *mrb, void *p);
+static void redis_batch_clear(redis_batch *b);
 static redis_batch *redis_batch_new(mrb_state *mrb);
 static void redis_conn_free(mrb_state *mrb, void *p);
 
@@ -107,7 +108,7 @@ redis_obj_free(mrb_state *mrb, void *p)
     redis_obj  *r = p;
 
     if (r != NULL) {
-        free(r->queue.buf);
+        redis_batch_clear(&r->queue);
         mrb_free(mrb, r);
     }
 }
@@ -1027,6 +1028,31 @@ redis_batch_note(redis_batch *b, unsigned state)
 
 
 /*
+ * Formatted commands are wiped before they are freed: a credential may be
+ * in any of them (AUTH, HELLO ... AUTH, ACL SETUSER, CONFIG SET
+ * masterauth, MIGRATE ... AUTH), and rather than parse every command to
+ * tell which, every one is wiped.  redis_buf_free frees a batch's buffer
+ * (len bytes used), redis_command_free one command hiredis formatted.
+ */
+static void
+redis_buf_free(char *buf, size_t len)
+{
+    if (buf != NULL) {
+        explicit_bzero(buf, len);
+        free(buf);
+    }
+}
+
+
+static void
+redis_command_free(char *cmd, int len)
+{
+    explicit_bzero(cmd, (size_t) len);
+    redisFreeCommand(cmd);
+}
+
+
+/*
  * Formats name + args as one command and appends it to batch b.
  *
  * Each argument is made a String first (to_s runs Ruby, which may raise,
@@ -1104,13 +1130,19 @@ redis_enqueue(mrb_state *mrb, redis_obj *r, redis_batch *b, mrb_value name,
         mrb_raise(mrb, E_RUNTIME_ERROR, "Redis: out of memory");
     }
 
+    /* a new buffer, not realloc's, which would free the old one unwiped */
     if (b->len + len > b->cap) {
         cap = (b->len + len) * 2;
-        q = realloc(b->buf, cap);
+        q = malloc(cap);
 
         if (q == NULL) {
-            redisFreeCommand(cmd);
+            redis_command_free(cmd, len);
             mrb_raise(mrb, E_RUNTIME_ERROR, "Redis: out of memory");
+        }
+
+        if (b->buf != NULL) {
+            memcpy(q, b->buf, b->len);
+            redis_buf_free(b->buf, b->len);
         }
 
         b->buf = q;
@@ -1120,14 +1152,14 @@ redis_enqueue(mrb_state *mrb, redis_obj *r, redis_batch *b, mrb_value name,
     if ((state & REDIS_SETUP)
         && mrb_redis_conn_add_setup(r->conn, cmd, (size_t) len) != 0)
     {
-        redisFreeCommand(cmd);
+        redis_command_free(cmd, len);
         mrb_raise(mrb, E_RUNTIME_ERROR, "Redis: out of memory");
     }
 
     memcpy(b->buf + b->len, cmd, len);
     b->len += len;
     b->n++;
-    redisFreeCommand(cmd);
+    redis_command_free(cmd, len);
 
     redis_batch_note(b, state);
     if (r->sentinel && !b->writes
@@ -1146,7 +1178,7 @@ redis_enqueue(mrb_state *mrb, redis_obj *r, redis_batch *b, mrb_value name,
 static void
 redis_batch_clear(redis_batch *b)
 {
-    free(b->buf);
+    redis_buf_free(b->buf, b->len);
     memset(b, 0, sizeof(redis_batch));
 }
 
@@ -1444,7 +1476,7 @@ redis_flush(mrb_state *mrb, mrb_value self, redis_obj *r, redis_batch *b,
 
     rs = calloc(1, sizeof(redis_replies) + n * sizeof(redisReply *));
     if (rs == NULL) {
-        free(sent.buf);
+        redis_batch_clear(&sent);
         mrb_raise(mrb, E_RUNTIME_ERROR, "Redis: out of memory");
     }
 
@@ -1460,7 +1492,7 @@ redis_flush(mrb_state *mrb, mrb_value self, redis_obj *r, redis_batch *b,
         redis_caller_init(mrb, &caller, sent.state);
         st = mrb_redis_conn_exec(c, &caller, sent.buf, sent.len, n,
                                  rs->replies);
-        free(sent.buf);
+        redis_batch_clear(&sent);
     }
 
     redis_count(mrb, n, st == MRB_REDIS_OK ? rs->replies : NULL);
@@ -1492,7 +1524,7 @@ redis_batch_dfree(mrb_state *mrb, void *p)
     redis_batch  *b = p;
 
     if (b != NULL) {
-        free(b->buf);
+        redis_batch_clear(b);
         free(b);
     }
 }

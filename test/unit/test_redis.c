@@ -1,6 +1,7 @@
 /*
  * Unit tests of the Redis class that need no Redis server: what a command
- * whose argument raises leaves behind.  A socket that listens (and never
+ * whose argument raises leaves behind, and what a script's AUTH leaves in
+ * freed memory (unit_secret.h).  A socket that listens (and never
  * answers) stands in for the server, so that Redis.new connects.
  */
 
@@ -15,6 +16,7 @@
 #include "mrb_redis.h"
 #include "mrb_script.h"
 #include "unit.h"
+#include "unit_secret.h"
 
 
 static char  redis_out[256];
@@ -76,8 +78,12 @@ redis_listener(int *port)
 }
 
 
+/* Runs code in interp, as a startup script (what it defines stays) when
+ * startup is set: mrb_script_run's status, or -2 when it did not
+ * compile. */
 static int
-redis_run(mrb_interp *interp, const char *code, mrb_run_rec *run)
+redis_run(mrb_interp *interp, const char *code, mrb_run_rec *run,
+    int startup)
 {
     char         err[256];
     mrb_script  *s;
@@ -91,6 +97,7 @@ redis_run(mrb_interp *interp, const char *code, mrb_run_rec *run)
     }
 
     mrb_run_init(run, (void *) 1, 0);
+    run->startup = startup;
     rc = mrb_script_run(interp, s, run);
     mrb_script_free(s);
     return rc;
@@ -128,19 +135,11 @@ TEST(redis_raising_argument_leaks_nothing)
              "Apache.rputs 'warm'", port);
 
     /* a startup run: R and many stay */
-    mrb_run_init(&run, (void *) 1, 0);
-    run.startup = 1;
-    {
-        mrb_script  *s = mrb_script_from_code(code, strlen(code), "warm", 1,
-                                              err, sizeof(err));
-        REQUIRE(s != NULL);
-        CHECK_EQ(mrb_script_run(interp, s, &run), 0);
-        mrb_script_free(s);
-    }
+    CHECK_EQ(redis_run(interp, code, &run, 1), 0);
     CHECK(strcmp(redis_out, "warm") == 0);
 
     before = mallinfo2();
-    CHECK_EQ(redis_run(interp, "many(20000)", &run), 0);
+    CHECK_EQ(redis_run(interp, "many(20000)", &run, 0), 0);
     after = mallinfo2();
 
     CHECK(after.uordblks < before.uordblks + 1024 * 1024);
@@ -149,6 +148,59 @@ TEST(redis_raising_argument_leaks_nothing)
                 after.uordblks - before.uordblks);
     }
 
+    mrb_interp_close(interp);
+    close(fd);
+}
+
+
+/*
+ * A request's own AUTH, alone and in a pipeline that grows its buffer:
+ * the commands' buffers are wiped before they are freed.  The password is
+ * made by a startup script, so that no block of the request's own script
+ * holds it; it is short enough to live inside its String object, which
+ * the allocator never sees.  The server never answers: each command
+ * times out, after it was sent.
+ */
+TEST(redis_auth_of_a_request_leaves_no_password_in_freed_memory)
+{
+    char          err[256], code[256];
+    mrb_interp   *interp;
+    mrb_script   *s;
+    mrb_run_rec   run;
+    int           fd, port;
+    static const char  request[] =
+        "begin\n"
+        "  R.auth('app', PW)\n"
+        "rescue Redis::TimeoutError\n"
+        "end\n"
+        "begin\n"
+        "  R.pipelined { |p| p.call('AUTH', PW); p.set('k', 'v' * 100) }\n"
+        "rescue Redis::TimeoutError\n"
+        "end\n"
+        "Apache.rputs 'sent'";
+
+    fd = redis_listener(&port);
+    REQUIRE(fd >= 0);
+    interp = mrb_interp_open(&redis_server, NULL, err, sizeof(err));
+    REQUIRE(interp != NULL);
+    mrb_interp_seal(interp);
+
+    snprintf(code, sizeof(code), "PW = 'secret-pw-5e1'\n"
+             "R = Redis.new('127.0.0.1', %d, timeout: 0.2)", port);
+    REQUIRE(redis_run(interp, code, &run, 1) == 0);
+
+    s = mrb_script_from_code(request, strlen(request), "auth", 1, err,
+                             sizeof(err));
+    REQUIRE(s != NULL);
+    redis_out[0] = '\0';
+    mrb_run_init(&run, (void *) 1, 0);
+
+    unit_secret_watch("secret-pw-5e1");
+    CHECK_EQ(mrb_script_run(interp, s, &run), 0);
+    CHECK_EQ(unit_secret_end(), 0);
+    CHECK(strcmp(redis_out, "sent") == 0);
+
+    mrb_script_free(s);
     mrb_interp_close(interp);
     close(fd);
 }
