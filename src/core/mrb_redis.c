@@ -28,6 +28,7 @@
 
 #include <ctype.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -359,32 +360,48 @@ redis_tls_params_from(mrb_state *mrb, mrb_value params, redis_target *t)
 /*
  * The key of t's connection in the class's hidden Hash: what tells one
  * connection from another but the password, which is checked on the
- * connection itself (mrb_redis_conn_auth_is).
+ * connection itself (mrb_redis_conn_auth_is).  Its fields are named and
+ * end with a NUL, which none of them may hold (redis_initialize checks),
+ * so that no value can pass for another field's or another kind's: a
+ * socket at "127.0.0.1:6379" is not that TCP port's connection, nor a
+ * path ending in " user=app" user app's.
  */
 static mrb_value
 redis_target_key(mrb_state *mrb, const redis_target *t)
 {
+    char       port[sizeof("65535")];
     size_t     j;
     mrb_value  key;
 
-    key = mrb_nil_p(t->path)
-          ? mrb_format(mrb, "%v:%i", t->host, t->port)
-          : mrb_str_dup(mrb, t->path);
+    key = mrb_str_new_capa(mrb, 64);
+
+    if (mrb_nil_p(t->path)) {
+        snprintf(port, sizeof(port), "%d", (int) t->port);
+        mrb_str_cat(mrb, key, "tcp", sizeof("tcp"));
+        mrb_str_cat_str(mrb, key, t->host);
+        mrb_str_cat(mrb, key, "", 1);
+        mrb_str_cat_cstr(mrb, key, port);
+    } else {
+        mrb_str_cat(mrb, key, "unix", sizeof("unix"));
+        mrb_str_cat_str(mrb, key, t->path);
+    }
+    mrb_str_cat(mrb, key, "", 1);
 
     if (!mrb_nil_p(t->username)) {
-        mrb_str_cat_lit(mrb, key, " user=");
+        mrb_str_cat(mrb, key, "user", sizeof("user"));
         mrb_str_cat_str(mrb, key, t->username);
+        mrb_str_cat(mrb, key, "", 1);
     }
 
     if (t->tls) {
-        mrb_str_cat_lit(mrb, key, " tls");
+        mrb_str_cat(mrb, key, "tls", sizeof("tls"));
 
         for (j = 0; j < redis_nelts(redis_tls_params); j++) {
             if (!mrb_nil_p(t->tls_files[j])) {
-                mrb_str_cat_lit(mrb, key, " ");
-                mrb_str_cat_cstr(mrb, key, redis_tls_params[j]);
-                mrb_str_cat_lit(mrb, key, "=");
+                mrb_str_cat(mrb, key, redis_tls_params[j],
+                            strlen(redis_tls_params[j]) + 1);
                 mrb_str_cat_str(mrb, key, t->tls_files[j]);
+                mrb_str_cat(mrb, key, "", 1);
             }
         }
     }
@@ -840,6 +857,9 @@ redis_initialize(mrb_state *mrb, mrb_value self)
     redis_opt_cstr(mrb, t.password);
     redis_opt_cstr(mrb, sentinel_username);
     redis_opt_cstr(mrb, sentinel_password);
+    for (i = 0; i < (int) redis_nelts(t.tls_files); i++) {
+        redis_opt_cstr(mrb, t.tls_files[i]);
+    }
 
     /* closed until it is on a connection: an initialize that raised
      * leaves an object whose commands raise ClosedError */

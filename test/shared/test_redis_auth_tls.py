@@ -144,6 +144,37 @@ def test_unix_socket(kind, apache, nginx, _servers, tmpdir_www):
     assert rs.command("GET", "k") == "unix"
 
 
+# /both?<port>: the TCP server on <port>, and a Unix socket at the relative
+# path "127.0.0.1:<port>" (in the server's directory, its workers' working
+# directory), each written and read through objects of its own and then
+# through new objects on the interpreter's kept connections
+BOTH = r'''
+port = get_server_class::Request.new.args.to_i
+tcp = Redis.new("127.0.0.1", port)
+unix = Redis.new(path: "127.0.0.1:#{port}")
+tcp.set("where", "tcp")
+unix.set("where", "unix")
+get_server_class.rputs [tcp.get("where"), unix.get("where"),
+  Redis.new("127.0.0.1", port).get("where"),
+  Redis.new(path: "127.0.0.1:#{port}").get("where")].join(" ")
+'''
+
+
+@pytest.mark.parametrize("kind", ["apache", "nginx"])
+def test_unix_socket_named_as_a_tcp_address_is_its_own_connection(
+        kind, apache, nginx, _servers, redis_server):
+    s = server(kind, apache, nginx, {"/both": BOTH})
+    rs = harness.Redis(unixsocket=os.path.join(
+        s.dir, f"127.0.0.1:{redis_server.port}"))
+    _servers.servers.append(rs)
+    rs.start()
+    r = s.get(f"/both?{redis_server.port}")
+    assert (r.status_code, r.text) == (200, "tcp unix tcp unix"), \
+        s.error_log()[-2000:]
+    assert redis_server.command("GET", "where") == "tcp"
+    assert rs.command("GET", "where") == "unix"
+
+
 @pytest.fixture
 def tls(tmpdir_www):
     """Certificates of a test CA, and of another CA nobody trusts."""
