@@ -179,14 +179,13 @@ class Redis
       end
 
       # addr's last command failed (e): it is suspect from now on.  When
-      # the connect failed (nothing was sent) and the map, read again,
-      # names another owner for the slot (a replica promoted), the command
-      # goes there; else e is raised.
+      # nothing of the command reached addr (Redis::CannotConnectError:
+      # the connect, the TLS handshake or AUTH failed) and the map, read
+      # again, names another owner for the slot (a replica promoted), the
+      # command goes there; else e is raised.
       def __failed(slot, addr, args, e)
         (@suspects ||= {})[addr] = true
-        if e.is_a?(TimeoutError) || !e.message.start_with?("connect to ")
-          raise e
-        end
+        raise e unless e.is_a?(CannotConnectError)
         owner = __owner_after_reread(slot, addr)
         raise e if owner.nil? || owner == addr
         __send(slot, owner, args)

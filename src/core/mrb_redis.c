@@ -241,6 +241,11 @@ redis_raise_status(mrb_state *mrb, mrb_redis_conn *c, mrb_redis_status st)
     case MRB_REDIS_EAUTH:
         name = "AuthError";
         break;
+    case MRB_REDIS_ECONNECT:
+        /* nothing of the command reached a server that could run it: a
+         * caller may send it elsewhere (Redis::Cluster, after a failover) */
+        name = c->maybe_ran ? "ConnectionError" : "CannotConnectError";
+        break;
     default:
         name = "ConnectionError";
     }
@@ -2132,6 +2137,7 @@ redis_define(mrb_state *mrb)
     base = mrb_api_define_class(mrb, c, "BaseError",
                                 mrb->eStandardError_class, NULL);
     conn_error = mrb_api_define_class(mrb, c, "ConnectionError", base, NULL);
+    mrb_api_define_class(mrb, c, "CannotConnectError", conn_error, NULL);
     mrb_api_define_class(mrb, c, "TimeoutError", conn_error, NULL);
     mrb_api_define_class(mrb, c, "ProtocolError", conn_error, NULL);
     mrb_api_define_class(mrb, c, "OOMError", conn_error, NULL);

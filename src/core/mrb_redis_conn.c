@@ -984,6 +984,7 @@ mrb_redis_conn_open(mrb_redis_conn *c, const mrb_redis_caller *caller)
     mrb_redis_status   st;
     const void        *owner = caller != NULL ? caller->owner : NULL;
 
+    c->maybe_ran = 0;   /* an open sends no command */
     link = redis_link_take(c, owner);
     if (link == NULL) {
         st = redis_link_open(c, caller, mrb_redis_now_ms() + c->timeout_ms,

@@ -116,7 +116,8 @@ typedef struct {
     size_t           setup_n;
     unsigned         maybe_ran:1; /* after a failed exec: the server may
                                      have run the commands (they were sent
-                                     on a link that then broke) */
+                                     on a link that then broke); 0 after
+                                     an open, which sends none */
     char             err[MRB_ERR_REASON_LEN]; /* why the last call failed */
 } mrb_redis_conn;
 

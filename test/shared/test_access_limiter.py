@@ -774,7 +774,7 @@ def test_fleet_redis_down_fails_open(apache):
     rs = concurrent_gets([a.url("/access_limiter/sleep.php")] * 4)
     assert statuses(rs) == [200] * 4
     log = a.wait_log(f"access_limiter: redis 127.0.0.1:{port} unavailable "
-                     f"(Redis::ConnectionError: connect to 127.0.0.1:{port}: "
+                     f"(Redis::CannotConnectError: connect to 127.0.0.1:{port}: "
                      "Connection refused): failing open for ")
     assert "[mruby:err" in log
 

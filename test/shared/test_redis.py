@@ -183,7 +183,7 @@ def test_connection_refused_is_a_connection_error(kind, apache, nginx):
     port = harness.free_port()
     s = server(kind, apache, nginx, {"/down": DOWN})
     r = s.get(f"/down?{port}")
-    assert r.text == ("Redis::ConnectionError: connect to 127.0.0.1:"
+    assert r.text == ("Redis::CannotConnectError: connect to 127.0.0.1:"
                       f"{port}: Connection refused")
 
 
@@ -246,7 +246,7 @@ def test_failed_connect_is_not_tried_again_for_a_second(kind, apache, nginx):
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind(("127.0.0.1", 0))
         port = listener.getsockname()[1]
-        refused = ("Redis::ConnectionError: connect to 127.0.0.1:"
+        refused = ("Redis::CannotConnectError: connect to 127.0.0.1:"
                    f"{port}: Connection refused")
         assert s.get(f"/down?{port}").text == refused
         failed_at = time.monotonic()
@@ -256,7 +256,7 @@ def test_failed_connect_is_not_tried_again_for_a_second(kind, apache, nginx):
         listener.setblocking(False)
         r = s.get(f"/down?{port}")
         assert time.monotonic() - failed_at < 1.0, "too slow to tell"
-        assert r.text.startswith("Redis::ConnectionError: "), r.text
+        assert r.text.startswith("Redis::CannotConnectError: "), r.text
         with pytest.raises(BlockingIOError):
             listener.accept()
         # after the second, it connects (and gets no answer from us)

@@ -256,7 +256,7 @@ def test_tls_with_a_client_certificate(kind, apache, nginx, tls, tls_redis):
         "OK", "true", '["OK"]', "true",
         f'["tls-port", "{tls_redis.port}"]',
         refused,
-        "Redis::ConnectionError",
+        "Redis::CannotConnectError",
         f"Redis.new: ssl_params: {tls['ca']}.missing: No such file or "
         "directory",
         "Redis.new: ssl_params: a client certificate needs its key, and a "

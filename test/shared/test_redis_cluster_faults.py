@@ -7,6 +7,7 @@ and the test knows what it should have read."""
 
 import os
 import signal
+import socket
 import threading
 import time
 
@@ -323,3 +324,106 @@ def harness_slots_reads(node):
         if line.startswith("cmdstat_cluster|slots:"):
             return int(line.split("calls=")[1].split(",")[0])
     return 0
+
+
+PASSWORD = "clu5ter-Pw-3d81"
+
+# /set?seed&key&value: SET through a cluster whose nodes ask for a
+# password: the reply, or the error's class and message
+AUTH_SET = r'''
+Server = get_server_class
+seed, key, value = Server::Request.new.args.split("&")
+c = Redis::Cluster.new([seed], password: "%s", timeout: 2)
+begin
+  Server.rputs c.set(key, value)
+rescue Redis::BaseError => e
+  Server.rputs "#{e.class}: #{e.message}"
+end
+''' % PASSWORD
+
+
+def two_masters_with_a_password(_servers):
+    """A Redis Cluster of two masters without replicas, each with
+    PASSWORD: the first serves slots 8192-16383 (foo's, 12182), the
+    second 0-8191."""
+    nodes, bus = [], []
+    for first, last in (("8192", "16383"), ("0", "8191")):
+        bus.append(harness.free_port())
+        n = harness.Redis(args=[
+            "--cluster-enabled", "yes", "--cluster-port", str(bus[-1]),
+            "--requirepass", PASSWORD, "--masterauth", PASSWORD],
+            auth=(None, PASSWORD))
+        _servers.servers.append(n)
+        n.start()
+        assert n.command("CLUSTER", "ADDSLOTSRANGE", first, last) == "+OK"
+        nodes.append(n)
+    a, b = nodes
+    assert a.command("CLUSTER", "MEET", b.host, b.port, bus[1]) == "+OK"
+    for _ in range(200):
+        if all("cluster_state:ok" in n.command("CLUSTER", "INFO")
+               and "cluster_known_nodes:2" in n.command("CLUSTER", "INFO")
+               for n in nodes):
+            return a, b
+        time.sleep(0.05)
+    raise harness.HarnessError("the two masters did not form a cluster")
+
+
+class Dropper:
+    """A listener on port that accepts each connection and closes it at
+    once, unanswered: a node's address whose server went away and where
+    something still accepts (a proxy, a server shutting down)."""
+
+    def __init__(self, port):
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", port))
+        self.sock.listen(16)
+        self.sock.settimeout(0.1)
+        self.accepted = 0
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run)
+        self.thread.start()
+
+    def _run(self):
+        while not self.stopping.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except socket.timeout:
+                continue
+            self.accepted += 1
+            conn.close()
+
+    def stop(self):
+        self.stopping.set()
+        self.thread.join(5)
+        self.sock.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_command_that_never_reached_its_node_goes_to_the_new_owner(
+        kind, apache, nginx, _servers):
+    """The master of foo's slot is gone and its address drops every
+    connection before AUTH is answered: nothing of the SET reached it,
+    though the error's text does not begin "connect to".  The map read
+    again names the slot's new master, which gets the SET, once."""
+    a, b = two_masters_with_a_password(_servers)
+    s = harness.one_interpreter(kind, apache, nginx, {"/set": "set.rb"},
+                                {"set.rb": AUTH_SET}, loglevel="warn")
+    seed = f"{a.host}:{a.port}"
+    assert s.get(f"/set?{seed}&k&v").text == "OK", s.error_log()[-2000:]
+
+    # the slot moves to b (foo has no value yet), then a goes away
+    b_id = b.command("CLUSTER", "MYID")
+    for node in (b, a):
+        assert node.command("CLUSTER", "SETSLOT", "12182", "NODE",
+                            b_id) == "+OK"
+    a.stop()
+    dropper = Dropper(a.port)
+    try:
+        r = s.get(f"/set?{seed}&foo&moved")
+    finally:
+        dropper.stop()
+    assert (r.status_code, r.text) == (200, "OK"), s.error_log()[-2000:]
+    assert dropper.accepted >= 1
+    assert b.command("GET", "foo") == "moved"
+    assert PASSWORD not in s.error_log()
