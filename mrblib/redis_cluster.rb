@@ -32,14 +32,18 @@ class Redis
 
     # The map of the nodes and timeout named key (made in C) with
     # ::Redis.new's username:, password:, ssl: and ssl_params: for every
-    # node: made once per seed list, timeout, user and TLS (the seeds
-    # checked then), and again for another password.  Without any of
-    # them, C looks the map up itself and makes it by __map_new.
+    # node: made once per seed list, timeout, user, TLS or not and TLS
+    # files (the seeds checked then), and again for another password.
+    # Its key is an inspected Array, so that no value passes for another
+    # (a user named like TLS files); one without options is C's key
+    # alone.  Without any of them, C looks the map up itself and makes it
+    # by __map_new.
     def self.__map_for(key, seeds, timeout, username, password, ssl,
                        ssl_params)
+      ssl = ssl ? true : false
       options = { username: username, password: password, ssl: ssl,
                   ssl_params: ssl_params }
-      key = "#{key} #{username} #{ssl_params}"
+      key = [key, username, ssl, ssl_params].inspect
       map = @maps[key]
       if map.nil? || map.__options != options
         map = @maps[key] = SlotMap.new(seeds.dup, timeout, options)

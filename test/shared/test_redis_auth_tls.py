@@ -313,14 +313,14 @@ def test_tls_handshake_waits_without_holding_the_worker(kind, apache, nginx):
         listener.close()
 
 
-@pytest.fixture
-def tls_cluster_node(_servers, tls):
+def one_node_tls_cluster(_servers, tls, args=()):
     """A Redis Cluster of one TLS-only master serving every slot, with a
-    password (enough for the options to reach each node's ::Redis)."""
+    password (enough for the options to reach each node's ::Redis); args:
+    more of its options."""
     r = harness.Redis(
         args=["--requirepass", SECRET, "--masterauth", SECRET,
               "--cluster-enabled", "yes", "--tls-cluster", "yes",
-              "--tls-replication", "yes"],
+              "--tls-replication", "yes", *args],
         auth=(None, SECRET),
         tls=(tls["ca"], tls["server_cert"], tls["server_key"]))
     _servers.servers.append(r)
@@ -332,6 +332,11 @@ def tls_cluster_node(_servers, tls):
         time.sleep(0.1)
     raise harness.HarnessError("the one-node cluster did not reach "
                                "cluster_state:ok")
+
+
+@pytest.fixture
+def tls_cluster_node(_servers, tls):
+    return one_node_tls_cluster(_servers, tls)
 
 
 CLUSTER = r'''
@@ -378,6 +383,45 @@ def test_cluster_with_a_password_over_tls(kind, apache, nginx, tls,
         "ArgumentError"])), s.error_log()[-2000:]
     log = s.error_log()
     assert SECRET not in log and WRONG not in log
+
+
+# /cluster?<port>&<ssl>: INCR n through a Redis::Cluster with or without
+# TLS, the node's certificate trusted through the system's CAs (the
+# workers' SSL_CERT_FILE): the reply, or the error's class
+CLUSTER_SSL_OR_NOT = r'''
+port, ssl = get_server_class::Request.new.args.split("&")
+c = Redis::Cluster.new(["127.0.0.1:#{port}"], password: "%(secret)s",
+                       ssl: ssl == "ssl", timeout: 2)
+begin
+  get_server_class.rputs c.incr("n").to_s
+rescue Redis::BaseError => e
+  get_server_class.rputs e.class.to_s
+end
+''' % {"secret": SECRET}
+
+
+@pytest.mark.parametrize("kind", ["apache", "nginx"])
+def test_clusters_with_and_without_tls_keep_maps_of_their_own(
+        kind, apache, nginx, _servers, tls, monkeypatch):
+    """Two Redis::Cluster over the same node, one with TLS and one
+    without, have a slot map each: the TLS one is read once, however the
+    requests alternate (the plain one never gets through: the node speaks
+    TLS only)."""
+    node = one_node_tls_cluster(_servers, tls,
+                                ["--tls-auth-clients", "no"])
+    monkeypatch.setenv("SSL_CERT_FILE", tls["ca"])   # Apache's workers
+    kw = {"main_conf": f"env SSL_CERT_FILE={tls['ca']};"}   # nginx's
+    s = harness.one_interpreter(
+        kind if kind == "nginx" else "apache-prefork", apache, nginx,
+        {"/cluster": "cluster.rb"}, {"cluster.rb": CLUSTER_SSL_OR_NOT},
+        **(kw if kind == "nginx" else {}))
+    answers = [s.get(f"/cluster?{node.port}&{ssl}").text
+               for ssl in ("ssl", "plain", "ssl", "plain", "ssl")]
+    assert answers == ["1", "Redis::ConnectionError", "2",
+                       "Redis::ConnectionError", "3"], s.error_log()[-2000:]
+    stats = node.command("INFO", "commandstats")
+    assert "cmdstat_cluster|slots:calls=1," in stats, stats
+    assert SECRET not in s.error_log()
 
 
 # /kept?<port>: INCR n through the interpreter's kept TLS connection
