@@ -74,6 +74,10 @@
 /* Values in one template: the builder's fast path keeps them on its stack */
 #define DSTR_VALUES_MAX  16
 
+/* Bytes of code in one run: the JMP over its rest takes a signed 16-bit
+ * offset (a heredoc of thousands of short lines is one run otherwise) */
+#define DSTR_RUN_MAX     INT16_MAX
+
 /* An Integer in decimal, with its sign and NUL */
 #define DSTR_INT_LEN     (MRB_INT_BIT / 3 + 3)
 
@@ -170,7 +174,7 @@ dstr_run_find(const mrb_irep *irep, const uint8_t *entry, uint32_t pc,
         return 0;
     }
 
-    while (!entry[q] && !entry[q + 3]
+    while (q + 5 - pc <= DSTR_RUN_MAX && !entry[q] && !entry[q + 3]
            && dstr_is(irep, q + 3, OP_STRCAT, 2, a))
     {
         if (dstr_is(irep, q, OP_MOVE, 3, a + 1) && c[q + 2] < a

@@ -4,6 +4,7 @@
 
 #include <ctype.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "lib_eval.h"
@@ -88,17 +89,28 @@ lib_interp_startup(const char *code)
 int
 lib_eval(mrb_interp *interp, const char *code, char *out, size_t len)
 {
-    char         err[512];
-    char         wrapped[8192];
-    mrb_script  *s;
-    mrb_run_rec  run;
-    int          rc;
+    static const char  head[] = "__v = begin\n",
+                       tail[] = "\nend\nApache.rputs __v.inspect";
+    char               err[512], *wrapped;
+    size_t             n = strlen(code);
+    mrb_script        *s;
+    mrb_run_rec        run;
+    int                rc;
 
-    snprintf(wrapped, sizeof(wrapped),
-             "__v = begin\n%s\nend\nApache.rputs __v.inspect", code);
+    /* as long as the code is: a case may be a script of thousands of
+     * lines */
+    wrapped = malloc(sizeof(head) + n + sizeof(tail));
+    if (wrapped == NULL) {
+        snprintf(out, len, "out of memory");
+        return -1;
+    }
+    memcpy(wrapped, head, sizeof(head) - 1);
+    memcpy(wrapped + sizeof(head) - 1, code, n);
+    memcpy(wrapped + sizeof(head) - 1 + n, tail, sizeof(tail));
 
     s = mrb_script_from_code(wrapped, strlen(wrapped), "case", 1, err,
                              sizeof(err));
+    free(wrapped);
     if (s == NULL) {
         snprintf(out, len, "compile: %s", err);
         return -1;

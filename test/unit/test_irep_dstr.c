@@ -148,3 +148,26 @@ TEST(irep_dstr_error_names_the_line)
 
     mrb_interp_close(interp);
 }
+
+
+/* A run longer than a 16-bit jump reaches (a heredoc of thousands of short
+ * lines, here 3,300 empty pieces of 10 bytes of code each): the jump over
+ * its rest must land past it, not wrap backwards into it. */
+TEST(irep_dstr_long_run_jumps_past_itself)
+{
+    mrb_interp  *interp = lib_interp();
+    static char  code[64 + 3300 * 6];
+    char        *p = code;
+    int          i;
+
+    REQUIRE(interp != NULL);
+
+    p += sprintf(p, "x = 'v'\ns = \"<#{x}");
+    for (i = 0; i < 3300; i++) {
+        p += sprintf(p, "#{\"\"}");
+    }
+    sprintf(p, ">\"\n[s, s.size]");
+    CHECK_RUBY(interp, code, "[\"<v>\", 3]");
+
+    mrb_interp_close(interp);
+}
