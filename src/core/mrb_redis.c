@@ -514,14 +514,26 @@ redis_sentinel_options(mrb_state *mrb, const redis_target *t,
 }
 
 
-/* The servers' part of a group's options (nil: none) into t. */
+/* The servers' part of a group's options (nil: none) into t.  They come
+ * back from Ruby, where a script can reach the group and its Array:
+ * raises TypeError for a user, password or file that is not a String. */
 static void
-redis_target_from_options(redis_target *t, mrb_value opts)
+redis_target_from_options(mrb_state *mrb, redis_target *t, mrb_value opts)
 {
-    size_t  j;
+    size_t     j;
+    mrb_value  v;
 
     if (!mrb_array_p(opts) || RARRAY_LEN(opts) != REDIS_OPT_N) {
         return;
+    }
+
+    for (j = 0; j < REDIS_OPT_N; j++) {
+        v = RARRAY_PTR(opts)[j];
+        if (j != REDIS_OPT_SSL && !mrb_nil_p(v) && !mrb_string_p(v)) {
+            mrb_raisef(mrb, E_TYPE_ERROR, "Redis: a sentinel group's "
+                       "options hold a %C, not a String",
+                       mrb_obj_class(mrb, v));
+        }
     }
 
     t->username = RARRAY_PTR(opts)[REDIS_OPT_USERNAME];
@@ -628,7 +640,8 @@ redis_sentinel_move(mrb_state *mrb, mrb_value self, redis_obj *r, int stale,
 
     redis_target_tcp(&t, mrb_str_new(mrb, p, colon - p), port,
                      r->timeout_ms);
-    redis_target_from_options(&t, mrb_funcall(mrb, group, "__options", 0));
+    redis_target_from_options(mrb, &t,
+                              mrb_funcall(mrb, group, "__options", 0));
     redis_attach(mrb, self, r, &t);
     mrb_iv_set(mrb, self, mrb_intern_lit(mrb, "__address__"), addr);
     r->stale = 0;

@@ -204,3 +204,48 @@ TEST(redis_auth_of_a_request_leaves_no_password_in_freed_memory)
     mrb_interp_close(interp);
     close(fd);
 }
+
+
+/*
+ * A Redis.new(sentinels:) takes its servers' user, password and TLS files
+ * from its group (Redis::Sentinel#__options), which a script can reach and
+ * change: what is not a String there is a TypeError, not a String's bytes
+ * read from an Integer (the worker died of SIGSEGV).
+ */
+TEST(redis_sentinel_options_a_script_changed_are_checked)
+{
+    static const char *const  options[] = {
+        "[1, nil, false, nil, nil, nil, nil, nil, nil]",
+        "['app', :pw, false, nil, nil, nil, nil, nil, nil]",
+        "[nil, nil, true, nil, nil, 7, nil, nil, nil]",
+    };
+    char          err[256], code[1024];
+    mrb_interp   *interp;
+    mrb_run_rec   run;
+    size_t        i;
+
+    interp = mrb_interp_open(&redis_server, NULL, err, sizeof(err));
+    REQUIRE(interp != NULL);
+    mrb_interp_seal(interp);
+
+    for (i = 0; i < sizeof(options) / sizeof(options[0]); i++) {
+        snprintf(code, sizeof(code),
+                 "class Redis::Sentinel\n"
+                 "  def __resolve(*); '127.0.0.1:1'; end\n"
+                 "  def __options; %s; end\n"
+                 "end\n"
+                 "begin\n"
+                 "  Redis.new(sentinels: ['127.0.0.1:1'], name: 'm')\n"
+                 "  Apache.rputs 'made'\n"
+                 "rescue TypeError => e\n"
+                 "  Apache.rputs e.message\n"
+                 "end", options[i]);
+        redis_out[0] = '\0';
+        CHECK_EQ(redis_run(interp, code, &run, 0), 0);
+        if (strstr(redis_out, "options hold a") == NULL) {
+            unit_fail(__FILE__, __LINE__, "%s: %s", options[i], redis_out);
+        }
+    }
+
+    mrb_interp_close(interp);
+}
