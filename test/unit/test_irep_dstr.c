@@ -12,6 +12,7 @@
 
 #include "lib_eval.h"
 #include "mrb_interp.h"
+#include "mrb_mruby_version.h"
 #include "unit.h"
 
 
@@ -91,7 +92,8 @@ TEST(irep_dstr_builds_the_same_strings)
 
 /* The point of it: an interpolation of Strings and Integers makes its
  * result and nothing else (OP_STRCAT's way made 4 here: a String of each
- * literal and one of the Integer). */
+ * literal and one of the Integer).  mruby 4.0's bytecode is not rewritten. */
+#if MRUBY_RELEASE_NO < 40000
 static const dstr_case  dstr_one[] = {
     { "x = 'x'; n = 7\nGC.disable\n"
       "a = ObjectSpace.count_objects[:T_STRING]\n"
@@ -106,6 +108,7 @@ TEST(irep_dstr_makes_one_string)
 {
     dstr_check(dstr_one);
 }
+#endif
 
 
 /* A to_s that changes a later piece (a variable through a block, a String
