@@ -133,6 +133,24 @@ TEST(irep_dstr_reads_each_piece_when_it_is_reached)
 }
 
 
+/* A script that finds the builder (ObjectSpace) and calls it itself gets
+ * an ArgumentError, whatever its pool holds. */
+static const dstr_case  dstr_reached[] = {
+    { "r = []\nObjectSpace.each_object do |o|\n  begin\n"
+      "    o.__send__(:\"(interpolation)\", 0)\n    r << :built\n"
+      "  rescue NoMethodError\n  rescue ArgumentError => e\n"
+      "    r << e.message\n  end\nend\nr.uniq",
+      "[\"not an interpolation of this code\"]" },
+    { NULL, NULL }
+};
+
+
+TEST(irep_dstr_builder_called_by_a_script_raises)
+{
+    dstr_check(dstr_reached);
+}
+
+
 /* An error converting a piece (raised in the builder's C, where
  * OP_STRCAT raised it) is reported on the interpolation's line. */
 TEST(irep_dstr_error_names_the_line)
