@@ -39,6 +39,7 @@
  * and its code generator was not read for this.
  */
 
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -408,7 +409,8 @@ typedef struct {
     const char     *lit;        /* the literals' bytes */
     const char     *end;
     uint32_t        pieces;
-    uint16_t        nregs;      /* the caller's */
+    ptrdiff_t       call;       /* the caller's register of the call:
+                                   values are under it */
 } dstr_template;
 
 
@@ -480,7 +482,10 @@ dstr_template_of(mrb_state *mrb, mrb_value index, dstr_template *t)
     t->rec = (const uint8_t *) p + DSTR_RECORD_LEN;
     t->lit = p + DSTR_RECORD_LEN * (1 + t->pieces);
     t->end = p + len;
-    t->nregs = irep->nregs;
+
+    /* the registers above a call are not the GC's: a value left there by
+     * an earlier call may be one it frees while the result is made */
+    t->call = ci->stack - ci[-1].stack;
 }
 
 
@@ -540,7 +545,9 @@ dstr_build(mrb_state *mrb, mrb_value self)
             continue;
         }
 
-        if ((r & ~DSTR_VALUE) >= t.nregs || n == DSTR_VALUES_MAX) {
+        if ((r & ~DSTR_VALUE) >= (uint32_t) t.call
+            || n == DSTR_VALUES_MAX)
+        {
             dstr_bad(mrb);
         }
 

@@ -192,3 +192,34 @@ TEST(irep_dstr_long_run_jumps_past_itself)
 
     mrb_interp_close(interp);
 }
+
+
+
+/* A script that reaches the builder (ObjectSpace) and calls it with a
+ * template of its own (its first literal, pool index 0) may name only the
+ * registers under its call: those above are leftovers of earlier calls,
+ * which the GC neither marks nor keeps (here an Integer of the Array
+ * literal's; a String there could be freed while the result is made). */
+static const dstr_case  dstr_forged[] = {
+    { "t = \"\\x01\\0\\0\\0\\x1e\\0\\0\\x80\"\n"
+      "c = nil\n"
+      "ObjectSpace.each_object(Class) do |k|\n"
+      "  c = k if k.instance_methods(false).include?(:\"(interpolation)\")\n"
+      "end\n"
+      "b = nil\n"
+      "ObjectSpace.each_object(c) { |o| b = o }\n"
+      "x = [100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111, 112, 113, 114, 115, 116, 117, 118, 119, 120, 121, 122, 123, 124, 125, 126, 127, 128, 129, 130, 131, 132, 133, 134, 135, 136, 137, 138, 139]\n"
+      "begin\n"
+      "  b.__send__(:\"(interpolation)\", 0)\n"
+      "rescue ArgumentError => e\n"
+      "  e.message\n"
+      "end",
+      "\"not an interpolation of this code\"" },
+    { NULL, NULL }
+};
+
+
+TEST(irep_dstr_builder_reads_no_register_above_its_call)
+{
+    dstr_check(dstr_forged);
+}
