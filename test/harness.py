@@ -1171,16 +1171,20 @@ class RedisCluster:
         return self
 
     def _ready(self):
-        """Every node sees the cluster ok, and every replica has its
-        master's data (a replica that never synced cannot be failed
-        over to)."""
+        """Every node sees the cluster ok, every replica has its master's
+        data (a replica that never synced cannot be failed over to), and
+        the first node knows every replica as one (replica_of asks it)."""
         for n in self.nodes:
             if "cluster_state:ok" not in n.command("CLUSTER", "INFO"):
                 return False
             info = n.command("INFO", "replication")
             if "role:slave" in info and "master_link_status:up" not in info:
                 return False
-        return len(self.masters()) == self.SIZE // 2
+        replicas = [f for f in (line.split() for line in self.nodes[0]
+                                .command("CLUSTER", "NODES").splitlines())
+                    if len(f) > 3 and "slave" in f[2].split(",")]
+        return (len(self.masters()) == self.SIZE // 2
+                and len(replicas) == self.SIZE // 2)
 
     def cli(self, node, *args):
         """A command on node through redis-cli (the whole reply, as
