@@ -1,13 +1,18 @@
 # Redis::Cluster: the Redis API over a Redis Cluster.  Each command goes
-# to the master of its keys' slot through that node's ::Redis object, so
-# it waits as ::Redis does and uses the interpreter's connection to the
-# node.  In the steady state that is C (src/core/mrb_redis_cluster.c:
-# Redis::Cluster.new, call and the commands' methods); this is the rest:
-# the first map, redirections, retries and failures.
+# to the master of its keys' slot (a read, with replica: true, to a
+# replica of it) through that node's ::Redis object, so it waits as
+# ::Redis does and uses the interpreter's connection to the node.  In the
+# steady state that is C (src/core/mrb_redis_cluster.c: Redis::Cluster.new,
+# call and the commands' methods); this is the rest: the first map,
+# redirections, retries and failures.
 #
-# The slot map is read with CLUSTER SLOTS at the first command and kept
-# in the class (@maps), out of reach of the cleanup that undoes a run's
-# top-level changes: every later request of the interpreter uses it.  A MOVED reply changes the map's entry for its slot, once, and the
+# The slot map is the process's (src/core/mrb_redis_slots.c), shared by
+# its interpreters: read with CLUSTER SLOTS by the first command of the
+# process (one run reads it, the others that need it meanwhile wait for
+# it), and changed by any of them for all.  Each interpreter keeps its
+# SlotMap object in the class (@maps), out of reach of the cleanup that
+# undoes a run's top-level changes, with its own ::Redis object of each
+# node.  A MOVED reply changes the map's entry for its slot, once, and the
 # command goes to the named node; ASK sends ASKING and the command to the
 # named node, the map unchanged; TRYAGAIN and CLUSTERDOWN are retried,
 # with growing pauses, until the command's timeout.  A node whose command
@@ -15,16 +20,20 @@
 # reads the map first, asking its replicas before the other nodes (a
 # promoted replica is the first to know), and never from a suspect before
 # the others, so that a frozen node delays only the commands of its own
-# slots.
+# slots.  A replica that failed a read is not read from for a second;
+# its reads go to the master.
 class Redis
   class Cluster
     class_eval(&CONVERTING_METHODS)
 
-    SLOTS = 16384
     REDIRECTS_MAX = 5
     REDIRECTIONS = %w(MOVED ASK TRYAGAIN CLUSTERDOWN)
+    # error replies by which a replica says another node is to answer
+    REPLICA_REFUSALS = REDIRECTIONS + %w(LOADING MASTERDOWN)
     RETRY_PAUSE = 0.01     # s, doubled at each TRYAGAIN or CLUSTERDOWN
     DEFAULT_TIMEOUT = 1.0  # s, as ::Redis's
+    REPLICA_RETRY = 1.0    # s a replica that failed a read is left alone
+    FIRST_MAP_PAUSE = 0.002  # s between looks at a map another run reads
 
     # Redis::Cluster.new(["127.0.0.1:7000", ...], timeout: 1.0) finds its
     # map here, by the nodes and the timeout (C: redis_cluster_initialize).
@@ -32,27 +41,34 @@ class Redis
 
     # The map of the nodes and timeout named key (made in C) with
     # ::Redis.new's username:, password:, ssl: and ssl_params: for every
-    # node: made once per seed list, timeout, user, TLS or not and TLS
-    # files (the seeds checked then), and again for another password.
-    # Its key is an inspected Array, so that no value passes for another
-    # (a user named like TLS files); one without options is C's key
-    # alone.  Without any of them, C looks the map up itself and makes it
-    # by __map_new.
+    # node, reading from replicas or not: made once per seed list,
+    # timeout, user, TLS or not, TLS files and replica (the seeds checked
+    # then), and again for another password.  Its key is an inspected
+    # Array, so that no value passes for another (a user named like TLS
+    # files); one without options is C's key alone.  Without any of them,
+    # C looks the map up itself and makes it by __map_new.  The process's
+    # map (the slots' nodes, mrb_redis_slots.c) is one per seed list,
+    # user, TLS or not and TLS files: the timeout and the replicas' use
+    # are the interpreter's.
     def self.__map_for(key, seeds, timeout, username, password, ssl,
-                       ssl_params)
+                       ssl_params, replica = false)
       ssl = ssl ? true : false
       options = { username: username, password: password, ssl: ssl,
                   ssl_params: ssl_params }
-      key = [key, username, ssl, ssl_params].inspect
+      key = [key, username, ssl, ssl_params, replica ? true : false].inspect
       map = @maps[key]
       if map.nil? || map.__options != options
-        map = @maps[key] = SlotMap.new(seeds.dup, timeout, options)
+        name = username || ssl || ssl_params \
+               ? [seeds, username, ssl, ssl_params].inspect
+               : seeds.join(",")
+        map = @maps[key] = SlotMap.new(name, seeds.dup, timeout, options,
+                                       replica)
       end
       map
     end
 
     def self.__map_new(seeds, timeout)
-      SlotMap.new(seeds.dup, timeout, nil)
+      SlotMap.new(seeds.join(","), seeds.dup, timeout, nil, false)
     end
 
     def [](key)
@@ -111,14 +127,17 @@ class Redis
       end
     end
 
-    # The slots' masters, and a ::Redis object for each node.
+    # An interpreter's view of the process's slot map (whose methods
+    # __hold, __master, __replica, __load, __move ... are C's): the
+    # options of its nodes, a ::Redis object for each node it spoke to,
+    # and which nodes failed lately.
     class SlotMap
       def self.__address?(s)
         i = s.rindex(":")
         i && i > 0 && s[i + 1..-1].to_i.to_s == s[i + 1..-1]
       end
 
-      def initialize(seeds, timeout, options)
+      def initialize(name, seeds, timeout, options, replica)
         unless seeds.all? { |s| SlotMap.__address?(s) }
           raise ArgumentError, "Redis::Cluster.new: the nodes are an " \
                                "Array of \"host:port\" Strings, not " \
@@ -127,18 +146,20 @@ class Redis
         if !timeout.nil? && !(timeout.is_a?(Numeric) && timeout > 0)
           raise ArgumentError, "timeout must be between 0 and 3600 seconds"
         end
+        __hold(name, replica)
         @seeds = seeds
         @timeout = timeout
         # in a closure: inspect shows instance variables, and a password
         # is never to be shown
         @options = lambda { options }
         @timeout_s = (timeout || DEFAULT_TIMEOUT).to_f
-        @nodes = {}    # "host:port" => Redis
-        @slots = nil   # SLOTS "host:port"s of masters, nil until read
-        @slot_nodes = nil  # SLOTS ::Redis objects of @slots, for C
-        @replicas = {} # master "host:port" => its replicas' "host:port"s
+        @replica = replica
+        @nodes = {}      # "host:port" => Redis
+        @node_objs = []  # the same by the map's node numbers, for C
         @suspects = nil  # "host:port" => true: its last command failed;
                          # nil when none (C's path needs nil)
+        @replicas_down = nil  # replica "host:port" => when (Time.now.to_f)
+                              # it may be read from again; nil when none
       end
 
       def __options
@@ -148,6 +169,7 @@ class Redis
       def __redis(addr)
         i = addr.rindex(":")
         options = @options.call
+        options = (options || {}).merge(readonly: true) if @replica
         if options
           Redis.new(addr[0, i], addr[i + 1..-1].to_i, timeout: @timeout,
                     **options)
@@ -156,12 +178,47 @@ class Redis
         end
       end
 
+      # The "host:port" of slot's master (slot 0's for a command without
+      # a key, or the first node given when no node serves it), nil when
+      # no node serves slot; the map read first if nobody read it yet.
+      def __owner(slot)
+        __first_map unless __loaded?
+        __master(slot || 0) || (slot.nil? ? @seeds[0] : nil)
+      end
+
+      # The process's first map: read by the first run that needs it (in
+      # any interpreter) while the others that need it meanwhile wait for
+      # it, each at most its timeout; then, if it is not there, read here.
+      def __first_map
+        deadline = Time.now.to_f + @timeout_s
+        until __loaded?
+          if __claim(@timeout_s)
+            begin
+              return __load_slots
+            ensure
+              __unclaim
+            end
+          end
+          break if Time.now.to_f >= deadline
+          sleep FIRST_MAP_PAUSE
+        end
+        __load_slots unless __loaded?
+      end
+
       def __call(slot, args)
-        slots = @slots || __load_slots
-        addr = slot.nil? ? (slots[0] || @seeds[0]) : slots[slot]
+        addr = __owner(slot)
         if addr.nil?
           raise ClusterError, "Redis::Cluster: no node serves slot #{slot}"
         end
+        if @replica && slot && Cluster.__read_only?(args[0])
+          replica = __replica(slot)
+          return __read_replica(slot, replica, args) \
+            if replica && __replica_readable?(replica)
+        end
+        __call_master(slot, addr, args)
+      end
+
+      def __call_master(slot, addr, args)
         return __send_suspect(slot, addr, args) if @suspects && @suspects[addr]
         begin
           __node(addr).call(*args)
@@ -172,14 +229,54 @@ class Redis
         end
       end
 
-      # The command of args after its first try on slot's master, in C,
-      # raised e.
-      def __recover(slot, args, e)
+      # The command of args after its first try on addr, in C, raised e
+      # (replica: addr is slot's replica).
+      def __recover(slot, args, e, addr, replica)
+        return __replica_failed(slot, addr, args, e) if replica
         case e
         when ReplyError then __redirected(slot, args, e)
-        when ConnectionError then __failed(slot, @slots[slot], args, e)
+        when ConnectionError then __failed(slot, addr, args, e)
         else raise e
         end
+      end
+
+      # A read on slot's replica at addr.
+      def __read_replica(slot, addr, args)
+        begin
+          reply = __node(addr).call(*args)
+        rescue BaseError => e
+          return __replica_failed(slot, addr, args, e)
+        end
+        @replicas_down = __without(@replicas_down, addr)
+        reply
+      end
+
+      # The read of args on slot's replica at addr raised e: when the
+      # replica is down (it is then left alone for REPLICA_RETRY) or says
+      # another node is to answer, the read goes to the master; a timeout
+      # (the command's time is spent) and another error are raised.
+      def __replica_failed(slot, addr, args, e)
+        case e
+        when TimeoutError
+          (@replicas_down ||= {})[addr] = Time.now.to_f + REPLICA_RETRY
+          raise e
+        when ConnectionError
+          (@replicas_down ||= {})[addr] = Time.now.to_f + REPLICA_RETRY
+        when ReplyError
+          raise e unless REPLICA_REFUSALS.include?(e.message.split(" ", 2)[0])
+        else
+          raise e
+        end
+        master = __owner(slot)
+        if master.nil?
+          raise ClusterError, "Redis::Cluster: no node serves slot #{slot}"
+        end
+        __call_master(slot, master, args)
+      end
+
+      def __replica_readable?(addr)
+        @replicas_down.nil? || @replicas_down[addr].nil? ||
+          Time.now.to_f >= @replicas_down[addr]
       end
 
       # addr's last command failed (e): it is suspect from now on.  When
@@ -218,30 +315,43 @@ class Redis
       end
 
       def __trust(addr)
-        return if @suspects.nil?
-        @suspects.delete(addr)
-        @suspects = nil if @suspects.empty?
+        @suspects = __without(@suspects, addr)
+      end
+
+      # h without addr; nil when that leaves it empty (C's path needs nil
+      # for none)
+      def __without(h, addr)
+        return nil if h.nil?
+        h.delete(addr)
+        h.empty? ? nil : h
       end
 
       # The slot's master after reading the map again, nil if no node
       # answered within the timeout.
       def __owner_after_reread(slot, failed)
-        slots = __load_slots(failed, Time.now.to_f + @timeout_s)
-        slot.nil? ? slots[0] : slots[slot]
+        __load_slots(failed, Time.now.to_f + @timeout_s)
+        __master(slot || 0)
       rescue ConnectionError
         nil
       end
 
+      # The interpreter's ::Redis object of the node at addr, made the
+      # first time, and listed by the map's number of the node for C.
       def __node(addr)
-        @nodes[addr] || (@nodes[addr] = __redis(addr))
+        node = @nodes[addr] || (@nodes[addr] = __redis(addr))
+        i = __index(addr)
+        @node_objs[i] ||= node if i
+        node
       end
 
-      # The slots' masters from the first node that answers CLUSTER SLOTS:
-      # failed's replicas first, then the nodes given and the nodes known,
-      # the suspects last; none after deadline (Time.now.to_f).
+      # The slots' nodes from the first node that answers CLUSTER SLOTS,
+      # for the process: failed's replicas first, then the nodes given and
+      # the nodes known, the suspects last; none after deadline
+      # (Time.now.to_f).
       def __load_slots(failed = nil, deadline = nil)
         failures = []
-        nodes = ((failed && @replicas[failed]) || []) + @seeds + @nodes.keys
+        nodes = (failed ? __replicas_of(failed) : []) + @seeds +
+                @nodes.keys + __addresses
         nodes = nodes.uniq
         if @suspects
           nodes = nodes.reject { |a| @suspects[a] } +
@@ -259,55 +369,46 @@ class Redis
             next
           end
           __trust(addr)
-          return @slots = __slots_from(reply, addr)
+          return __slots_from(reply, addr)
         end
         raise ConnectionError, "Redis::Cluster: no node answered CLUSTER " \
                                "SLOTS (#{failures.join("; ")})"
       end
 
-      # The slots' masters, and each master's replicas in @replicas.  A
+      # The reply of CLUSTER SLOTS from addr made the process's map.  A
       # node announced without a host (an empty String) is on the host
       # that answered.
       def __slots_from(reply, addr)
-        slots = Array.new(SLOTS)
-        nodes = Array.new(SLOTS)
-        replicas = {}
+        ranges = []
+        masters = {}
         reply.each do |range|
-          owner = nil
-          range[2..-1].each do |node|
+          nodes = range[2..-1].map do |node|
             host = node[0].to_s
             host = addr[0, addr.rindex(":")] if host.empty?
-            a = "#{host}:#{node[1]}"
-            if owner.nil?
-              owner = a
-              replicas[owner] ||= []
-            else
-              replicas[owner] << a
-            end
+            "#{host}:#{node[1]}"
           end
-          slots.fill(owner, range[0], range[1] - range[0] + 1)
-          nodes.fill(__node(owner), range[0], range[1] - range[0] + 1)
+          masters[nodes[0]] = true
+          ranges << [range[0], range[1]] + nodes
         end
-        @replicas = replicas
-        @slot_nodes = nodes
+        __load(ranges)
         # a suspect that serves no slot now (a master failed over) is
         # asked for nothing more: forgotten
-        @suspects.keys.each { |a| __trust(a) unless replicas.key?(a) } \
+        @suspects.keys.each { |a| __trust(a) unless masters.key?(a) } \
           if @suspects
-        slots
+        nil
       end
 
       # Pipelined commands (Arrays of a name and arguments): those of
       # each node queued and committed together, node after node; a reply
       # that redirects (MOVED, ASK) or asks to retry (TRYAGAIN,
-      # CLUSTERDOWN) has its command sent again alone.
+      # CLUSTERDOWN) has its command sent again alone.  All go to the
+      # masters, replica: true or not.
       def __pipeline(commands)
-        slots = @slots || __load_slots
         cmd_slots = []
         by_node = {}
         commands.each_with_index do |args, i|
           slot = Cluster.__command_slot(args)
-          addr = slot.nil? ? (slots[0] || @seeds[0]) : slots[slot]
+          addr = __owner(slot)
           if addr.nil?
             raise ClusterError, "Redis::Cluster: no node serves slot #{slot}"
           end
@@ -344,7 +445,9 @@ class Redis
       end
 
       # The command after its first error reply e: redirected by MOVED or
-      # ASK, retried after TRYAGAIN or CLUSTERDOWN, else e raised.
+      # ASK, retried after TRYAGAIN or CLUSTERDOWN, else e raised.  MOVED
+      # changes the process's map when it names another master than the
+      # map does.
       def __redirected(slot, args, e)
         redirects = 0
         pause = RETRY_PAUSE
@@ -363,16 +466,14 @@ class Redis
             end
             asking = words[0] == "ASK"
             addr = words[2]
-            if !asking && @slots
-              @slots[words[1].to_i] = addr
-              @slot_nodes[words[1].to_i] = __node(addr)
-            end
+            moved = words[1].to_i
+            __move(moved, addr) if !asking && __master(moved) != addr
           when "TRYAGAIN", "CLUSTERDOWN"
             deadline ||= Time.now.to_f + @timeout_s
             raise e if Time.now.to_f + pause > deadline
             sleep pause
             pause *= 2
-            addr ||= (@slots || __load_slots)[slot || 0] || @seeds[0]
+            addr ||= __owner(slot) || @seeds[0]
           else
             raise e
           end

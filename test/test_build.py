@@ -137,7 +137,7 @@ def core_objects():
 
 
 REDIS_FILES = {"src/core/mrb_redis.c", "src/core/mrb_redis_conn.c",
-               "src/core/mrb_redis_cluster.c"}
+               "src/core/mrb_redis_cluster.c", "src/core/mrb_redis_slots.c"}
 
 
 def test_the_core_calls_no_part_by_name():
@@ -161,7 +161,8 @@ def test_the_core_calls_no_part_by_name():
             text = f.read()
         assert not re.search(r'#include "(mrb_lib|mrb_regexp|mrb_json|'
                              r'mrb_digest|mrb_sys|mrb_securerandom|'
-                             r'mrb_redis(_conn|_cluster)?)\.h"', text), src
+                             r'mrb_redis(_conn|_cluster|_slots)?)\.h"',
+                             text), src
 
     wait = symbols(objs["src/core/mrb_wait.c"], "--defined-only",
                    "--extern-only")

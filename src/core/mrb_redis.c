@@ -53,6 +53,8 @@
 #define REDIS_DEFAULT_PORT     6379
 #define REDIS_DEFAULT_TIMEOUT  1000   /* ms */
 #define REDIS_ARGV_STACK       16
+/* what a Redis.new(readonly: true) sends first on every link */
+#define REDIS_READONLY         "*1\r\n$8\r\nREADONLY\r\n"
 
 #define redis_nelts(a)  (sizeof(a) / sizeof((a)[0]))
 
@@ -287,6 +289,7 @@ typedef struct {
     mrb_value  password;
     int        tls;
     mrb_value  tls_files[4];   /* ssl_params: redis_tls_params' order */
+    int        readonly;       /* every link sends READONLY first */
 } redis_target;
 
 /* ssl_params' keys, as redis-rb names them (file paths here, where
@@ -398,6 +401,10 @@ redis_target_key(mrb_state *mrb, const redis_target *t)
         mrb_str_cat(mrb, key, "", 1);
     }
 
+    if (t->readonly) {
+        mrb_str_cat(mrb, key, "readonly", sizeof("readonly"));
+    }
+
     if (t->tls) {
         mrb_str_cat(mrb, key, "tls", sizeof("tls"));
 
@@ -435,6 +442,13 @@ redis_conn_new(mrb_state *mrb, mrb_value connobj, const redis_target *t)
     if (!mrb_nil_p(t->password)
         && mrb_redis_conn_set_auth(c, redis_opt_cstr(mrb, t->username),
                                    RSTRING_PTR(t->password)) != 0)
+    {
+        mrb_raise(mrb, E_RUNTIME_ERROR, "Redis: out of memory");
+    }
+
+    if (t->readonly
+        && mrb_redis_conn_add_setup(c, REDIS_READONLY,
+                                    sizeof(REDIS_READONLY) - 1) != 0)
     {
         mrb_raise(mrb, E_RUNTIME_ERROR, "Redis: out of memory");
     }
@@ -695,12 +709,19 @@ redis_sentinel_init(mrb_state *mrb, mrb_value self, redis_obj *r,
 }
 
 
-/* Redis.new's keywords (kw_values' order) */
+/* Redis.new's keywords (kw_values' order; from REDIS_KW_NAME to
+ * REDIS_KW_SENTINEL_PASSWORD they go with sentinels:) */
 enum {
     REDIS_KW_TIMEOUT, REDIS_KW_PATH, REDIS_KW_USERNAME, REDIS_KW_PASSWORD,
     REDIS_KW_SSL, REDIS_KW_SSL_PARAMS, REDIS_KW_SENTINELS, REDIS_KW_NAME,
     REDIS_KW_ROLE, REDIS_KW_SENTINEL_USERNAME, REDIS_KW_SENTINEL_PASSWORD,
-    REDIS_KW_N
+    REDIS_KW_READONLY, REDIS_KW_N
+};
+
+static const char *const  redis_kw_names[REDIS_KW_N] = {
+    "timeout", "path", "username", "password", "ssl", "ssl_params",
+    "sentinels", "name", "role", "sentinel_username", "sentinel_password",
+    "readonly"
 };
 
 
@@ -712,7 +733,9 @@ enum {
  * role: :master or :replica, timeout: 1.0, sentinel_username: nil,
  * sentinel_password: nil) with the same username:, password:, ssl: and
  * ssl_params: for the servers the sentinels name (ssl: and ssl_params:
- * for the sentinels too).  path: a Unix socket instead of host and port.
+ * for the sentinels too).  path: a Unix socket instead of host and port;
+ * readonly: true, every link sends READONLY first (a connection of its
+ * own, on which a Redis Cluster replica answers reads).
  * Without host, port and path: the server Redis.connect_set_raw named, if
  * a script of this interpreter called it, else the defaults.  Once per
  * object.
@@ -720,10 +743,10 @@ enum {
 static mrb_value
 redis_initialize(mrb_state *mrb, mrb_value self)
 {
-    mrb_sym            kw_names[REDIS_KW_N];
+    mrb_int            argc;
     mrb_value          kw_values[REDIS_KW_N], host_v, port_v, timeout_v,
                        target, sentinel_username, sentinel_password;
-    mrb_kwargs         kw;
+    const mrb_value   *args;
     redis_obj         *r;
     redis_target       t;
     mrb_redis_status   st;
@@ -737,36 +760,28 @@ redis_initialize(mrb_state *mrb, mrb_value self)
                   "object is initialized already");
     }
 
-    kw_names[REDIS_KW_TIMEOUT] = mrb_intern_lit(mrb, "timeout");
-    kw_names[REDIS_KW_PATH] = mrb_intern_lit(mrb, "path");
-    kw_names[REDIS_KW_USERNAME] = mrb_intern_lit(mrb, "username");
-    kw_names[REDIS_KW_PASSWORD] = mrb_intern_lit(mrb, "password");
-    kw_names[REDIS_KW_SSL] = mrb_intern_lit(mrb, "ssl");
-    kw_names[REDIS_KW_SSL_PARAMS] = mrb_intern_lit(mrb, "ssl_params");
-    kw_names[REDIS_KW_SENTINELS] = mrb_intern_lit(mrb, "sentinels");
-    kw_names[REDIS_KW_NAME] = mrb_intern_lit(mrb, "name");
-    kw_names[REDIS_KW_ROLE] = mrb_intern_lit(mrb, "role");
-    kw_names[REDIS_KW_SENTINEL_USERNAME] = mrb_intern_lit(mrb,
-                                                          "sentinel_username");
-    kw_names[REDIS_KW_SENTINEL_PASSWORD] = mrb_intern_lit(mrb,
-                                                          "sentinel_password");
-    kw.num = REDIS_KW_N;
-    kw.required = 0;
-    kw.table = kw_names;
-    kw.values = kw_values;
-    kw.rest = NULL;
+    /* read as they lie: mrb_get_args(":") would intern every keyword's
+     * name on each call, some 400 instructions each (callgrind, mruby
+     * 3.1, 2026-11-27) */
+    argc = mrb_get_argc(mrb);
+    if (argc > 3) {
+        mrb_argnum_error(mrb, argc, 0, 3);
+    }
 
-    host_v = mrb_undef_value();
-    port_v = mrb_undef_value();
-    timeout_v = mrb_undef_value();
-    mrb_get_args(mrb, "|ooo:", &host_v, &port_v, &timeout_v, &kw);
+    args = mrb_get_argv(mrb);
+    host_v = argc > 0 ? args[0] : mrb_undef_value();
+    port_v = argc > 1 ? args[1] : mrb_undef_value();
+    timeout_v = argc > 2 ? args[2] : mrb_undef_value();
+    mrb_api_kwargs(mrb, redis_kw_names, kw_values, REDIS_KW_N);
 
     sentinels = !mrb_undef_p(kw_values[REDIS_KW_SENTINELS]);
 
-    for (i = REDIS_KW_NAME; !sentinels && i < REDIS_KW_N; i++) {
+    for (i = REDIS_KW_NAME; !sentinels && i <= REDIS_KW_SENTINEL_PASSWORD;
+         i++)
+    {
         if (!mrb_undef_p(kw_values[i])) {
-            mrb_raisef(mrb, E_ARGUMENT_ERROR, "Redis.new: %n: goes with "
-                       "sentinels:", kw_names[i]);
+            mrb_raisef(mrb, E_ARGUMENT_ERROR, "Redis.new: %s: goes with "
+                       "sentinels:", redis_kw_names[i]);
         }
     }
 
@@ -779,6 +794,10 @@ redis_initialize(mrb_state *mrb, mrb_value self)
             mrb_raise(mrb, E_ARGUMENT_ERROR, "Redis.new: path: with "
                       "sentinels: the sentinels name their servers by host "
                       "and port");
+        }
+        if (!mrb_undef_p(kw_values[REDIS_KW_READONLY])) {
+            mrb_raise(mrb, E_ARGUMENT_ERROR, "Redis.new: readonly: is for a "
+                      "Redis Cluster replica, not with sentinels:");
         }
     }
 
@@ -824,6 +843,8 @@ redis_initialize(mrb_state *mrb, mrb_value self)
     sentinel_password = redis_opt_str(mrb,
                                       kw_values[REDIS_KW_SENTINEL_PASSWORD],
                                       "sentinel_password");
+    t.readonly = !mrb_undef_p(kw_values[REDIS_KW_READONLY])
+                 && mrb_test(kw_values[REDIS_KW_READONLY]);
     t.tls = !mrb_undef_p(kw_values[REDIS_KW_SSL])
             && mrb_test(kw_values[REDIS_KW_SSL]);
     t.tls_files[0] = t.tls_files[1] = t.tls_files[2] = t.tls_files[3]
@@ -958,7 +979,8 @@ static const char  *redis_setup[] = { "select", "auth", "hello", "readonly" };
 static const char  *redis_client_setup[] = { "setname", "setinfo" };
 
 /* Commands that change nothing on the server: one sent on a link that
- * broke before its reply may be sent again (Redis.new(sentinels:)). */
+ * broke before its reply may be sent again (Redis.new(sentinels:)), or
+ * go to a cluster replica (Redis::Cluster.new(replica: true)). */
 static const char  *redis_read_only[] = {
     "bitcount", "dbsize", "echo", "exists", "get", "getrange", "hexists",
     "hget", "hgetall", "hkeys", "hlen", "hmget", "hstrlen", "hvals", "info",
@@ -991,6 +1013,14 @@ redis_name_in(const char *p, size_t len, const char **names, size_t n)
     }
 
     return 0;
+}
+
+
+int
+mrb_redis_read_only(const char *name, size_t len)
+{
+    return redis_name_in(name, len, redis_read_only,
+                         redis_nelts(redis_read_only));
 }
 
 
@@ -1201,9 +1231,8 @@ redis_enqueue(mrb_state *mrb, redis_obj *r, redis_batch *b, mrb_value name,
 
     redis_batch_note(b, state);
     if (r->sentinel && !b->writes
-        && !redis_name_in(RSTRING_PTR(RARRAY_PTR(strs)[0]),
-                          (size_t) RSTRING_LEN(RARRAY_PTR(strs)[0]),
-                          redis_read_only, redis_nelts(redis_read_only)))
+        && !mrb_redis_read_only(RSTRING_PTR(RARRAY_PTR(strs)[0]),
+                                (size_t) RSTRING_LEN(RARRAY_PTR(strs)[0])))
     {
         b->writes = 1;
     }

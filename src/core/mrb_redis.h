@@ -5,6 +5,7 @@
 #ifndef MRB_REDIS_H
 #define MRB_REDIS_H
 
+#include <stddef.h>
 #include <mruby.h>
 
 #include "mrb_part.h"
@@ -21,6 +22,11 @@ extern const mrb_part  mrb_redis_part;
 /* The bytes of a command name given as a String or a Symbol (*len set);
  * NULL for another object (which the command sends by its to_s). */
 const char *mrb_redis_name(mrb_state *mrb, mrb_value name, mrb_int *len);
+
+/* Whether the command named by the len bytes at name changes nothing on
+ * the server (GET, MGET, HGET, ...; any case): one that may be sent
+ * again, or to a replica. */
+int mrb_redis_read_only(const char *name, size_t len);
 
 /* redis.name(*args) of the ::Redis object redis (name a String): the
  * reply, or an exception raised as the method would.  args

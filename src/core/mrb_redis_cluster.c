@@ -5,12 +5,19 @@
  * mrblib/redis_cluster.rb, over one ::Redis object per node, so that
  * every wait is a ::Redis wait (on nginx, on the event loop).
  *
+ * The slot map itself is the process's (mrb_redis_slots.h): a SlotMap
+ * object holds it for its interpreter, with that interpreter's ::Redis
+ * object of each node (@node_objs, by the map's node numbers), and this
+ * file gives SlotMap its C methods.
+ *
  * The steady state is C: a command whose keys are Strings goes straight
- * to the ::Redis object the map names for their slot (SlotMap's
- * @slot_nodes), through mrb_redis_command; the Ruby half runs only when
- * there is something to decide (no map yet, a suspect node, an error
- * reply, a lost connection).  In Ruby, the same GET took 1.19 times the
- * instructions of a GET through ::Redis (bench/callgrind_redis.py).
+ * to the ::Redis object of the node the map names for their slot (its
+ * master, or for a read with replica: true its replica), through
+ * mrb_redis_command; the Ruby half runs only when there is something to
+ * decide (no map yet, a node this interpreter has no object for, a
+ * suspect node, an error reply, a lost connection).  In Ruby, the same
+ * GET took 1.19 times the instructions of a GET through ::Redis
+ * (bench/callgrind_redis.py).
  *
  * A key's slot is CRC16 (XMODEM: polynomial 0x1021, initial 0) of the key,
  * or of its hash tag (what is between the first "{" and the next "}" after
@@ -27,6 +34,7 @@
 #include <mruby.h>
 #include <mruby/array.h>
 #include <mruby/class.h>
+#include <mruby/data.h>
 #include <mruby/error.h>
 #include <mruby/hash.h>
 #include <mruby/string.h>
@@ -34,8 +42,10 @@
 #include "mrb_api.h"
 #include "mrb_redis.h"
 #include "mrb_redis_cluster.h"
+#include "mrb_redis_conn.h"
+#include "mrb_redis_slots.h"
 
-#define REDIS_CLUSTER_SLOTS     16384
+#define REDIS_CLUSTER_SLOTS     MRB_REDIS_SLOTS_COUNT
 #define REDIS_CLUSTER_NAME_MAX  32     /* longest command name we look up */
 
 
@@ -382,6 +392,401 @@ redis_cluster_command_slot(mrb_state *mrb, mrb_value self)
 
 
 /*
+ * Redis::Cluster::SlotMap's C half: the process's map it holds while it
+ * lives (given back by the GC), and whether its reads go to replicas.
+ * The map's node numbers are the indexes of the SlotMap's @node_objs.
+ */
+typedef struct {
+    mrb_redis_slots  *slots;
+    mrb_bool          replica;
+    /* names the steady state reads, interned once here: an intern costs
+     * some 400 instructions (callgrind, mruby 3.1, 2026-11-27) */
+    mrb_sym           map_iv;          /* the Redis::Cluster's @map */
+    mrb_sym           suspects_iv;
+    mrb_sym           node_objs_iv;
+    mrb_sym           replicas_down_iv;
+} redis_cluster_map;
+
+
+static void
+redis_cluster_map_free(mrb_state *mrb, void *p)
+{
+    redis_cluster_map  *cm = p;
+
+    if (cm != NULL) {
+        mrb_redis_slots_give_back(cm->slots);
+        mrb_free(mrb, cm);
+    }
+}
+
+
+static const mrb_data_type  redis_cluster_map_type = {
+    "Redis::Cluster::SlotMap", redis_cluster_map_free
+};
+
+
+static redis_cluster_map *
+redis_cluster_map_of(mrb_state *mrb, mrb_value self)
+{
+    redis_cluster_map  *cm;
+
+    cm = mrb_data_check_get_ptr(mrb, self, &redis_cluster_map_type);
+    if (cm == NULL) {
+        mrb_raise(mrb, E_RUNTIME_ERROR, "Redis::Cluster::SlotMap is not "
+                  "initialized");
+    }
+
+    return cm;
+}
+
+
+/* Redis::ClusterError, which the SlotMap class keeps (a script may
+ * reassign the constant). */
+static struct RClass *
+redis_cluster_map_error(mrb_state *mrb, mrb_value self)
+{
+    mrb_value       e;
+    struct RClass  *c;
+
+    for (c = mrb_obj_class(mrb, self); c != NULL; c = c->super) {
+        e = mrb_iv_get(mrb, mrb_obj_value(c),
+                       mrb_intern_lit(mrb, "__error__"));
+        if (mrb_type(e) == MRB_TT_CLASS) {
+            return mrb_class_ptr(e);
+        }
+    }
+
+    return E_RUNTIME_ERROR;
+}
+
+
+/* map.__hold(name, replica): the process's map called name, from now on
+ * this object's. */
+static mrb_value
+redis_cluster_map_hold(mrb_state *mrb, mrb_value self)
+{
+    char               *name;
+    mrb_bool            replica;
+    redis_cluster_map  *cm;
+
+    mrb_get_args(mrb, "zb", &name, &replica);
+
+    if (!mrb_data_p(self) || DATA_PTR(self) != NULL) {
+        mrb_raise(mrb, E_RUNTIME_ERROR, "Redis::Cluster::SlotMap#__hold: "
+                  "a map is held already");
+    }
+
+    cm = mrb_malloc(mrb, sizeof(redis_cluster_map));
+    cm->map_iv = mrb_intern_lit(mrb, "@map");
+    cm->suspects_iv = mrb_intern_lit(mrb, "@suspects");
+    cm->node_objs_iv = mrb_intern_lit(mrb, "@node_objs");
+    cm->replicas_down_iv = mrb_intern_lit(mrb, "@replicas_down");
+    cm->slots = mrb_redis_slots_hold(name);
+    cm->replica = replica;
+
+    if (cm->slots == NULL) {
+        mrb_free(mrb, cm);
+        mrb_raise(mrb, E_RUNTIME_ERROR, "Redis::Cluster: out of memory");
+    }
+
+    mrb_data_init(self, cm, &redis_cluster_map_type);
+    return self;
+}
+
+
+static mrb_value
+redis_cluster_map_loaded(mrb_state *mrb, mrb_value self)
+{
+    return mrb_bool_value(mrb_redis_slots_loaded(
+                              redis_cluster_map_of(mrb, self)->slots));
+}
+
+
+static mrb_value
+redis_cluster_map_address_value(mrb_state *mrb, redis_cluster_map *cm,
+    unsigned node)
+{
+    const char  *addr = mrb_redis_slots_address(cm->slots, node);
+
+    return addr != NULL ? mrb_str_new_cstr(mrb, addr) : mrb_nil_value();
+}
+
+
+static unsigned
+redis_cluster_map_slot_arg(mrb_state *mrb)
+{
+    mrb_int  slot;
+
+    mrb_get_args(mrb, "i", &slot);
+
+    if (slot < 0 || slot >= REDIS_CLUSTER_SLOTS) {
+        mrb_raisef(mrb, E_ARGUMENT_ERROR, "no cluster slot %i", slot);
+    }
+
+    return (unsigned) slot;
+}
+
+
+/* The "host:port" of the node that of names for the slot argument. */
+static mrb_value
+redis_cluster_map_node_of_slot(mrb_state *mrb, mrb_value self,
+    unsigned (*of)(const mrb_redis_slots *m, unsigned slot))
+{
+    unsigned            slot = redis_cluster_map_slot_arg(mrb);
+    redis_cluster_map  *cm = redis_cluster_map_of(mrb, self);
+
+    return redis_cluster_map_address_value(mrb, cm, of(cm->slots, slot));
+}
+
+
+/* map.__master(slot), map.__replica(slot): the "host:port" of the node
+ * that serves it (as master; for reads), nil when none does. */
+static mrb_value
+redis_cluster_map_master(mrb_state *mrb, mrb_value self)
+{
+    return redis_cluster_map_node_of_slot(mrb, self, mrb_redis_slots_master);
+}
+
+
+static mrb_value
+redis_cluster_map_replica(mrb_state *mrb, mrb_value self)
+{
+    return redis_cluster_map_node_of_slot(mrb, self,
+                                          mrb_redis_slots_replica);
+}
+
+
+/* map.__index(addr): the map's number of the node, nil when unknown. */
+static mrb_value
+redis_cluster_map_index(mrb_state *mrb, mrb_value self)
+{
+    char               *addr;
+    unsigned            node;
+    redis_cluster_map  *cm;
+
+    mrb_get_args(mrb, "z", &addr);
+    cm = redis_cluster_map_of(mrb, self);
+    node = mrb_redis_slots_find(cm->slots, addr);
+
+    return node != MRB_REDIS_SLOTS_NONE ? mrb_fixnum_value(node)
+                                        : mrb_nil_value();
+}
+
+
+/* map.__addresses: every node the map knows */
+static mrb_value
+redis_cluster_map_addresses(mrb_state *mrb, mrb_value self)
+{
+    unsigned            i, n;
+    mrb_value           ary;
+    redis_cluster_map  *cm = redis_cluster_map_of(mrb, self);
+
+    n = mrb_redis_slots_nodes(cm->slots);
+    ary = mrb_ary_new_capa(mrb, n);
+
+    for (i = 0; i < n; i++) {
+        mrb_ary_push(mrb, ary, redis_cluster_map_address_value(mrb, cm, i));
+    }
+
+    return ary;
+}
+
+
+#define REDIS_CLUSTER_REPLICAS_MAX  16   /* replicas of a master listed */
+
+/* map.__replicas_of(addr): the replicas of that master, as the last
+ * reading said */
+static mrb_value
+redis_cluster_map_replicas_of(mrb_state *mrb, mrb_value self)
+{
+    char               *addr;
+    size_t              i, n;
+    unsigned            nodes[REDIS_CLUSTER_REPLICAS_MAX];
+    mrb_value           ary;
+    redis_cluster_map  *cm;
+
+    mrb_get_args(mrb, "z", &addr);
+    cm = redis_cluster_map_of(mrb, self);
+
+    n = mrb_redis_slots_replicas(cm->slots,
+                                 mrb_redis_slots_find(cm->slots, addr),
+                                 nodes, REDIS_CLUSTER_REPLICAS_MAX);
+    if (n > REDIS_CLUSTER_REPLICAS_MAX) {
+        n = REDIS_CLUSTER_REPLICAS_MAX;
+    }
+
+    ary = mrb_ary_new_capa(mrb, (mrb_int) n);
+
+    for (i = 0; i < n; i++) {
+        mrb_ary_push(mrb, ary, redis_cluster_map_address_value(mrb, cm,
+                                                               nodes[i]));
+    }
+
+    return ary;
+}
+
+
+/*
+ * map.__load([[first, last, "master:port", "replica:port", ...], ...]):
+ * a reading of CLUSTER SLOTS is the process's map from now on.  Checked
+ * whole first; then copied, with no Ruby run, into one block that the
+ * core reads.
+ */
+static mrb_value
+redis_cluster_map_load(mrb_state *mrb, mrb_value self)
+{
+    int                     rc;
+    char                    err[MRB_ERR_REASON_LEN], *block, *text;
+    size_t                  bytes, nodes, n, i, j, len;
+    mrb_value               ranges, r, s;
+    const char            **names;
+    redis_cluster_map      *cm;
+    mrb_redis_slots_range  *to;
+
+    mrb_get_args(mrb, "A", &ranges);
+    cm = redis_cluster_map_of(mrb, self);
+    n = (size_t) RARRAY_LEN(ranges);
+    nodes = 0;
+    bytes = 0;
+
+    for (i = 0; i < n; i++) {
+        r = RARRAY_PTR(ranges)[i];
+
+        if (!mrb_array_p(r) || RARRAY_LEN(r) < 3
+            || !mrb_integer_p(RARRAY_PTR(r)[0])
+            || !mrb_integer_p(RARRAY_PTR(r)[1])
+            || mrb_integer(RARRAY_PTR(r)[0]) < 0
+            || mrb_integer(RARRAY_PTR(r)[1]) >= REDIS_CLUSTER_SLOTS)
+        {
+            mrb_raisef(mrb, redis_cluster_map_error(mrb, self),
+                       "Redis::Cluster: CLUSTER SLOTS gave %!v, not a "
+                       "range of slots and its nodes", r);
+        }
+
+        for (j = 2; j < (size_t) RARRAY_LEN(r); j++) {
+            s = RARRAY_PTR(r)[j];
+
+            if (!mrb_string_p(s)
+                || memchr(RSTRING_PTR(s), '\0', RSTRING_LEN(s)) != NULL)
+            {
+                mrb_raisef(mrb, redis_cluster_map_error(mrb, self),
+                           "Redis::Cluster: CLUSTER SLOTS gave %!v, not a "
+                           "node's address", s);
+            }
+
+            bytes += (size_t) RSTRING_LEN(s) + 1;
+            nodes++;
+        }
+    }
+
+    /* from here on no Ruby runs until the block is freed */
+    block = malloc(n * sizeof(mrb_redis_slots_range)
+                   + nodes * sizeof(char *) + bytes + 1);
+    if (block == NULL) {
+        mrb_raise(mrb, E_RUNTIME_ERROR, "Redis::Cluster: out of memory");
+    }
+
+    to = (mrb_redis_slots_range *) block;
+    names = (const char **) (to + n);
+    text = (char *) (names + nodes);
+
+    for (i = 0; i < n; i++) {
+        r = RARRAY_PTR(ranges)[i];
+        to[i].first = (unsigned) mrb_integer(RARRAY_PTR(r)[0]);
+        to[i].last = (unsigned) mrb_integer(RARRAY_PTR(r)[1]);
+        to[i].nodes = names;
+        to[i].n = (size_t) RARRAY_LEN(r) - 2;
+
+        for (j = 2; j < (size_t) RARRAY_LEN(r); j++) {
+            s = RARRAY_PTR(r)[j];
+            len = (size_t) RSTRING_LEN(s);
+            memcpy(text, RSTRING_PTR(s), len);
+            text[len] = '\0';
+            *names++ = text;
+            text += len + 1;
+        }
+    }
+
+    rc = mrb_redis_slots_load(cm->slots, to, n, err, sizeof(err));
+    free(block);
+
+    if (rc != 0) {
+        mrb_raisef(mrb, redis_cluster_map_error(mrb, self),
+                   "Redis::Cluster: the slot map: %s", err);
+    }
+
+    return mrb_nil_value();
+}
+
+
+/* map.__move(slot, "host:port"): MOVED, for every interpreter */
+static mrb_value
+redis_cluster_map_move(mrb_state *mrb, mrb_value self)
+{
+    char                err[MRB_ERR_REASON_LEN], *addr;
+    mrb_int             slot;
+    redis_cluster_map  *cm;
+
+    mrb_get_args(mrb, "iz", &slot, &addr);
+    cm = redis_cluster_map_of(mrb, self);
+
+    if (slot < 0 || slot >= REDIS_CLUSTER_SLOTS
+        || mrb_redis_slots_move(cm->slots, (unsigned) slot, addr, err,
+                                sizeof(err)) != 0)
+    {
+        mrb_raisef(mrb, redis_cluster_map_error(mrb, self),
+                   "Redis::Cluster: MOVED %i %s: %s", slot, addr,
+                   slot < 0 || slot >= REDIS_CLUSTER_SLOTS ? "no such slot"
+                                                           : err);
+    }
+
+    return mrb_nil_value();
+}
+
+
+/* map.__claim(seconds): whether this run reads the first map (for that
+ * long at most), the others waiting for it; map.__unclaim when done */
+static mrb_value
+redis_cluster_map_claim(mrb_state *mrb, mrb_value self)
+{
+    uint64_t            now;
+    mrb_float           sec;
+    redis_cluster_map  *cm;
+
+    mrb_get_args(mrb, "f", &sec);
+    cm = redis_cluster_map_of(mrb, self);
+    now = mrb_redis_now_ms();
+
+    return mrb_bool_value(mrb_redis_slots_claim(cm->slots, now,
+                              now + (uint64_t) (sec > 0 ? sec * 1000 : 0)));
+}
+
+
+static mrb_value
+redis_cluster_map_unclaim(mrb_state *mrb, mrb_value self)
+{
+    mrb_redis_slots_unclaim(redis_cluster_map_of(mrb, self)->slots);
+    return mrb_nil_value();
+}
+
+
+static const mrb_api_method  redis_cluster_map_methods[] = {
+    { "__hold", redis_cluster_map_hold, MRB_ARGS_REQ(2) },
+    { "__loaded?", redis_cluster_map_loaded, MRB_ARGS_NONE() },
+    { "__master", redis_cluster_map_master, MRB_ARGS_REQ(1) },
+    { "__replica", redis_cluster_map_replica, MRB_ARGS_REQ(1) },
+    { "__index", redis_cluster_map_index, MRB_ARGS_REQ(1) },
+    { "__addresses", redis_cluster_map_addresses, MRB_ARGS_NONE() },
+    { "__replicas_of", redis_cluster_map_replicas_of, MRB_ARGS_REQ(1) },
+    { "__load", redis_cluster_map_load, MRB_ARGS_REQ(1) },
+    { "__move", redis_cluster_map_move, MRB_ARGS_REQ(2) },
+    { "__claim", redis_cluster_map_claim, MRB_ARGS_REQ(1) },
+    { "__unclaim", redis_cluster_map_unclaim, MRB_ARGS_NONE() },
+    MRB_API_METHOD_END
+};
+
+
+/*
  * "h:1,h:2 timeout": what names the slot map of seeds and timeout among
  * the interpreter's (Array#join, a tenth of a GET's instructions, would
  * take 3,800 more per Redis::Cluster.new: callgrind of mruby 3.1,
@@ -428,42 +833,47 @@ bad:
 
 /*
  * Redis::Cluster.new(["host:port", ...], timeout: 1.0, username:,
- * password:, ssl:, ssl_params:): an object on the interpreter's map of
- * those nodes with that timeout, found in the class's @maps (kept there,
- * out of reach of the cleanup that undoes a run's top-level changes),
- * made by Redis::Cluster.__map_new the first time; with any of the
- * ::Redis options, Redis::Cluster.__map_for finds or makes it.
+ * password:, ssl:, ssl_params:, replica: false): an object on the
+ * interpreter's SlotMap of those nodes with that timeout, found in the
+ * class's @maps (kept there, out of reach of the cleanup that undoes a
+ * run's top-level changes), made by Redis::Cluster.__map_new the first
+ * time; with any of the other options, Redis::Cluster.__map_for finds or
+ * makes it.
  */
 enum { REDIS_CLUSTER_TIMEOUT, REDIS_CLUSTER_USERNAME, REDIS_CLUSTER_PASSWORD,
-       REDIS_CLUSTER_SSL, REDIS_CLUSTER_SSL_PARAMS, REDIS_CLUSTER_KW };
+       REDIS_CLUSTER_SSL, REDIS_CLUSTER_SSL_PARAMS, REDIS_CLUSTER_REPLICA,
+       REDIS_CLUSTER_KW };
 
-static const char  *redis_cluster_kw_names[REDIS_CLUSTER_KW] = {
-    "timeout", "username", "password", "ssl", "ssl_params"
+static const char *const  redis_cluster_kw_names[REDIS_CLUSTER_KW] = {
+    "timeout", "username", "password", "ssl", "ssl_params", "replica"
 };
 
 static mrb_value
 redis_cluster_initialize(mrb_state *mrb, mrb_value self)
 {
-    int             i;
-    mrb_bool        options;
-    mrb_sym         kw_names[REDIS_CLUSTER_KW];
-    mrb_value       kw_values[REDIS_CLUSTER_KW], seeds, key, maps, map;
-    mrb_kwargs      kw = { .num = REDIS_CLUSTER_KW, .required = 0,
-                           .table = kw_names, .values = kw_values,
-                           .rest = NULL };
-    struct RClass  *c;
+    int                 i;
+    mrb_int             argc;
+    mrb_bool            options;
+    mrb_value           kw_values[REDIS_CLUSTER_KW], seeds, key, maps, map;
+    struct RClass      *c;
+    redis_cluster_map  *cm;
 
-    for (i = 0; i < REDIS_CLUSTER_KW; i++) {
-        kw_names[i] = mrb_intern_cstr(mrb, redis_cluster_kw_names[i]);
+    /* read as they lie: mrb_get_args(":") would intern every keyword's
+     * name on each call */
+    argc = mrb_get_argc(mrb);
+    if (argc != 1) {
+        mrb_argnum_error(mrb, argc, 1, 1);
     }
 
-    mrb_get_args(mrb, "o:", &seeds, &kw);
+    seeds = mrb_get_argv(mrb)[0];
+    mrb_api_kwargs(mrb, redis_cluster_kw_names, kw_values, REDIS_CLUSTER_KW);
 
     options = FALSE;
     for (i = 0; i < REDIS_CLUSTER_KW; i++) {
         if (mrb_undef_p(kw_values[i])) {
-            kw_values[i] = i == REDIS_CLUSTER_SSL ? mrb_false_value()
-                                                  : mrb_nil_value();
+            kw_values[i] = (i == REDIS_CLUSTER_SSL
+                            || i == REDIS_CLUSTER_REPLICA)
+                           ? mrb_false_value() : mrb_nil_value();
         } else if (i != REDIS_CLUSTER_TIMEOUT && mrb_test(kw_values[i])) {
             options = TRUE;
         }
@@ -487,12 +897,14 @@ redis_cluster_initialize(mrb_state *mrb, mrb_value self)
 
     if (options) {
         map = mrb_funcall_id(mrb, mrb_obj_value(c),
-                             mrb_intern_lit(mrb, "__map_for"), 7, key, seeds,
+                             mrb_intern_lit(mrb, "__map_for"), 8, key, seeds,
                              kw_values[REDIS_CLUSTER_TIMEOUT],
                              kw_values[REDIS_CLUSTER_USERNAME],
                              kw_values[REDIS_CLUSTER_PASSWORD],
                              kw_values[REDIS_CLUSTER_SSL],
-                             kw_values[REDIS_CLUSTER_SSL_PARAMS]);
+                             kw_values[REDIS_CLUSTER_SSL_PARAMS],
+                             mrb_bool_value(mrb_test(
+                                 kw_values[REDIS_CLUSTER_REPLICA])));
 
     } else {
         map = mrb_hash_get(mrb, maps, key);
@@ -505,7 +917,9 @@ redis_cluster_initialize(mrb_state *mrb, mrb_value self)
         }
     }
 
-    mrb_iv_set(mrb, self, mrb_intern_lit(mrb, "@map"), map);
+    cm = mrb_data_check_get_ptr(mrb, map, &redis_cluster_map_type);
+    mrb_iv_set(mrb, self, cm != NULL ? cm->map_iv
+                                     : mrb_intern_lit(mrb, "@map"), map);
     return self;
 }
 
@@ -549,19 +963,22 @@ redis_cluster_command_ary(mrb_state *mrb, mrb_value name,
 #define REDIS_CLUSTER_ARGS_MAX  8   /* the most arguments sent in C */
 
 /*
- * In the steady state straight to the node of the command's slot, an
- * error reply or a connection error then handed to the map's __recover;
- * else all of it through Redis::Cluster#__route.
+ * In the steady state straight to the node of the command's slot (its
+ * replica, for a read of a replica: true map that knows one), an error
+ * reply or a connection error then handed to the map's __recover; else
+ * all of it through Redis::Cluster#__route.
  */
 mrb_value
 mrb_redis_cluster_send(mrb_state *mrb, mrb_value self, mrb_value name,
     const mrb_value *args, mrb_int argc)
 {
-    int                 slot;
-    mrb_bool            failed;
-    mrb_value           map, nodes, node, argv[REDIS_CLUSTER_ARGS_MAX],
-                        reply;
-    redis_cluster_job   job;
+    int                  slot;
+    unsigned             id, replica;
+    mrb_bool             failed;
+    mrb_value            map, nodes, node, argv[REDIS_CLUSTER_ARGS_MAX],
+                         reply;
+    redis_cluster_map   *cm;
+    redis_cluster_job    job;
 
     if (mrb_symbol_p(name)) {
         name = mrb_sym_str(mrb, mrb_symbol(name));
@@ -573,14 +990,12 @@ mrb_redis_cluster_send(mrb_state *mrb, mrb_value self, mrb_value name,
     }
 
     map = mrb_iv_get(mrb, self, mrb_intern_lit(mrb, "@map"));
-    if (mrb_type(map) != MRB_TT_OBJECT) {
+    if (!mrb_data_p(map) || DATA_TYPE(map) != &redis_cluster_map_type) {
         goto route;
     }
 
-    nodes = mrb_iv_get(mrb, map, mrb_intern_lit(mrb, "@slot_nodes"));
-    if (!mrb_array_p(nodes) || RARRAY_LEN(nodes) != REDIS_CLUSTER_SLOTS
-        || !mrb_nil_p(mrb_iv_get(mrb, map, mrb_intern_lit(mrb, "@suspects"))))
-    {
+    cm = DATA_PTR(map);
+    if (cm == NULL || !mrb_nil_p(mrb_iv_get(mrb, map, cm->suspects_iv))) {
         goto route;
     }
 
@@ -590,14 +1005,41 @@ mrb_redis_cluster_send(mrb_state *mrb, mrb_value self, mrb_value name,
         goto route;
     }
 
-    node = RARRAY_PTR(nodes)[slot];
+    id = mrb_redis_slots_master(cm->slots, (unsigned) slot);
+    replica = MRB_REDIS_SLOTS_NONE;
+
+    if (cm->replica
+        && mrb_redis_read_only(RSTRING_PTR(name), (size_t) RSTRING_LEN(name)))
+    {
+        /* a replica that failed lately is the Ruby half's to retry */
+        if (!mrb_nil_p(mrb_iv_get(mrb, map, cm->replicas_down_iv))) {
+            goto route;
+        }
+
+        replica = mrb_redis_slots_replica(cm->slots, (unsigned) slot);
+        if (replica != MRB_REDIS_SLOTS_NONE) {
+            id = replica;
+        }
+    }
+
+    nodes = mrb_iv_get(mrb, map, cm->node_objs_iv);
+    if (id == MRB_REDIS_SLOTS_NONE || !mrb_array_p(nodes)
+        || id >= (unsigned) RARRAY_LEN(nodes))
+    {
+        goto route;
+    }
+
+    node = RARRAY_PTR(nodes)[id];
     if (mrb_nil_p(node)) {
         goto route;
     }
 
     /* args may point into the VM's stack, which Ruby run by an argument's
-     * to_s could move: the recovery reads this copy */
+     * to_s could move: the recovery reads this copy.  The map stays alive
+     * for it while the command waits (a Redis::Cluster.new with another
+     * password may replace it in @maps meanwhile). */
     memcpy(argv, args, (size_t) argc * sizeof(mrb_value));
+    mrb_gc_protect(mrb, map);
     job.node = node;
     job.name = name;
     job.args = argv;
@@ -609,15 +1051,33 @@ mrb_redis_cluster_send(mrb_state *mrb, mrb_value self, mrb_value name,
         return reply;
     }
 
-    return mrb_funcall_id(mrb, map, mrb_intern_lit(mrb, "__recover"), 3,
+    return mrb_funcall_id(mrb, map, mrb_intern_lit(mrb, "__recover"), 5,
                           mrb_fixnum_value(slot),
                           redis_cluster_command_ary(mrb, name, argv, argc),
-                          reply);
+                          reply,
+                          redis_cluster_map_address_value(mrb, cm, id),
+                          mrb_bool_value(id == replica));
 
 route:
 
     return mrb_funcall_id(mrb, self, mrb_intern_lit(mrb, "__route"), 1,
                           redis_cluster_command_ary(mrb, name, args, argc));
+}
+
+
+/* Redis::Cluster.__read_only?(name): whether the command changes nothing
+ * (a replica may answer it) */
+static mrb_value
+redis_cluster_read_only_m(mrb_state *mrb, mrb_value self)
+{
+    mrb_int      len;
+    mrb_value    name;
+    const char  *p;
+
+    mrb_get_args(mrb, "o", &name);
+    p = mrb_redis_name(mrb, name, &len);
+
+    return mrb_bool_value(p != NULL && mrb_redis_read_only(p, (size_t) len));
 }
 
 
@@ -636,6 +1096,7 @@ redis_cluster_key_slot_m(mrb_state *mrb, mrb_value self)
 
 static const mrb_api_method  redis_cluster_class_methods[] = {
     { "__command_slot", redis_cluster_command_slot, MRB_ARGS_REQ(1) },
+    { "__read_only?", redis_cluster_read_only_m, MRB_ARGS_REQ(1) },
     { "key_slot", redis_cluster_key_slot_m, MRB_ARGS_REQ(1) },
     MRB_API_METHOD_END
 };
@@ -652,14 +1113,20 @@ struct RClass *
 mrb_redis_cluster_define(mrb_state *mrb, struct RClass *redis,
     struct RClass *base_error)
 {
-    struct RClass  *c, *error;
+    struct RClass  *c, *error, *map;
 
     c = mrb_api_define_class(mrb, redis, "Cluster", NULL,
                              redis_cluster_methods);
     error = mrb_api_define_class(mrb, redis, "ClusterError", base_error,
                                  NULL);
-    /* where command_slot finds it: a script may reassign the constant */
+    map = mrb_api_define_class(mrb, c, "SlotMap", NULL,
+                               redis_cluster_map_methods);
+    MRB_SET_INSTANCE_TT(map, MRB_TT_DATA);
+    /* where command_slot and the map find it: a script may reassign the
+     * constant */
     mrb_iv_set(mrb, mrb_obj_value(c), mrb_intern_lit(mrb, "__error__"),
+               mrb_obj_value(error));
+    mrb_iv_set(mrb, mrb_obj_value(map), mrb_intern_lit(mrb, "__error__"),
                mrb_obj_value(error));
     mrb_api_define_class_methods(mrb, c, redis_cluster_class_methods);
 

@@ -1,13 +1,20 @@
 """Redis::Cluster on real servers against a real six-node Redis Cluster
 (three masters, a replica each) on loopback: keys spread over the masters
 and read back, hash tags, cross-slot commands refused, a slot moved
-(MOVED followed once, the map kept) and a slot being migrated (ASK
-followed, the map unchanged).  One script, both servers; requests one
-after another run in one interpreter."""
+(MOVED followed once, the map kept), a slot being migrated (ASK
+followed, the map unchanged), reads from replicas (a killed replica and
+one that answers MOVED leave them to the master), and the slot map that
+an Apache child's interpreters share.  One script, both servers;
+requests one after another run in one interpreter."""
 
+import concurrent.futures
+import os
 import re
+import signal
+import time
 
 import pytest
+import requests
 
 import harness
 
@@ -309,4 +316,208 @@ def test_pipeline_split_per_node(kind, apache, nginx, cluster):
              for m in cluster.masters().values()]
     assert all(n >= 2 for n in sizes)          # pk0..pk8 spread
     assert rejected(src, "get") == 1           # the MOVED
+    assert slots_reads(cluster) == 1
+
+
+# /replica?seeds&op&key[&value]: GET key (inspected), or SET key value,
+# through a Redis::Cluster that reads from replicas.
+REPLICA = r"""
+Server = get_server_class
+seeds, op, key, value = Server::Request.new.args.split("&")
+c = Redis::Cluster.new(seeds.split(","), timeout: 2, replica: true)
+Server.rputs(op == "set" ? c.set(key, value) : c.get(key).inspect)
+"""
+
+
+def replica_setup(kind, apache, nginx, cluster, key, value):
+    """key set to value on its master and copied to the master's replica,
+    the commands' counts then reset; the server of REPLICA; (server,
+    master, replica, slot, get path)."""
+    slot = cluster.key_slot(key)
+    master_id, master = cluster.node_of_slot(slot)
+    replica = cluster.replica_of(master_id)
+    assert master.command("SET", key, value) == "+OK"
+    assert master.command("WAIT", 1, 5000) == ":1"
+    # CLUSTER SLOTS lists a replica once the node that answers knows it
+    # has data (a replication offset, which gossip brings)
+    deadline = time.monotonic() + 30
+    while str(replica.port) not in cluster.cli(cluster.nodes[0], "CLUSTER",
+                                               "SLOTS").split():
+        assert time.monotonic() < deadline, "the replica is never listed"
+        time.sleep(0.1)
+    for n in cluster.nodes:
+        assert n.command("CONFIG", "RESETSTAT") == "+OK"   # the counts
+    s = serve(kind, apache, nginx, "replica", REPLICA)
+    return s, master, replica, slot, \
+        f"/replica?{','.join(cluster.seeds())}&get&{key}"
+
+
+def get_ok(s, path, expected):
+    r = s.get(path)
+    assert (r.status_code, r.text) == (200, expected), s.error_log()[-2000:]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_reads_go_to_a_replica(kind, apache, nginx, cluster):
+    """With replica: true a GET goes to a replica of its slot's master,
+    on a connection that sent READONLY once; a SET still goes to the
+    master."""
+    s, master, replica, _, path = replica_setup(kind, apache, nginx,
+                                                cluster, "rkey", "v1")
+    for _ in range(5):
+        get_ok(s, path, '"v1"')
+    assert calls([replica, master], "get") == [5, 0]
+    assert calls([replica], "readonly") == [1]
+
+    seeds = ",".join(cluster.seeds())
+    r = s.get(f"/replica?{seeds}&set&rkey&v2")
+    assert (r.status_code, r.text) == (200, "OK"), s.error_log()[-2000:]
+    assert calls([master], "set") == [1]
+    assert rejected(replica, "set") == 0
+    assert slots_reads(cluster) == 1
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_killed_replica_leaves_reads_to_the_master(kind, apache, nginx,
+                                                     cluster):
+    """A replica SIGKILLed between reads: every later read is answered,
+    by the master."""
+    s, master, replica, _, path = replica_setup(kind, apache, nginx,
+                                                cluster, "rkey", "v1")
+    get_ok(s, path, '"v1"')
+    assert calls([replica, master], "get") == [1, 0]
+    os.kill(replica.proc.pid, signal.SIGKILL)
+    replica.proc.wait()
+    for _ in range(5):
+        get_ok(s, path, '"v1"')
+    assert calls([master], "get") == [5]
+
+
+def owner_seen_by(cluster, node, slot):
+    """The node id of the master that serves slot, as node sees it."""
+    for line in cluster.cli(node, "CLUSTER", "NODES").splitlines():
+        f = line.split()
+        for r in f[8:]:
+            lo, _, hi = r.partition("-")
+            if r[0] != "[" and int(lo) <= slot <= int(hi or lo):
+                return f[0]
+    return None
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_replica_that_answers_moved_leaves_the_read_to_the_master(
+        kind, apache, nginx, cluster):
+    """After its slot moved to another master, the old master's replica
+    answers MOVED: the read goes to the master the map names, which
+    answers MOVED too, and then to the new one."""
+    s, src, replica, slot, path = replica_setup(kind, apache, nginx,
+                                                cluster, "moving", "here")
+    get_ok(s, path, '"here"')
+    dst_id, dst = other_master(cluster, slot)
+    move_slot(cluster, slot, "moving", dst_id, dst)
+    deadline = time.monotonic() + 30
+    while owner_seen_by(cluster, replica, slot) != dst_id:
+        assert time.monotonic() < deadline, "the replica never saw the move"
+        time.sleep(0.1)
+    get_ok(s, path, '"here"')
+    assert [rejected(replica, "get"), rejected(src, "get")] == [1, 1]
+    assert calls([dst], "get") == [1]
+
+
+# /first?seeds&key&n: waits (sleep: the run is suspended) until n requests
+# are there, then GETs key through the cluster; prints "together" (or
+# "alone" after 20 s) and what it read.
+FIRST = r"""
+Server = get_server_class
+seeds, key, n = Server::Request.new.args.split("&")
+d = Server::SharedDict.new("meet")
+d.incr("in", 1, init: 0)
+t = Time.now + 20
+sleep 0.01 while d["in"] < n.to_i && Time.now < t
+got = Redis::Cluster.new(seeds.split(","), timeout: 2).get(key)
+Server.rputs "#{d["in"] >= n.to_i ? "together" : "alone"} #{got.inspect}"
+"""
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_requests_at_once_read_the_map_once(kind, apache, nginx, cluster):
+    """Four first requests at once, each needing the first map: one of
+    them reads it, the others wait for that reading.  (Without the wait,
+    Apache's four read it four times; nginx's happened to resume one
+    after another.)"""
+    n = 4
+    s = harness.one_interpreter(kind, apache, nginx, {"/first": "first.rb"},
+                                {"first.rb": FIRST},
+                                nginx_main="mruby_shared_dict meet 1m;\n",
+                                apache_main="mrubySharedDict meet 1m\n")
+    url = s.url(f"/first?{','.join(cluster.seeds())}&nokey&{n}")
+    with concurrent.futures.ThreadPoolExecutor(n) as pool:
+        got = list(pool.map(lambda _: requests.get(url, timeout=60),
+                            range(n)))
+    assert [(r.status_code, r.text) for r in got] == \
+        [(200, "together nil")] * n, s.error_log()[-2000:]
+    assert slots_reads(cluster) == 1
+
+
+# /meet?seeds&key&round&n in the fixups phase, whose waits hold the
+# thread and the interpreter: waits until n requests of the round are
+# there (in as many interpreters), then GETs key through the cluster;
+# the handler prints "together" (or "alone" after 20 s) and what it read.
+MEET = r"""
+seeds, key, round, n = Apache::Request.new.args.split("&")
+d = Apache::SharedDict.new("meet")
+d.incr(round, 1, init: 0)
+t = Time.now + 20
+Apache.sleep 0.01 while d[round] < n.to_i && Time.now < t
+got = Redis::Cluster.new(seeds.split(","), timeout: 2).get(key)
+Apache::Request.new.notes["got"] =
+  "#{d[round] >= n.to_i ? "together" : "alone"} #{got.inspect}"
+"""
+
+MEET_CONF = """
+mrubySharedDict meet 1m
+mrubyChildInitMiddleCode 'Apache.errlogger Apache::APLOG_NOTICE, "interpreter made"'
+<Location /meet>
+    mrubyFixupsMiddle {dir}/meet.rb
+    mrubyHandlerMiddleCode 'Apache.rputs Apache::Request.new.notes["got"]'
+</Location>
+"""
+
+# One event child with more threads than a round's requests.
+ONE_EVENT_CHILD = ("StartServers 1\nServerLimit 1\nThreadsPerChild 8\n"
+                   "ThreadLimit 8\nMaxRequestWorkers 8\n"
+                   "MinSpareThreads 1\nMaxSpareThreads 8\n")
+
+
+def test_the_slot_map_is_the_apache_childs(apache, cluster):
+    """Four requests at once in four interpreters of one Apache child:
+    CLUSTER SLOTS is read once for all of them.  After a slot moved, the
+    one MOVED that a request gets changes the map of every interpreter:
+    the four next requests go straight to the new master."""
+    n = 4
+    seeds = ",".join(cluster.seeds())
+    key = "moving"
+    slot = cluster.key_slot(key)
+    _, src = cluster.node_of_slot(slot)
+    assert src.command("SET", key, "here") == "+OK"
+    a = apache(MEET_CONF, mpm="event", mpm_conf=ONE_EVENT_CHILD,
+               files={"meet.rb": MEET})
+
+    def meet(round, count):
+        url = a.url(f"/meet?{seeds}&{key}&{round}&{count}")
+        with concurrent.futures.ThreadPoolExecutor(count) as pool:
+            return list(pool.map(lambda _: requests.get(url, timeout=60).text,
+                                 range(count)))
+
+    assert meet("first", n) == ['together "here"'] * n, a.error_log()[-2000:]
+    assert a.error_log().count("interpreter made") == n
+    assert slots_reads(cluster) == 1
+
+    dst_id, dst = other_master(cluster, slot)
+    move_slot(cluster, slot, key, dst_id, dst)
+    assert meet("one", 1) == ['together "here"']
+    assert rejected(src, "get") == 1
+    assert meet("after", n) == ['together "here"'] * n
+    assert rejected(src, "get") == 1
+    assert calls([dst], "get") == [1 + n]
     assert slots_reads(cluster) == 1
