@@ -64,11 +64,13 @@ def main(argv):
     if len(argv) < 3:
         sys.exit(__doc__)
     builds = {"before": modules_of(argv[0]), "after": modules_of(argv[1])}
-    for which in builds.values():
-        for path in which.values():
-            if "STREAM" not in path and not os.path.exists(path):
-                sys.exit(f"ab.py: {path} is missing: run make all there")
     configs = configs_named(argv[2:])
+    needed = {"apache": "MOD_MRUBY", "nginx": "NGX_HTTP_MRUBY"}
+    for which in builds.values():
+        for family in {c.family for c in configs}:
+            path = which[needed[family]]
+            if not os.path.exists(path):
+                sys.exit(f"ab.py: {path} is missing: run make all there")
     run.build_hello()
     rows = {c.key: {"label": c.label, "before": [], "after": [],
                     "ratios": [], "cpu_before": [], "cpu_after": [],
