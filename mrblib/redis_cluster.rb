@@ -469,9 +469,12 @@ class Redis
             moved = words[1].to_i
             __move(moved, addr) if !asking && __master(moved) != addr
           when "TRYAGAIN", "CLUSTERDOWN"
+            # the last pause is cut to the deadline, not skipped: a
+            # slot's keys can stay split for most of the timeout
             deadline ||= Time.now.to_f + @timeout_s
-            raise e if Time.now.to_f + pause > deadline
-            sleep pause
+            left = deadline - Time.now.to_f
+            raise e if left <= 0
+            sleep(pause < left ? pause : left)
             pause *= 2
             addr ||= __owner(slot) || @seeds[0]
           else

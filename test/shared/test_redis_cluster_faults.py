@@ -210,6 +210,47 @@ def test_slot_migrated_under_load(kind, apache, nginx, cluster):
     assert asks(src) + asks(dst) > 0     # requests met the migrations
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_tryagain_is_retried_until_the_timeout(kind, apache, nginx, cluster):
+    """An MGET whose two keys stay on two nodes for 1.6 s of its 2 s
+    timeout: TRYAGAIN is retried until the keys are together again.  The
+    pauses double from 10 ms; the client gave up at 1.27 s, when the next
+    pause (1.28 s) would have passed the deadline, instead of sleeping
+    only to it."""
+    seeds = ",".join(cluster.seeds())
+    s = serve(kind, apache, nginx, 2)
+    preload(s, seeds, ["t.1", "t.2"])
+    slot = cluster.key_slot("{t}")
+    src_id, src = cluster.node_of_slot(slot)
+    dst_id, dst = next((i, m) for i, m in cluster.masters().items()
+                       if i != src_id)
+    assert dst.command("CLUSTER", "SETSLOT", slot, "IMPORTING",
+                       src_id) == "+OK"
+    assert src.command("CLUSTER", "SETSLOT", slot, "MIGRATING",
+                       dst_id) == "+OK"
+    assert src.command("MIGRATE", dst.host, dst.port, "", 0, 5000,
+                       "KEYS", "{t}1") == "+OK"
+
+    def finish():
+        time.sleep(1.6)
+        assert src.command("MIGRATE", dst.host, dst.port, "", 0, 5000,
+                           "KEYS", "{t}2") == "+OK"
+        for node in [dst, src] + [m for m in cluster.masters().values()
+                                  if m not in (dst, src)]:
+            node.command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
+
+    mover = threading.Thread(target=finish)
+    t0 = time.monotonic()
+    mover.start()
+    try:
+        r = s.get(f"/kv?{seeds}&mget&t.1&t.2", timeout=10)
+    finally:
+        mover.join()
+    took = time.monotonic() - t0
+    assert r.text == "ok v-t.1,v-t.2", (took, r.text)
+    assert 1.6 <= took < 2.0 + SLACK, took
+
+
 def killed_window(load, t_kill, t_promoted):
     failed = load.failed()
     return (min((d[1] for d in failed), default=t_kill) - t_kill,
