@@ -10,7 +10,7 @@ PACKAGES="build-essential pkg-config apache2 apache2-dev nginx nginx-dev
 libmruby-dev mruby libhiredis-dev libpcre2-dev libssl-dev zlib1g-dev
 libboost-context-dev libonig-dev
 clang libclang-rt-dev llvm debhelper lintian dpkg-dev fakeroot lua-cjson
-redis-server redis-sentinel wrk openssl curl python3 python3-venv iproute2 procps
+redis-server redis-sentinel wrk valgrind openssl curl python3 python3-venv iproute2 procps
 libapache2-mod-perl2 libapache2-mod-php libnginx-mod-http-lua
 libnginx-mod-stream"
 
