@@ -81,7 +81,7 @@ NGINX_STREAM_ENABLED := 60-mod-stream-mruby.conf
 VENV       := build/venv
 PYTHON     := $(VENV)/bin/python
 
-.PHONY: all deps apache nginx test test-unit test-unit-core test-unit-asan test-asan test-faults test-deb test-dist fuzz run bench bench-watch bench-first-pass install deb clean venv
+.PHONY: all deps apache nginx test test-unit test-unit-core test-unit-asan test-asan test-faults test-deb test-dist fuzz run bench bench-watch bench-first-pass bench-releases bench-releases-wall install deb clean venv
 
 all: apache nginx
 
@@ -289,6 +289,17 @@ bench-watch: deps
 bench-first-pass: deps
 	$(MAKE) all venv
 	$(PYTHON) bench/first_pass.py
+
+# the figures that compare Debian suites (bench/releases.py): callgrind's
+# counts, then make bench's apache and nginx ratios; in a suite's fresh
+# root: make test-dist DIST=trixie TARGET="deps bench-releases"
+bench-releases: deps
+	$(MAKE) all venv
+	$(PYTHON) bench/releases.py instructions
+
+bench-releases-wall: deps
+	$(MAKE) all venv
+	$(PYTHON) bench/releases.py wall
 
 install: all
 	install -m 644 $(BUILD)/mod_mruby.so $(shell $(APXS) -q LIBEXECDIR)/mod_mruby.so

@@ -37,6 +37,17 @@ def modules_of(build):
                                              "ngx_stream_mruby_module.so")}
 
 
+def missing_module(modules, configs):
+    """The first module of a build that configs' servers load and that is
+    not there, or None.  Only those: no configuration loads the stream
+    module, which a build may lack."""
+    needed = {"apache": "MOD_MRUBY", "nginx": "NGX_HTTP_MRUBY"}
+    for family in sorted({c.family for c in configs}):
+        if not os.path.exists(modules[needed[family]]):
+            return modules[needed[family]]
+    return None
+
+
 def measure_with(cfg, modules):
     for name, path in modules.items():
         setattr(harness, name, path)
@@ -65,12 +76,10 @@ def main(argv):
         sys.exit(__doc__)
     builds = {"before": modules_of(argv[0]), "after": modules_of(argv[1])}
     configs = configs_named(argv[2:])
-    needed = {"apache": "MOD_MRUBY", "nginx": "NGX_HTTP_MRUBY"}
     for which in builds.values():
-        for family in {c.family for c in configs}:
-            path = which[needed[family]]
-            if not os.path.exists(path):
-                sys.exit(f"ab.py: {path} is missing: run make all there")
+        path = missing_module(which, configs)
+        if path:
+            sys.exit(f"ab.py: {path} is missing: run make all there")
     run.build_hello()
     rows = {c.key: {"label": c.label, "before": [], "after": [],
                     "ratios": [], "cpu_before": [], "cpu_after": [],

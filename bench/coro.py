@@ -32,6 +32,7 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(REPO, "test"))
 
 import valgrind  # noqa: E402
+from render import splice_block  # noqa: E402
 
 RESULTS = os.path.join(HERE, "coro_results.json")
 DOC = os.path.join(REPO, "docs", "benchmarks.md")
@@ -370,16 +371,6 @@ def render(res):
     return "\n".join(lines) + "\n"
 
 
-def write_doc(text):
-    doc = open(DOC).read()
-    if BEGIN in doc:
-        doc = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END) + "\n",
-                     lambda m: text, doc, flags=re.S)
-    else:
-        doc = doc.rstrip("\n") + "\n\n" + text
-    open(DOC, "w").write(doc)
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--render", action="store_true")
@@ -413,7 +404,7 @@ def main():
         res["note"] = args.note or os.uname().nodename
         json.dump(res, open(RESULTS, "w"), indent=1)
     plot(res)
-    write_doc(render(res))
+    splice_block(DOC, BEGIN, END, render(res))
 
 
 if __name__ == "__main__":

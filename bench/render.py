@@ -611,6 +611,20 @@ def render(results, doc_path, img_dir):
         f.write(text)
 
 
+def splice_block(doc_path, begin, end, block):
+    """Puts block (from its begin marker to its end marker and a newline)
+    in place of the page's block between those markers, or at its end."""
+    with open(doc_path) as f:
+        doc = f.read()
+    if begin in doc:
+        doc = (doc[:doc.index(begin)] + block
+               + doc[doc.index(end, doc.index(begin)) + len(end) + 1:])
+    else:
+        doc = doc.rstrip("\n") + "\n\n" + block
+    with open(doc_path, "w") as f:
+        f.write(doc)
+
+
 def kept_blocks(doc_path):
     """The blocks other benches write into the same page between their own
     markers (bench/coro.py: <!-- coro:begin --> ... <!-- coro:end -->),

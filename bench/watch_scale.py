@@ -53,6 +53,7 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(REPO, "test"))
 
 import harness  # noqa: E402
+from render import splice_block  # noqa: E402
 from worker_loop import LoopTrace  # noqa: E402
 
 RESULTS = os.path.join(HERE, "watch_results.json")
@@ -469,16 +470,7 @@ def splice():
     that bench/render.py keeps when it rewrites the page."""
     begin, end = "<!-- watch:begin -->", "<!-- watch:end -->"
     with open(SECTION) as f:
-        section = f"{begin}\n{f.read()}{end}\n"
-    with open(DOC) as f:
-        doc = f.read()
-    if begin in doc:
-        doc = doc[:doc.index(begin)] + section + doc[doc.index(end)
-                                                     + len(end) + 1:]
-    else:
-        doc = doc.rstrip("\n") + "\n\n" + section
-    with open(DOC, "w") as f:
-        f.write(doc)
+        splice_block(DOC, begin, end, f"{begin}\n{f.read()}{end}\n")
 
 
 def main():
