@@ -7,7 +7,9 @@ suite's nginx and Apache), taken on this machine's packages:
   hello world `stat` (bench/callgrind_stat.py), a request that sleeps 1 ms
   (bench/callgrind_sleep.py), and the JSON and router scripts of make
   bench's lib section (bench/callgrind_lib.py), with their Lua
-  counterparts on the same nginx;
+  counterparts on the same nginx; and where nginx hello world `cache`'s
+  instructions go, object by object and function by function
+  (callgrind_annotate's top lines), for telling versions apart;
 - (wall) make bench's apache and nginx sections: the ratios to the C
   module and to `return 200`, each measured in the same rounds as its
   reference; on a machine that does nothing else.
@@ -28,6 +30,7 @@ docs/benchmarks.md between its markers.
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -56,6 +59,11 @@ ROWS = [("nginx cache", "nginx hello world `cache`"),
         ("json-lua", "nginx, JSON with cjson (reference)"),
         ("router-mruby", "nginx, router (10 Regexp tests)"),
         ("router-lua", "nginx, router with ngx.re (reference)")]
+OBJECT_ROWS = [
+    ("object ngx_http_mruby_module.so",
+     "nginx hello world `cache`: in the module (mruby and ours)"),
+    ("object nginx", "nginx hello world `cache`: in nginx"),
+    ("object libc.so.6", "nginx hello world `cache`: in libc")]
 
 
 def package_version(name):
@@ -84,6 +92,39 @@ def hello_world(kind, case):
             3000)[0]
     finally:
         s.remove()
+
+
+def profile(kind, lines=25):
+    """Where 2,000 hello world `cache` requests (after 300 of warm-up)
+    spend their instructions: prints the top functions, and returns the
+    instructions per request of each object (the module, the server,
+    libc, ...)."""
+    s, cmd = callgrind.server(kind, "cache")
+    out = os.path.join(callgrind_lib.OUT, f"hello-{kind}.out")
+    try:
+        valgrind.counted(s, cmd, "/hello", 300, 2000, out)
+    finally:
+        s.remove()
+    table = subprocess.run(["callgrind_annotate", "--inclusive=no",
+                            "--threshold=100", "--auto=no", out + ".1"],
+                           capture_output=True, text=True).stdout
+    rows, objects = [], {}
+    for line in table.splitlines():
+        m = re.match(r"\s*([\d,]+) \(\s*([\d.]+)%\)\s+(.*) \[(.*)\]$",
+                     line)
+        # The frames on the stack when the counters were zeroed (main,
+        # the event loop) show their callees' cost as their own.
+        if not m or float(m.group(2)) >= 50:
+            continue
+        rows.append(line.strip())
+        obj = os.path.basename(m.group(4))
+        objects[obj] = objects.get(obj, 0) + int(m.group(1).replace(",", ""))
+    for line in rows[:lines]:
+        print(f"profile {kind}: {line}", flush=True)
+    per = {obj: round(ir / 2000) for obj, ir in objects.items()
+           if ir >= 2000}
+    print(f"objects {kind}: {json.dumps(per)}", flush=True)
+    return per
 
 
 def lib_configs():
@@ -138,6 +179,9 @@ def measure(what):
     print("platform: " + json.dumps(record), flush=True)
     if what == "instructions":
         record["instructions"] = instruction_figures()
+        # nginx only: callgrind_control's dump hangs on an apache2 -X
+        # that switched to www-data (bench/callgrind_stat.py)
+        record["objects"] = {"nginx": profile("nginx")}
     else:
         record["rounds"], record["seconds"] = run.ROUNDS, run.SECONDS
         record["wall"] = wall_figures()
@@ -166,18 +210,26 @@ def column(r):
     return f"mruby {r['mruby'].split('-')[0]} ({r['suite']})"
 
 
+def figure(record, key):
+    """A row's figure in a record: instructions of a case, or of an object
+    in nginx hello world `cache` (key "object NAME")."""
+    if key.startswith("object "):
+        return record.get("objects", {}).get("nginx", {}).get(key[7:])
+    return record["instructions"].get(key)
+
+
 def instruction_table(recs):
     recs = [r for r in recs if "instructions" in r]
     if not recs:
         return []
-    base = recs[0]["instructions"]
+    base = {key: figure(recs[0], key) for key, _ in ROWS + OBJECT_ROWS}
     lines = ["| instructions per request | "
              + " | ".join(column(r) for r in recs) + " |",
              "|---|" + "---:|" * len(recs)]
-    for key, label in ROWS:
+    for key, label in ROWS + OBJECT_ROWS:
         cells = []
         for i, r in enumerate(recs):
-            v = r["instructions"].get(key)
+            v = figure(r, key)
             if v is None:
                 cells.append("")
             elif i == 0 or not base.get(key):
