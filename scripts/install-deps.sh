@@ -12,7 +12,7 @@ libboost-context-dev libonig-dev
 clang libclang-rt-dev llvm debhelper lintian dpkg-dev fakeroot lua-cjson
 redis-server redis-sentinel wrk valgrind openssl curl python3 python3-venv iproute2 procps
 libapache2-mod-perl2 libapache2-mod-php libnginx-mod-http-lua
-libnginx-mod-stream"
+libnginx-mod-stream debootstrap debian-archive-keyring"
 
 missing=""
 for p in $PACKAGES; do

@@ -116,7 +116,8 @@ teardown() {
     if [ -n "$NS_PID" ] && kill -0 "$NS_PID" 2>/dev/null; then
         # unshare --kill-child: its child, the namespace's init, dies with
         # it, and the kernel kills every other process of the namespace.
-        kill -TERM "$NS_PID" 2>/dev/null
+        # SIGKILL: unshare ignores SIGTERM and SIGINT while it waits.
+        kill -KILL "$NS_PID" 2>/dev/null
         wait "$NS_PID" 2>/dev/null
     fi
     if [ -n "$ROOT" ] && [ -d "$ROOT" ]; then
@@ -139,6 +140,8 @@ teardown() {
 
 write_root_config() {
     local r=$1
+    # what the tests read to know they run in a root (test_test_dist.py)
+    echo "$DIST" > "$r/etc/mruby-test-dist"
     cp /etc/resolv.conf "$r/etc/resolv.conf"
     if [ -d /usr/local/share/ca-certificates ]; then
         mkdir -p "$r/usr/local/share/ca-certificates"
