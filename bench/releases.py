@@ -298,11 +298,11 @@ def main():
                     choices=("instructions", "wall"))
     ap.add_argument("--table", nargs="+", metavar="LOG",
                     help="write the tables of these logs' records")
-    ap.add_argument("--commit", default=run.run_params()["commit"],
+    ap.add_argument("--commit",
                     help="the commit the logs measured (default: HEAD)")
     args = ap.parse_args()
     if args.table:
-        table(args.table, args.commit)
+        table(args.table, args.commit or run.run_params()["commit"])
     else:
         print(f"build: {harness.BUILD}", flush=True)
         measure(args.what)
