@@ -291,15 +291,16 @@ bench-first-pass: deps
 	$(PYTHON) bench/first_pass.py
 
 # the figures that compare Debian suites (bench/releases.py): callgrind's
-# counts, then make bench's apache and nginx ratios; in a suite's fresh
-# root: make test-dist DIST=trixie TARGET="deps bench-releases"
+# counts, then make bench's apache and nginx ratios (3 rounds unless
+# BENCH_ROUNDS says otherwise); in a suite's fresh root:
+# make test-dist DIST=trixie TARGET="deps bench-releases"
 bench-releases: deps
 	$(MAKE) all venv
 	$(PYTHON) bench/releases.py instructions
 
 bench-releases-wall: deps
 	$(MAKE) all venv
-	$(PYTHON) bench/releases.py wall
+	BENCH_ROUNDS=$${BENCH_ROUNDS:-3} $(PYTHON) bench/releases.py wall
 
 install: all
 	install -m 644 $(BUILD)/mod_mruby.so $(shell $(APXS) -q LIBEXECDIR)/mod_mruby.so
