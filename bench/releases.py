@@ -107,7 +107,8 @@ def profile(kind, lines=25):
         s.remove()
     table = subprocess.run(["callgrind_annotate", "--inclusive=no",
                             "--threshold=100", "--auto=no", out + ".1"],
-                           capture_output=True, text=True).stdout
+                           capture_output=True, text=True,
+                           check=True).stdout
     rows, objects = [], {}
     for line in table.splitlines():
         m = re.match(r"\s*([\d,]+) \(\s*([\d.]+)%\)\s+(.*) \[(.*)\]$",
@@ -119,6 +120,9 @@ def profile(kind, lines=25):
         rows.append(line.strip())
         obj = os.path.basename(m.group(4))
         objects[obj] = objects.get(obj, 0) + int(m.group(1).replace(",", ""))
+    if not rows:
+        print(f"profile {kind}: no function in callgrind_annotate's "
+              "output (its format changed?)", flush=True)
     for line in rows[:lines]:
         print(f"profile {kind}: {line}", flush=True)
     per = {obj: round(ir / 2000) for obj, ir in objects.items()
@@ -157,20 +161,35 @@ def instruction_figures():
     return figures
 
 
+def wall_row(c):
+    """A row of make bench's table as (label, median ratio, lowest and
+    highest round), or with the error of a config that was never
+    measured."""
+    if "ratio" not in c or not c.get("ratio_runs"):
+        return {"key": c["key"], "label": c["label"],
+                "error": c.get("error", "not measured")}
+    return {"key": c["key"], "label": c["label"],
+            "ratio": round(c["ratio"], 3),
+            "low": round(min(c["ratio_runs"]), 3),
+            "high": round(max(c["ratio_runs"]), 3)}
+
+
+def wall_cell(c):
+    if c is None:
+        return ""
+    if "error" in c:
+        return "failed"
+    return f"{c['ratio']:.3f} ({c['low']:.2f}-{c['high']:.2f})"
+
+
 def wall_figures():
-    """make bench's apache and nginx sections, each config as (label,
-    median ratio, lowest, highest)."""
+    """make bench's apache and nginx sections, a wall_row per config."""
     run.build_hello()
     out = {}
     for sec in ("apache", "nginx"):
-        out[sec] = [{"key": c["key"], "label": c["label"],
-                     "ratio": round(c["ratio"], 3),
-                     "low": round(min(c["ratio_runs"]), 3),
-                     "high": round(max(c["ratio_runs"]), 3)}
-                    for c in run.run_section(sec)]
+        out[sec] = [wall_row(c) for c in run.run_section(sec)]
         for c in out[sec]:
-            print(f"{sec} {c['label']}: {c['ratio']:.3f} "
-                  f"({c['low']:.3f}-{c['high']:.3f})", flush=True)
+            print(f"{sec} {c['label']}: {wall_cell(c)}", flush=True)
     return out
 
 
@@ -203,7 +222,8 @@ def records(logs):
                     n += 1
         if n == 0:
             sys.exit(f"releases: no record in {path}")
-    return sorted(suites.values(), key=lambda r: r["mruby"])
+    return sorted(suites.values(), key=lambda r: [
+        int(n) for n in re.findall(r"\d+", r["mruby"].split("-")[0])])
 
 
 def column(r):
@@ -255,10 +275,8 @@ def wall_table(recs, sec, ref):
     for label in labels:
         cells = []
         for r in with_wall:
-            c = next((c for c in r["wall"][sec] if c["label"] == label),
-                     None)
-            cells.append("" if c is None else
-                         f"{c['ratio']:.3f} ({c['low']:.2f}-{c['high']:.2f})")
+            cells.append(wall_cell(next(
+                (c for c in r["wall"][sec] if c["label"] == label), None)))
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return lines + [""]
 

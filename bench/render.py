@@ -617,8 +617,14 @@ def splice_block(doc_path, begin, end, block):
     with open(doc_path) as f:
         doc = f.read()
     if begin in doc:
-        doc = (doc[:doc.index(begin)] + block
-               + doc[doc.index(end, doc.index(begin)) + len(end) + 1:])
+        at = doc.index(begin)
+        stop = doc.find(end, at)
+        if stop < 0:
+            raise ValueError(f"{doc_path}: {begin} without {end}")
+        stop += len(end)
+        if doc.startswith("\n", stop):
+            stop += 1
+        doc = doc[:at] + block + doc[stop:]
     else:
         doc = doc.rstrip("\n") + "\n\n" + block
     with open(doc_path, "w") as f:

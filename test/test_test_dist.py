@@ -4,7 +4,8 @@ what runs in the root and removes the root, at once.
 scripts/test-dist.sh runs here on a stand-in for a suite's cached root: a
 tarball with bash, env and sleep and a `make` that only sleeps, in a cache
 directory of the test's own (MRUBY_TEST_DIST_CACHE), so that nothing is
-downloaded and the run waits in its root until it is signalled.
+downloaded and the run waits in its root until it is signalled.  (The
+run's log goes where test-dist.sh puts every run's: build/.)
 """
 
 import os
@@ -19,8 +20,8 @@ import pytest
 import harness
 
 SCRIPT = os.path.join(harness.REPO, "scripts", "test-dist.sh")
+START_TIMEOUT = 60
 STOP_TIMEOUT = 20
-
 
 # make test inside a test-dist root (which test-dist.sh marks so) leaves
 # test-dist to the host's own make test.
@@ -37,7 +38,8 @@ def libraries(program):
 
 
 def stand_in_root(tmp_path):
-    """The tarball test-dist.sh takes for a cached bookworm root."""
+    """The cache directory whose bookworm.tar test-dist.sh takes for the
+    cached bookworm root."""
     root = tmp_path / "root"
     for d in ("usr/bin", "usr/sbin", "usr/lib", "usr/lib64", "etc/apt/"
               "sources.list.d", "etc/ssl/certs", "proc", "sys", "dev", "run",
@@ -47,12 +49,11 @@ def stand_in_root(tmp_path):
         os.symlink("usr/" + link, root / link)
     for program in ("/usr/bin/bash", "/usr/bin/env", "/usr/bin/sleep"):
         for path in [program] + libraries(program):
-            real = os.path.realpath(path)
             dest = root / os.path.relpath(os.path.realpath(
                 os.path.dirname(path)), "/") / os.path.basename(path)
             dest.parent.mkdir(parents=True, exist_ok=True)
             if not dest.exists():
-                shutil.copy2(real, dest)
+                shutil.copy2(os.path.realpath(path), dest)
     make = root / "usr/bin/make"
     make.write_text("#!/bin/bash\necho \"make $*: waiting\"\nexec sleep 600\n")
     make.chmod(0o755)
@@ -63,45 +64,68 @@ def stand_in_root(tmp_path):
     return cache
 
 
-def sleeping_in_roots():
-    """The pids of `sleep 600` processes whose root is a test-dist root."""
+def new_roots(before):
+    return [os.path.join("/var/tmp", d)
+            for d in set(os.listdir("/var/tmp")) - before
+            if d.startswith("mruby-test-dist.bookworm.")]
+
+
+def sleeping_in(root):
+    """The pids of the `sleep 600` processes whose root is root."""
     found = []
     for pid in os.listdir("/proc"):
         try:
             cmd = open(f"/proc/{pid}/cmdline", "rb").read()
-            root = os.readlink(f"/proc/{pid}/root")
+            where = os.readlink(f"/proc/{pid}/root")
         except OSError:
             continue
-        if cmd == b"sleep\x00600\x00" and "/mruby-test-dist.bookworm." in root:
+        if cmd == b"sleep\x00600\x00" and where == root:
             found.append(int(pid))
     return found
+
+
+def wait_for(what, timeout):
+    deadline = time.monotonic() + timeout
+    while not what():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
 
 
 def test_sigterm_stops_the_run_and_removes_its_root(tmp_path):
     cache = stand_in_root(tmp_path)
     before = set(os.listdir("/var/tmp"))
-    out = open(tmp_path / "test-dist.out", "wb")
-    proc = subprocess.Popen(["bash", SCRIPT, "bookworm", "test"],
-                            env=dict(os.environ, MRUBY_TEST_DIST_CACHE=str(cache)),
-                            stdout=out, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL)
+    out_path = tmp_path / "test-dist.out"
+    with open(out_path, "wb") as out:
+        # a session of its own: on a failure, the whole of it (unshare,
+        # and so the root's processes) is killed below
+        proc = subprocess.Popen(
+            ["bash", SCRIPT, "bookworm", "test"], stdout=out,
+            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=dict(os.environ, MRUBY_TEST_DIST_CACHE=str(cache)),
+            start_new_session=True)
     try:
-        deadline = time.monotonic() + 60
-        while not sleeping_in_roots():
-            assert proc.poll() is None, (tmp_path / "test-dist.out").read_text()
-            assert time.monotonic() < deadline, "the root's make never ran"
-            time.sleep(0.2)
-        roots = [d for d in set(os.listdir("/var/tmp")) - before
-                 if d.startswith("mruby-test-dist.bookworm.")]
-        assert len(roots) == 1
+        assert wait_for(lambda: len(new_roots(before)) == 1
+                        or proc.poll() is not None, START_TIMEOUT)
+        roots = new_roots(before)
+        assert len(roots) == 1, out_path.read_text()
+        root = roots[0]
+        assert wait_for(lambda: sleeping_in(root) or proc.poll() is not None,
+                        START_TIMEOUT), "the root's make never ran"
+        assert proc.poll() is None, out_path.read_text()
         proc.send_signal(signal.SIGTERM)
         rc = proc.wait(STOP_TIMEOUT)
+        text = out_path.read_text()
+        assert rc == 143, text
+        assert "FAILED (bookworm)" in text
+        # the kernel kills the namespace's processes as its init dies
+        assert wait_for(lambda: not sleeping_in(root), 5)
+        assert not os.path.exists(root), text
     finally:
         if proc.poll() is None:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    text = (tmp_path / "test-dist.out").read_text()
-    assert rc == 143, text
-    assert "FAILED (bookworm)" in text
-    assert sleeping_in_roots() == []
-    assert not os.path.exists(os.path.join("/var/tmp", roots[0])), text
+        for left in new_roots(before):
+            # nothing is mounted there: the mounts were the namespace's
+            shutil.rmtree(left, ignore_errors=True)
