@@ -6,7 +6,8 @@ one of 3,000, divided by 2,000 (start-up and shutdown cancel out).  The
 figure does not move with the machine's load, unlike `make bench`.
 
     MRUBY_BUILD=build build/venv/bin/python bench/callgrind.py apache cache
-    (servers: apache, nginx; cases: cache, inline, regexp: a cached routing
+    (servers: apache, nginx; cases: cache, never (compiled on every
+    request), inline, regexp: a cached routing
     script making ten regexp tests of the URI, then hello world; alloc: a
     cached script building an array of 1,000 strings, so that the GC runs,
     then hello world; typical: bench/typical.rb, cached, as make bench's
@@ -53,6 +54,8 @@ a = Array.new(1000) {{ |i| "s" + i.to_s }}
 APACHE = {
     "cache": "<Location /hello>\n"
              "    mrubyHandlerMiddle {dir}/hello.rb cache\n</Location>\n",
+    "never": "<Location /hello>\n    mrubyCodeCache never\n"
+             "    mrubyHandlerMiddle {dir}/hello.rb\n</Location>\n",
     "inline": "<Location /hello>\n    SetHandler mruby-native-script\n"
               "    mrubyHandlerCode 'Apache.rputs \"hello world\\n\"'\n"
               "</Location>\n",
@@ -67,6 +70,7 @@ APACHE = {
 }
 NGINX = {
     "cache": "mruby_content_handler {dir}/hello.rb cache;",
+    "never": "mruby_cache never;\n    mruby_content_handler {dir}/hello.rb;",
     "inline": "mruby_content_handler_code 'Nginx.rputs \"hello world\\n\"';",
     "regexp": "mruby_content_handler {dir}/route.rb cache;",
     "alloc": "mruby_content_handler {dir}/alloc.rb cache;",

@@ -3,7 +3,8 @@
 suite's nginx and Apache), taken on this machine's packages:
 
 - instructions per request, with callgrind (independent of the load):
-  hello world `cache` and inline on each server (bench/callgrind.py),
+  hello world `cache`, inline and `never` on each server
+  (bench/callgrind.py),
   hello world `stat` (bench/callgrind_stat.py), a request that sleeps 1 ms
   (bench/callgrind_sleep.py), and the JSON and router scripts of make
   bench's lib section (bench/callgrind_lib.py), with their Lua
@@ -50,9 +51,11 @@ LIB = ("json-mruby", "json-lua", "router-mruby", "router-lua")
 ROWS = [("nginx cache", "nginx hello world `cache`"),
         ("nginx inline", "nginx hello world inline"),
         ("nginx stat", "nginx hello world `stat`"),
+        ("nginx never", "nginx hello world `never` (compiled per request)"),
         ("apache cache", "Apache hello world `cache`"),
         ("apache inline", "Apache hello world inline"),
         ("apache stat", "Apache hello world `stat`"),
+        ("apache never", "Apache hello world `never` (compiled per request)"),
         ("sleep-mruby", "nginx, sleep 1 ms (`Nginx::Async.sleep`)"),
         ("sleep-lua", "nginx, sleep 1 ms (`ngx.sleep`, reference)"),
         ("json-mruby", "nginx, JSON parse + generate"),
@@ -147,7 +150,7 @@ def instruction_figures():
         print(f"{key}: {value:,.0f} instructions per request", flush=True)
 
     for kind in ("nginx", "apache"):
-        for case in ("cache", "inline"):
+        for case in ("cache", "inline", "never"):
             took(f"{kind} {case}", hello_world(kind, case))
         took(f"{kind} stat", callgrind_stat.callgrind(kind, "stat")[0])
     for name in ("mruby", "lua"):
