@@ -9,7 +9,8 @@ suite's nginx and Apache), taken on this machine's packages:
   (bench/callgrind_sleep.py), and the JSON and router scripts of make
   bench's lib section (bench/callgrind_lib.py), with their Lua
   counterparts on the same nginx; and where nginx hello world `cache`'s
-  instructions go, object by object and function by function
+  and `never`'s instructions go, object by object and function by
+  function
   (callgrind_annotate's top lines), for telling versions apart;
 - (wall) make bench's apache and nginx sections: the ratios to the C
   module and to `return 200`, each measured in the same rounds as its
@@ -63,10 +64,10 @@ ROWS = [("nginx cache", "nginx hello world `cache`"),
         ("router-mruby", "nginx, router (10 Regexp tests)"),
         ("router-lua", "nginx, router with ngx.re (reference)")]
 OBJECT_ROWS = [
-    ("object ngx_http_mruby_module.so",
-     "nginx hello world `cache`: in the module (mruby and ours)"),
-    ("object nginx", "nginx hello world `cache`: in nginx"),
-    ("object libc.so.6", "nginx hello world `cache`: in libc")]
+    (f"object {case} {obj}", f"nginx hello world `{case}`: in {where}")
+    for case in ("cache", "never")
+    for obj, where in (("ngx_http_mruby_module.so", "the module (mruby and "
+                        "ours)"), ("nginx", "nginx"), ("libc.so.6", "libc"))]
 
 
 def package_version(name):
@@ -97,13 +98,13 @@ def hello_world(kind, case):
         s.remove()
 
 
-def profile(kind, lines=25):
-    """Where 2,000 hello world `cache` requests (after 300 of warm-up)
+def profile(kind, case, lines=25):
+    """Where 2,000 hello world requests of case (after 300 of warm-up)
     spend their instructions: prints the top functions, and returns the
     instructions per request of each object (the module, the server,
     libc, ...)."""
-    s, cmd = callgrind.server(kind, "cache")
-    out = os.path.join(callgrind_lib.OUT, f"hello-{kind}.out")
+    s, cmd = callgrind.server(kind, case)
+    out = os.path.join(callgrind_lib.OUT, f"hello-{kind}-{case}.out")
     try:
         valgrind.counted(s, cmd, "/hello", 300, 2000, out)
     finally:
@@ -124,13 +125,13 @@ def profile(kind, lines=25):
         obj = os.path.basename(m.group(4))
         objects[obj] = objects.get(obj, 0) + int(m.group(1).replace(",", ""))
     if not rows:
-        print(f"profile {kind}: no function in callgrind_annotate's "
+        print(f"profile {kind} {case}: no function in callgrind_annotate's "
               "output (its format changed?)", flush=True)
     for line in rows[:lines]:
-        print(f"profile {kind}: {line}", flush=True)
+        print(f"profile {kind} {case}: {line}", flush=True)
     per = {obj: round(ir / 2000) for obj, ir in objects.items()
            if ir >= 2000}
-    print(f"objects {kind}: {json.dumps(per)}", flush=True)
+    print(f"objects {kind} {case}: {json.dumps(per)}", flush=True)
     return per
 
 
@@ -203,7 +204,8 @@ def measure(what):
         record["instructions"] = instruction_figures()
         # nginx only: callgrind_control's dump hangs on an apache2 -X
         # that switched to www-data (bench/callgrind_stat.py)
-        record["objects"] = {"nginx": profile("nginx")}
+        record["objects"] = {"nginx": profile("nginx", "cache"),
+                             "nginx never": profile("nginx", "never")}
     else:
         record["rounds"], record["seconds"] = run.ROUNDS, run.SECONDS
         record["wall"] = wall_figures()
@@ -235,9 +237,11 @@ def column(r):
 
 def figure(record, key):
     """A row's figure in a record: instructions of a case, or of an object
-    in nginx hello world `cache` (key "object NAME")."""
+    in nginx hello world of a case (key "object CASE NAME")."""
     if key.startswith("object "):
-        return record.get("objects", {}).get("nginx", {}).get(key[7:])
+        _, case, obj = key.split(" ", 2)
+        return record.get("objects", {}).get(
+            "nginx" if case == "cache" else "nginx " + case, {}).get(obj)
     return record["instructions"].get(key)
 
 
