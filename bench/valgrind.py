@@ -96,21 +96,7 @@ def life(s, cmd, n, request, threads=False):
             request(http, k)
         http.close()
     finally:
-        # callgrind writes its output as the server exits: slow on a
-        # loaded machine (120 s was not always enough at a load of 12)
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            # valgrind can hand a process-directed signal to a thread that
-            # blocks it (the run clock's, src/core/mrb_run_budget.c) and
-            # keep it until another thread runs: a connection wakes the
-            # serving one
-            try:
-                socket.create_connection((s.host, s.port), timeout=5).close()
-            except OSError:
-                pass
-        proc.wait(600)
+        stop(proc, s)
     # with threads, one file a thread (cg.out-01, ...) and an empty cg.out
     return [total_ir(os.path.join(out, f))
             for f in sorted(os.listdir(out))
@@ -122,6 +108,24 @@ def per_request(run, low, high):
     a life of n requests, as life() counts it."""
     a, b = run(high), run(low)
     return [(x - y) / (high - low) for x, y in zip(a, b)]
+
+
+def stop(proc, s):
+    """Ends server s running under valgrind as proc, and waits for it:
+    callgrind writes its output as the server exits, slow on a loaded
+    machine (120 s was not always enough at a load of 12)."""
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        # valgrind can hand a process-directed signal to a thread that
+        # blocks it (the run clock's, src/core/mrb_run_budget.c) and keep
+        # it until another thread runs: a connection wakes the serving one
+        try:
+            socket.create_connection((s.host, s.port), timeout=5).close()
+        except OSError:
+            pass
+    proc.wait(600)
 
 
 def counted(s, cmd, path, warmup, n, out, headers=None):
@@ -151,8 +155,7 @@ def counted(s, cmd, path, warmup, n, out, headers=None):
                        check=True, capture_output=True)
         http.close()
     finally:
-        proc.terminate()
-        proc.wait(timeout=600)
+        stop(proc, s)
     return total_ir(out + ".1") // n
 
 
