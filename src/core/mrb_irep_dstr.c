@@ -55,10 +55,6 @@
 #include "mrb_irep_insn.h"
 #include "mrb_mruby_version.h"
 
-#if MRUBY_RELEASE_NO < 40000
-#define DSTR_REWRITES
-#endif
-
 /*
  * A template: the number of pieces (4 bytes), a record of 4 bytes for
  * each piece (all little-endian), then the literals' bytes in order.  A
@@ -83,7 +79,7 @@
 #define DSTR_INT_LEN     (MRB_INT_BIT / 3 + 3)
 
 
-#ifdef DSTR_REWRITES
+#ifdef MRB_IREP_DSTR_REWRITES
 
 /* ------------------------------------------------------------------ */
 /* The rewrite, at compile time                                        */
@@ -598,7 +594,7 @@ mrb_irep_dstr_define(mrb_state *mrb)
                           MRB_ARGS_REQ(1));
 }
 
-#else /* !DSTR_REWRITES */
+#else /* !MRB_IREP_DSTR_REWRITES */
 
 void
 mrb_irep_dstr_fuse(mrb_state *mrb, mrb_irep *irep)

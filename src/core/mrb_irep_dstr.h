@@ -9,6 +9,14 @@
 #include <mruby.h>
 #include <mruby/irep.h>
 
+#include "mrb_mruby_version.h"
+
+/* mruby 3.1 and 3.3 only: 4.0's bytecode is left as its compiler made it,
+ * and no builder is defined there. */
+#if MRUBY_RELEASE_NO < 40000
+#define MRB_IREP_DSTR_REWRITES  1
+#endif
+
 /* The name of the global the rewritten bytecode loads the builder from and
  * of the method it calls on it (mrb_api_define_hidden): names no script
  * can write as a variable or a call. */

@@ -12,7 +12,7 @@
 
 #include "lib_eval.h"
 #include "mrb_interp.h"
-#include "mrb_mruby_version.h"
+#include "mrb_irep_dstr.h"
 #include "unit.h"
 
 
@@ -93,7 +93,7 @@ TEST(irep_dstr_builds_the_same_strings)
 /* The point of it: an interpolation of Strings and Integers makes its
  * result and nothing else (OP_STRCAT's way made 4 here: a String of each
  * literal and one of the Integer).  mruby 4.0's bytecode is not rewritten. */
-#if MRUBY_RELEASE_NO < 40000
+#ifdef MRB_IREP_DSTR_REWRITES
 static const dstr_case  dstr_one[] = {
     { "x = 'x'; n = 7\nGC.disable\n"
       "a = ObjectSpace.count_objects[:T_STRING]\n"
@@ -135,7 +135,7 @@ TEST(irep_dstr_reads_each_piece_when_it_is_reached)
 
 /* A script that finds the builder (ObjectSpace) and calls it itself gets
  * an ArgumentError, whatever its pool holds.  mruby 4.0 has no builder. */
-#if MRUBY_RELEASE_NO < 40000
+#ifdef MRB_IREP_DSTR_REWRITES
 static const dstr_case  dstr_reached[] = {
     { "r = []\nObjectSpace.each_object do |o|\n  begin\n"
       "    o.__send__(:\"(interpolation)\", 0)\n    r << :built\n"
@@ -203,7 +203,7 @@ TEST(irep_dstr_long_run_jumps_past_itself)
  * which the GC neither marks nor keeps (here an Integer of the Array
  * literal's; a String there could be freed while the result is made).
  * mruby 4.0 has no builder. */
-#if MRUBY_RELEASE_NO < 40000
+#ifdef MRB_IREP_DSTR_REWRITES
 static const dstr_case  dstr_forged[] = {
     { "t = \"\\x01\\0\\0\\0\\x1e\\0\\0\\x80\"\n"
       "c = nil\n"
