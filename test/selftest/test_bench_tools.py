@@ -12,6 +12,7 @@ BENCH = os.path.join(harness.REPO, "bench")
 sys.path.insert(0, BENCH)
 
 import ab  # noqa: E402
+import releases  # noqa: E402
 import render  # noqa: E402
 
 
@@ -60,3 +61,33 @@ def test_ab_asks_only_for_the_modules_its_servers_load(tmp_path):
         tmp_path / "ngx_http_mruby_module.so")
     apache_only = ab.configs_named(["apache:forever"])
     assert ab.missing_module(modules, apache_only) is None
+
+
+def test_releases_merges_each_suites_records_and_keeps_a_failed_row(tmp_path):
+    """bench/releases.py --table: a suite's instruction and wall records
+    (two logs) become one column, suites in mruby's version order (10.0
+    after 4.0), and a configuration make bench never measured shows as
+    failed instead of ending the run."""
+    wall = {"apache": [releases.wall_row(
+        {"key": "c", "label": "C module", "ratio": 1.0,
+         "ratio_runs": [1.0, 1.0]}), releases.wall_row(
+        {"key": "never", "label": "never", "error": "HarnessError: x"})],
+        "nginx": []}
+    logs = []
+    for name, line in [
+            ("a", {"suite": "forky", "mruby": "4.0.0-1",
+                   "instructions": {"nginx cache": 2}}),
+            ("b", {"suite": "next", "mruby": "10.0.0-1",
+                   "instructions": {"nginx cache": 3}}),
+            ("c", {"suite": "forky", "mruby": "4.0.0-1", "wall": wall,
+                   "rounds": 3, "seconds": 6})]:
+        path = tmp_path / name
+        path.write_text("[ 1:00] releases: " + json.dumps(line) + "\n")
+        logs.append(str(path))
+    recs = releases.records(logs)
+    assert [r["suite"] for r in recs] == ["forky", "next"]
+    assert recs[0]["instructions"] == {"nginx cache": 2}
+    assert "wall" in recs[0]
+    table = releases.wall_table(recs, "apache", "the C module")
+    assert "| never | failed |" in table
+    assert "| C module | 1.000 (1.00-1.00) |" in table
